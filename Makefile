@@ -1,0 +1,30 @@
+# The whole set-up on a fresh machine: `make test` and `make demo`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q -ra
+
+demo: $(STAMP)
+	$(BIN)/python -m rlmm.demo
+
+bench: $(STAMP)
+	mkdir -p bench/results
+	for b in bench/*.py; do $(BIN)/python $$b > bench/results/$$(basename $$b .py).json || exit 1; done
+
+clean:
+	rm -rf $(VENV) demo-data bench/results

@@ -1,0 +1,84 @@
+"""The EventLog ABC: a partitioned, durable, append-only log of opaque byte records.
+
+Invariant: offsets are per partition, dense and start at 0; an offset returned by
+``append``/``append_batch`` is durable (per the backend's policy) and will be
+delivered by ``read`` with identical bytes, in offset order, to every reader.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Iterable, Sequence
+from types import TracebackType
+
+
+class EventLog(ABC):
+    """A partitioned event log. Backends: file (embedded), kafka, memory."""
+
+    @property
+    @abstractmethod
+    def partition_count(self) -> int:
+        """Number of partitions; fixed for the life of the log."""
+
+    async def start(self) -> None:  # noqa: B027 - optional hook, most backends need none
+        """Connect / open resources. Idempotent. ``async with`` calls it."""
+
+    @abstractmethod
+    async def append(self, partition: int, value: bytes, key: bytes | None = None) -> int:
+        """Append one record; return its offset once it is durable."""
+
+    @abstractmethod
+    async def append_batch(self, partition: int, values: Sequence[bytes]) -> list[int]:
+        """Append records to one partition atomically in order; return their offsets."""
+
+    @abstractmethod
+    async def end_offsets(self, partitions: Iterable[int]) -> dict[int, int]:
+        """Log end offset (offset the next append will get) of each partition."""
+
+    @abstractmethod
+    def read_batches(
+        self, partition: int, start_offset: int = 0
+    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """Yield non-empty lists of ``(offset, value)`` from ``start_offset`` on.
+
+        Replays the backlog, then follows live appends forever (until the consumer
+        stops iterating or the log is closed, which ends the iteration).
+        """
+
+    async def read(self, partition: int, start_offset: int = 0) -> AsyncIterator[tuple[int, bytes]]:
+        """``(offset, value)`` one at a time: the flattened :meth:`read_batches`."""
+        batches = self.read_batches(partition, start_offset)
+        try:
+            async for batch in batches:
+                for record in batch:
+                    yield record
+        finally:
+            aclose = getattr(batches, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release resources; idempotent. Pending readers end their iteration."""
+
+    async def __aenter__(self) -> EventLog:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _check_partition(self, partition: int) -> None:
+        from eventlog.errors import UnknownPartitionError
+
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            raise UnknownPartitionError(f"partition must be an int, got {partition!r}")
+        if not 0 <= partition < self.partition_count:
+            raise UnknownPartitionError(
+                f"partition {partition} out of range [0, {self.partition_count})"
+            )

@@ -1,0 +1,3 @@
+"""remote package (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,332 @@
+"""KIP-405 remote log metadata model: immutable, validated value types.
+
+Invariant: every instance is valid once constructed (offsets, epochs and states are
+checked in ``__post_init__``) and never changes; the legal state machines live here,
+in :func:`is_valid_segment_transition` and :func:`is_valid_partition_delete_transition`,
+and every other module asks these two functions.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from rlmm.errors import InvalidStateTransitionError
+
+
+class RemoteLogSegmentState(enum.IntEnum):
+    """State of one remote log segment copy (Kafka's ids)."""
+
+    COPY_SEGMENT_STARTED = 0
+    COPY_SEGMENT_FINISHED = 1
+    DELETE_SEGMENT_STARTED = 2
+    DELETE_SEGMENT_FINISHED = 3
+
+
+class RemotePartitionDeleteState(enum.IntEnum):
+    """State of the deletion of a whole user partition from remote storage (Kafka's ids)."""
+
+    DELETE_PARTITION_MARKED = 0
+    DELETE_PARTITION_STARTED = 1
+    DELETE_PARTITION_FINISHED = 2
+
+
+_S = RemoteLogSegmentState
+_SEGMENT_TRANSITIONS: dict[RemoteLogSegmentState | None, frozenset[RemoteLogSegmentState]] = {
+    None: frozenset({_S.COPY_SEGMENT_STARTED}),
+    _S.COPY_SEGMENT_STARTED: frozenset(
+        {_S.COPY_SEGMENT_STARTED, _S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}
+    ),
+    _S.COPY_SEGMENT_FINISHED: frozenset({_S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED}),
+    _S.DELETE_SEGMENT_STARTED: frozenset({_S.DELETE_SEGMENT_STARTED, _S.DELETE_SEGMENT_FINISHED}),
+    _S.DELETE_SEGMENT_FINISHED: frozenset({_S.DELETE_SEGMENT_FINISHED}),
+}
+_P = RemotePartitionDeleteState
+_PARTITION_TRANSITIONS: dict[
+    RemotePartitionDeleteState | None, frozenset[RemotePartitionDeleteState]
+] = {
+    None: frozenset({_P.DELETE_PARTITION_MARKED}),
+    _P.DELETE_PARTITION_MARKED: frozenset(
+        {_P.DELETE_PARTITION_MARKED, _P.DELETE_PARTITION_STARTED}
+    ),
+    _P.DELETE_PARTITION_STARTED: frozenset(
+        {_P.DELETE_PARTITION_STARTED, _P.DELETE_PARTITION_FINISHED}
+    ),
+    _P.DELETE_PARTITION_FINISHED: frozenset({_P.DELETE_PARTITION_FINISHED}),
+}
+
+
+def is_valid_segment_transition(
+    source: RemoteLogSegmentState | None, target: RemoteLogSegmentState
+) -> bool:
+    """True when a segment may move from ``source`` (None = unknown segment) to ``target``."""
+    return target in _SEGMENT_TRANSITIONS[source]
+
+
+def is_valid_partition_delete_transition(
+    source: RemotePartitionDeleteState | None, target: RemotePartitionDeleteState
+) -> bool:
+    """True when a partition delete may move from ``source`` (None = none yet) to ``target``."""
+    return target in _PARTITION_TRANSITIONS[source]
+
+
+def check_segment_transition(
+    source: RemoteLogSegmentState | None, target: RemoteLogSegmentState, what: object
+) -> None:
+    """Raise InvalidStateTransitionError naming ``what`` unless the transition is legal."""
+    if not is_valid_segment_transition(source, target):
+        src = source.name if source is not None else "<new>"
+        raise InvalidStateTransitionError(
+            f"illegal segment state transition {src} -> {target.name} for {what}"
+        )
+
+
+def check_partition_delete_transition(
+    source: RemotePartitionDeleteState | None, target: RemotePartitionDeleteState, what: object
+) -> None:
+    """Raise InvalidStateTransitionError naming ``what`` unless the transition is legal."""
+    if not is_valid_partition_delete_transition(source, target):
+        src = source.name if source is not None else "<none>"
+        raise InvalidStateTransitionError(
+            f"illegal partition delete state transition {src} -> {target.name} for {what}"
+        )
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value} out of range [{lo}, {hi}]")
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TopicIdPartition:
+    """A user partition; equality and hash use (topic_id, partition) only, as in Kafka."""
+
+    topic_id: uuid.UUID
+    topic: str
+    partition: int
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.topic_id, uuid.UUID), "topic_id must be a uuid.UUID")
+        _require(isinstance(self.topic, str), "topic must be a str")
+        _check_int("partition", self.partition, 0, INT32_MAX)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TopicIdPartition):
+            return NotImplemented
+        return self.topic_id == other.topic_id and self.partition == other.partition
+
+    def __hash__(self) -> int:
+        return hash((self.topic_id, self.partition))
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition} ({self.topic_id})"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentId:
+    """One copy attempt of one segment: a fresh uuid per attempt."""
+
+    topic_id_partition: TopicIdPartition
+    id: uuid.UUID
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.topic_id_partition, TopicIdPartition),
+            "topic_id_partition must be a TopicIdPartition",
+        )
+        _require(isinstance(self.id, uuid.UUID), "id must be a uuid.UUID")
+
+    @classmethod
+    def generate_new(cls, topic_id_partition: TopicIdPartition) -> RemoteLogSegmentId:
+        return cls(topic_id_partition, uuid.uuid4())
+
+    def __str__(self) -> str:
+        return f"{self.topic_id_partition}/{self.id}"
+
+
+def _frozen_epochs(epochs: Mapping[int, int]) -> Mapping[int, int]:
+    items = sorted(dict(epochs).items())
+    for epoch, offset in items:
+        _check_int("leader epoch", epoch, 0, INT32_MAX)
+        _check_int("leader epoch start offset", offset, 0, INT64_MAX)
+    return MappingProxyType(dict(items))
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadata:
+    """Metadata of one remote log segment (offsets inclusive at both ends)."""
+
+    remote_log_segment_id: RemoteLogSegmentId
+    start_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    broker_id: int
+    event_timestamp_ms: int
+    segment_size_in_bytes: int
+    segment_leader_epochs: Mapping[int, int]
+    state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+    custom_metadata: bytes | None = None
+    txn_index_empty: bool = False
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.remote_log_segment_id, RemoteLogSegmentId),
+            "remote_log_segment_id must be a RemoteLogSegmentId",
+        )
+        _check_int("start_offset", self.start_offset, 0, INT64_MAX)
+        _check_int("end_offset", self.end_offset, 0, INT64_MAX)
+        _require(
+            self.end_offset >= self.start_offset,
+            f"end_offset {self.end_offset} < start_offset {self.start_offset} "
+            f"for segment {self.remote_log_segment_id}",
+        )
+        _check_int("max_timestamp_ms", self.max_timestamp_ms, INT64_MIN, INT64_MAX)
+        _check_int("broker_id", self.broker_id, INT32_MIN, INT32_MAX)
+        _check_int("event_timestamp_ms", self.event_timestamp_ms, INT64_MIN, INT64_MAX)
+        _check_int("segment_size_in_bytes", self.segment_size_in_bytes, 0, INT32_MAX)
+        _require(
+            isinstance(self.segment_leader_epochs, Mapping) and len(self.segment_leader_epochs) > 0,
+            f"segment_leader_epochs must be a non-empty mapping for {self.remote_log_segment_id}",
+        )
+        object.__setattr__(
+            self, "segment_leader_epochs", _frozen_epochs(self.segment_leader_epochs)
+        )
+        object.__setattr__(self, "state", RemoteLogSegmentState(self.state))
+        _require(
+            self.custom_metadata is None or isinstance(self.custom_metadata, bytes),
+            "custom_metadata must be bytes or None",
+        )
+        _require(isinstance(self.txn_index_empty, bool), "txn_index_empty must be a bool")
+
+    @property
+    def topic_id_partition(self) -> TopicIdPartition:
+        return self.remote_log_segment_id.topic_id_partition
+
+    def create_with_updates(
+        self, update: RemoteLogSegmentMetadataUpdate
+    ) -> RemoteLogSegmentMetadata:
+        """This segment with the update's state, broker, timestamp and custom metadata."""
+        if update.remote_log_segment_id != self.remote_log_segment_id:
+            raise ValueError(
+                f"update for {update.remote_log_segment_id} applied to {self.remote_log_segment_id}"
+            )
+        return RemoteLogSegmentMetadata(
+            remote_log_segment_id=self.remote_log_segment_id,
+            start_offset=self.start_offset,
+            end_offset=self.end_offset,
+            max_timestamp_ms=self.max_timestamp_ms,
+            broker_id=update.broker_id,
+            event_timestamp_ms=update.event_timestamp_ms,
+            segment_size_in_bytes=self.segment_size_in_bytes,
+            segment_leader_epochs=self.segment_leader_epochs,
+            state=update.state,
+            custom_metadata=update.custom_metadata,
+            txn_index_empty=self.txn_index_empty,
+        )
+
+    def __reduce__(self) -> Any:
+        # MappingProxyType cannot be pickled; rebuild from a plain dict (Spark ships these).
+        return (
+            RemoteLogSegmentMetadata,
+            (
+                self.remote_log_segment_id,
+                self.start_offset,
+                self.end_offset,
+                self.max_timestamp_ms,
+                self.broker_id,
+                self.event_timestamp_ms,
+                self.segment_size_in_bytes,
+                dict(self.segment_leader_epochs),
+                self.state,
+                self.custom_metadata,
+                self.txn_index_empty,
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadataUpdate:
+    """A state change of an existing remote log segment."""
+
+    remote_log_segment_id: RemoteLogSegmentId
+    event_timestamp_ms: int
+    custom_metadata: bytes | None
+    state: RemoteLogSegmentState
+    broker_id: int
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.remote_log_segment_id, RemoteLogSegmentId),
+            "remote_log_segment_id must be a RemoteLogSegmentId",
+        )
+        _check_int("event_timestamp_ms", self.event_timestamp_ms, INT64_MIN, INT64_MAX)
+        _check_int("broker_id", self.broker_id, INT32_MIN, INT32_MAX)
+        object.__setattr__(self, "state", RemoteLogSegmentState(self.state))
+        _require(
+            self.custom_metadata is None or isinstance(self.custom_metadata, bytes),
+            "custom_metadata must be bytes or None",
+        )
+        if self.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            raise InvalidStateTransitionError(
+                f"an update cannot set COPY_SEGMENT_STARTED (segment {self.remote_log_segment_id});"
+                " add the segment instead"
+            )
+
+    @property
+    def topic_id_partition(self) -> TopicIdPartition:
+        return self.remote_log_segment_id.topic_id_partition
+
+
+@dataclass(frozen=True, slots=True)
+class RemotePartitionDeleteMetadata:
+    """A state change of the deletion of a whole user partition."""
+
+    topic_id_partition: TopicIdPartition
+    state: RemotePartitionDeleteState
+    event_timestamp_ms: int
+    broker_id: int
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.topic_id_partition, TopicIdPartition),
+            "topic_id_partition must be a TopicIdPartition",
+        )
+        object.__setattr__(self, "state", RemotePartitionDeleteState(self.state))
+        _check_int("event_timestamp_ms", self.event_timestamp_ms, INT64_MIN, INT64_MAX)
+        _check_int("broker_id", self.broker_id, INT32_MIN, INT32_MAX)
+
+
+RemoteLogMetadata = (
+    RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata
+)
+"""Any event of the metadata log."""
+
+__all__ = [
+    "RemoteLogMetadata",
+    "RemoteLogSegmentId",
+    "RemoteLogSegmentMetadata",
+    "RemoteLogSegmentMetadataUpdate",
+    "RemoteLogSegmentState",
+    "RemotePartitionDeleteMetadata",
+    "RemotePartitionDeleteState",
+    "TopicIdPartition",
+    "check_partition_delete_transition",
+    "check_segment_transition",
+    "is_valid_partition_delete_transition",
+    "is_valid_segment_transition",
+]

@@ -1,0 +1,3 @@
+"""snapshot package (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []
