@@ -1,0 +1,41 @@
+"""Errors of remote storage and of Kafka segment files.
+
+Invariant: every error derives from rlmm.errors.RemoteStorageError (the one base of
+the project's storage errors) and names the file, object key and byte position
+concerned; third-party errors are translated where they enter, kept as __cause__.
+"""
+
+from __future__ import annotations
+
+from rlmm.errors import RemoteResourceNotFoundError, RemoteStorageError
+
+
+class SegmentFormatError(RemoteStorageError):
+    """A Kafka segment or index file that is corrupt, truncated or not Kafka's format."""
+
+    def __init__(self, message: str, path: str | None = None, position: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.position = position
+
+
+class RemoteObjectExistsError(RemoteStorageError):
+    """A write-once object already exists with different content."""
+
+
+class RemoteIntegrityError(RemoteStorageError):
+    """Fetched bytes do not match the checksum stored when they were written."""
+
+
+class InvalidRemotePathError(RemoteStorageError, ValueError):
+    """A topic name, id or key that would escape the storage root or prefix."""
+
+
+__all__ = [
+    "InvalidRemotePathError",
+    "RemoteIntegrityError",
+    "RemoteObjectExistsError",
+    "RemoteResourceNotFoundError",
+    "RemoteStorageError",
+    "SegmentFormatError",
+]
