@@ -8,6 +8,8 @@ and every other module asks these two functions.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import uuid
 from collections.abc import Mapping
@@ -94,6 +96,26 @@ def check_partition_delete_transition(
         raise InvalidStateTransitionError(
             f"illegal partition delete state transition {src} -> {target.name} for {what}"
         )
+
+
+def kafka_uuid_to_str(value: uuid.UUID) -> str:
+    """Kafka's text form of a Uuid: URL-safe base64 of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
+
+
+def kafka_uuid_from_str(text: str) -> uuid.UUID:
+    """Parse Kafka's base64 Uuid text (``Bp9TDduJRGa9Q5rlvCJOxg``) or a dashed uuid."""
+    if len(text) == 22:
+        try:
+            raw = base64.urlsafe_b64decode(text + "==")
+        except (binascii.Error, ValueError) as e:
+            raise ValueError(f"not a Kafka uuid: {text!r}") from e
+        if len(raw) == 16:
+            return uuid.UUID(bytes=raw)
+    try:
+        return uuid.UUID(text)
+    except ValueError as e:
+        raise ValueError(f"not a Kafka uuid: {text!r}") from e
 
 
 def _require(condition: bool, message: str) -> None:
@@ -329,4 +351,6 @@ __all__ = [
     "check_segment_transition",
     "is_valid_partition_delete_transition",
     "is_valid_segment_transition",
+    "kafka_uuid_from_str",
+    "kafka_uuid_to_str",
 ]
