@@ -31,11 +31,32 @@ class InvalidRemotePathError(RemoteStorageError, ValueError):
     """A topic name, id or key that would escape the storage root or prefix."""
 
 
+# --- remote storage manager errors (remote/storage.py, local.py, s3.py) ---
+
+
+class RemoteStorageUnavailableError(RemoteStorageError):
+    """The store failed transiently (5xx, throttling, timeout, dropped connection)
+    and botocore's retries were exhausted; retrying the operation later may succeed."""
+
+    retriable = True
+
+
+class InvalidRangeError(RemoteStorageError, ValueError):
+    """A byte range that is negative, inverted or starts past the end of the object."""
+
+
+class InvalidSegmentDataError(RemoteStorageError, ValueError):
+    """A LogSegmentData whose local files are missing or unreadable (names the path)."""
+
+
 __all__ = [
+    "InvalidRangeError",
     "InvalidRemotePathError",
+    "InvalidSegmentDataError",
     "RemoteIntegrityError",
     "RemoteObjectExistsError",
     "RemoteResourceNotFoundError",
     "RemoteStorageError",
+    "RemoteStorageUnavailableError",
     "SegmentFormatError",
 ]
