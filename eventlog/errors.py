@@ -47,3 +47,20 @@ class EventLogTransportError(EventLogError):
     def __init__(self, message: str, retriable: bool = True) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class EventLogStorageError(EventLogError):
+    """A local disk operation failed (write, fsync, roll); the file log stops accepting
+    writes until it is reopened, which recovers the files to the last durable batch."""
+
+
+class InvalidRecordError(EventLogError, TypeError):
+    """A value or key that is not bytes-like; nothing is written."""
+
+
+class InvalidOffsetError(EventLogError, ValueError):
+    """A negative or otherwise impossible offset argument (the message names it)."""
+
+
+class EventLogRecordTooLargeError(EventLogError, ValueError):
+    """A record or batch exceeds the backend's size limit (names partition and size)."""
