@@ -1,0 +1,441 @@
+"""TopicBasedRemoteLogMetadataManager: the RLMM over a partitioned event log.
+
+Invariants:
+- every metadata partition in ``_applied`` is being (or is about to be) consumed, and
+  the store holds exactly the effect of its events up to ``_applied[p]``; events at
+  or below that offset are never applied twice (replays are idempotent);
+- a write returns only after this manager's own apply loop has applied the offset it
+  was published at (read-your-writes); waiters are futures completed by the apply
+  loop, never polled; an event the apply loop rejects fails its writer;
+- reads are plain synchronous cache lookups: an unassigned partition raises
+  RemoteResourceNotFoundError, an assigned one that has not caught up to the end
+  offset seen at assignment raises RemoteStorageNotReadyError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from eventlog import EventLog
+from rlmm.cache import RemoteLogMetadataCache
+from rlmm.codec import decode, encode
+from rlmm.errors import (
+    CodecError,
+    InvalidStateTransitionError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    RemoteStorageNotReadyError,
+    RemoteStorageTimeoutError,
+)
+from rlmm.metadata_store import RemotePartitionMetadataStore
+from rlmm.model import (
+    RemoteLogMetadata,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    TopicIdPartition,
+)
+from rlmm.partitioning import metadata_partition_for
+from rlmm.snapshotting import SnapshotPolicy, Snapshotter
+
+log = logging.getLogger(__name__)
+
+_MAX_REMEMBERED_REJECTIONS = 10_000
+
+
+@dataclass
+class ManagerStats:
+    """Counters of the apply loop (exposed for operators and tests)."""
+
+    applied_events: int = 0
+    skipped_undecodable: int = 0
+    skipped_invalid: int = 0
+    read_errors: int = 0
+    full_replays: int = 0
+    snapshots_written: int = 0
+    snapshot_failures: int = 0
+    restored_from_snapshot: bool = False
+    last_errors: list[str] = field(default_factory=list)
+
+    def note(self, message: str) -> None:
+        self.last_errors.append(message)
+        del self.last_errors[:-20]
+
+
+@dataclass(slots=True)
+class _Assignment:
+    metadata_partition: int
+    ready_offset: int  # applied offset at which the partition is caught up
+
+
+class TopicBasedRemoteLogMetadataManager:
+    """KIP-405 RemoteLogMetadataManager whose source of truth is an EventLog."""
+
+    def __init__(
+        self,
+        event_log: EventLog,
+        *,
+        write_timeout_s: float = 30.0,
+        snapshot_policy: SnapshotPolicy | None = None,
+        close_event_log: bool = False,
+    ) -> None:
+        self._log = event_log
+        self._n = event_log.partition_count
+        self._write_timeout_s = write_timeout_s
+        self._close_log = close_event_log
+        self._store = RemotePartitionMetadataStore()
+        self._applied: dict[int, int] = {}
+        self._assigned: dict[TopicIdPartition, _Assignment] = {}
+        self._consumers: dict[int, asyncio.Task[None]] = {}
+        self._waiters: dict[int, list[tuple[int, int, asyncio.Future[None]]]] = {}
+        self._seq = itertools.count()
+        self._rejections: OrderedDict[tuple[int, int], RemoteStorageError] = OrderedDict()
+        self._snapshotter = (
+            Snapshotter(snapshot_policy, self._n) if snapshot_policy is not None else None
+        )
+        self.stats = ManagerStats()
+        self._started = False
+        self._closed = False
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the event log and seed the cache from the newest valid snapshot."""
+        if self._started:
+            return
+        await self._log.start()
+        if self._snapshotter is not None:
+            restored = await self._snapshotter.load()
+            if restored is not None:
+                applied, state = restored
+                self._store.load_state(state)
+                self._applied.update(applied)
+                self.stats.restored_from_snapshot = True
+        self._started = True
+
+    async def close(self) -> None:
+        """Stop the apply loops, take a final snapshot, fail pending writers. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        consumers = list(self._consumers.values())
+        self._consumers.clear()
+        for task in consumers:
+            task.cancel()
+        for task in consumers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._snapshotter is not None and self._started:
+            await self._snapshotter.wait_idle()
+            await self._snapshot_now()
+        self._fail_waiters(None, RemoteStorageError("the remote log metadata manager was closed"))
+        if self._close_log:
+            await self._log.close()
+
+    async def __aenter__(self) -> TopicBasedRemoteLogMetadataManager:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise RemoteStorageError("the remote log metadata manager is closed")
+        if not self._started:
+            raise RemoteStorageNotReadyError(
+                message="the remote log metadata manager is not started"
+            )
+
+    # ---- assignment -----------------------------------------------------------------------
+
+    async def on_partition_leadership_changes(
+        self,
+        leader_partitions: Iterable[TopicIdPartition],
+        follower_partitions: Iterable[TopicIdPartition],
+    ) -> None:
+        """Assign user partitions; each becomes ready once its metadata partition catches up."""
+        self._ensure_open()
+        new = [tp for tp in {*leader_partitions, *follower_partitions} if tp not in self._assigned]
+        if not new:
+            return
+        by_partition = {tp: metadata_partition_for(tp, self._n) for tp in new}
+        needed = set(by_partition.values())
+        ends = await self._log.end_offsets(sorted(needed))
+        for p in needed:
+            if self._applied.get(p, -1) > ends[p] - 1 and p not in self._consumers:
+                # The snapshot saw events the log no longer has: trust the log, replay it.
+                log.warning(
+                    "snapshot of metadata partition %d is at offset %d but the log ends at %d;"
+                    " replaying the partition from offset 0",
+                    p,
+                    self._applied[p],
+                    ends[p] - 1,
+                )
+                self._forget_partition(p)
+                self.stats.full_replays += 1
+        for tp, p in by_partition.items():
+            self._assigned[tp] = _Assignment(p, ends[p] - 1)
+        for p in needed:
+            if p not in self._consumers:
+                self._applied.setdefault(p, -1)
+                self._consumers[p] = asyncio.create_task(self._consume(p), name=f"rlmm-apply-{p}")
+
+    async def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        """Unassign user partitions; a metadata partition no one needs is dropped."""
+        self._ensure_open()
+        for tp in partitions:
+            self._assigned.pop(tp, None)
+        still_needed = {a.metadata_partition for a in self._assigned.values()}
+        for p in [p for p in self._consumers if p not in still_needed]:
+            task = self._consumers.pop(p)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self._forget_partition(p)
+            self._fail_waiters(
+                p, RemoteResourceNotFoundError(f"metadata partition {p} was stopped")
+            )
+
+    def _forget_partition(self, p: int) -> None:
+        self._applied.pop(p, None)
+        self._store.drop(lambda tp: metadata_partition_for(tp, self._n) != p)
+
+    def is_ready(self, tp: TopicIdPartition) -> bool:
+        a = self._assigned.get(tp)
+        return a is not None and self._applied.get(a.metadata_partition, -1) >= a.ready_offset
+
+    async def wait_until_ready(self, tps: Iterable[TopicIdPartition], timeout_s: float) -> None:
+        """Wait until every given (assigned) partition is ready, or raise a timeout error."""
+        waits = []
+        for tp in tps:
+            a = self._assigned.get(tp)
+            if a is None:
+                raise RemoteResourceNotFoundError(f"{tp} is not assigned to this manager")
+            waits.append(self._wait_applied(a.metadata_partition, a.ready_offset))
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
+        except TimeoutError as e:
+            raise RemoteStorageTimeoutError(
+                f"partitions not ready within {timeout_s}s: "
+                + ", ".join(str(tp) for tp in tps if not self.is_ready(tp))
+            ) from e
+
+    # ---- writes ---------------------------------------------------------------------------
+
+    async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Publish a new segment (COPY_SEGMENT_STARTED); returns once applied locally."""
+        await self._publish(metadata)
+
+    async def update_remote_log_segment_metadata(
+        self, update: RemoteLogSegmentMetadataUpdate
+    ) -> None:
+        """Publish a state change of a known segment; returns once applied locally."""
+        await self._publish(update)
+
+    async def put_remote_partition_delete_metadata(
+        self, metadata: RemotePartitionDeleteMetadata
+    ) -> None:
+        """Publish a partition delete state; returns once applied locally."""
+        await self._publish(metadata)
+
+    async def _publish(self, event: RemoteLogMetadata) -> None:
+        self._ensure_open()
+        tp = event.topic_id_partition
+        if (
+            isinstance(event, RemoteLogSegmentMetadata)
+            and event.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED
+        ):
+            # A caller bug whatever the partition's state: say so before anything else.
+            raise InvalidStateTransitionError(
+                f"a new segment must be added in COPY_SEGMENT_STARTED, got {event.state.name}"
+                f" for {event.remote_log_segment_id}"
+            )
+        p = self._ready_assignment(tp).metadata_partition
+        self._store.check(event)
+        offset = await self._log.append(p, encode(event))
+        try:
+            await asyncio.wait_for(self._wait_applied(p, offset), self._write_timeout_s)
+        except TimeoutError as e:
+            raise RemoteStorageTimeoutError(
+                f"event for {tp} was published at metadata partition {p} offset {offset} but not"
+                f" applied within {self._write_timeout_s}s"
+            ) from e
+        rejection = self._rejections.pop((p, offset), None)
+        if rejection is not None:
+            raise rejection
+
+    def _wait_applied(self, p: int, offset: int) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._applied.get(p, -1) >= offset:
+            fut.set_result(None)
+        else:
+            heapq.heappush(self._waiters.setdefault(p, []), (offset, next(self._seq), fut))
+        return fut
+
+    def _wake_waiters(self, p: int) -> None:
+        heap = self._waiters.get(p)
+        applied = self._applied.get(p, -1)
+        while heap and heap[0][0] <= applied:
+            fut = heapq.heappop(heap)[2]
+            if not fut.done():
+                fut.set_result(None)
+
+    def _fail_waiters(self, p: int | None, error: Exception) -> None:
+        for key in [p] if p is not None else list(self._waiters):
+            for _, _, fut in self._waiters.pop(key, []):
+                if not fut.done():
+                    fut.set_exception(error)
+
+    # ---- apply loop -----------------------------------------------------------------------
+
+    async def _consume(self, p: int) -> None:
+        backoff = 0.05
+        while True:
+            start = self._applied.get(p, -1) + 1
+            try:
+                async for batch in self._log.read_batches(p, start):
+                    self._apply_batch(p, batch)
+                    backoff = 0.05
+                return  # the log was closed
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the loop never dies: log, back off, resume
+                self.stats.read_errors += 1
+                self.stats.note(f"read of metadata partition {p} from {start}: {e!r}")
+                log.warning("reading metadata partition %d from offset %d failed: %r", p, start, e)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    def _apply_batch(self, p: int, batch: list[tuple[int, bytes]]) -> None:
+        applied = self._applied.get(p, -1)
+        for offset, value in batch:
+            if offset <= applied:
+                continue
+            self._apply_record(p, offset, value)
+            applied = offset
+        self._applied[p] = applied
+        self._wake_waiters(p)
+        if self._snapshotter is not None and self._snapshotter.note_applied(len(batch)):
+            self._snapshotter.schedule(self._snapshot_now)
+
+    def _apply_record(self, p: int, offset: int, value: bytes) -> None:
+        try:
+            event = decode(value)
+        except CodecError as e:
+            self._reject(p, offset, e, "undecodable record")
+            self.stats.skipped_undecodable += 1
+            return
+        try:
+            self._store.apply(event)
+        except RemoteStorageError as e:
+            self._reject(p, offset, e, "illegal event")
+            self.stats.skipped_invalid += 1
+            return
+        except Exception as e:  # a bug must not kill the apply loop
+            self._reject(p, offset, RemoteStorageError(f"applying event failed: {e!r}"), "error")
+            self.stats.skipped_invalid += 1
+            return
+        self.stats.applied_events += 1
+
+    def _reject(self, p: int, offset: int, error: RemoteStorageError, what: str) -> None:
+        message = f"metadata partition {p} offset {offset}: skipped {what}: {error}"
+        log.warning(message)
+        self.stats.note(message)
+        self._rejections[(p, offset)] = error
+        if len(self._rejections) > _MAX_REMEMBERED_REJECTIONS:
+            self._rejections.popitem(last=False)
+
+    # ---- snapshots ------------------------------------------------------------------------
+
+    async def _snapshot_now(self) -> None:
+        if self._snapshotter is None or not self._applied:
+            return
+        applied = dict(self._applied)
+        tps = [
+            tp for tp in self._store.partitions() if metadata_partition_for(tp, self._n) in applied
+        ]
+        state = self._store.to_state(tps)
+        try:
+            await self._snapshotter.write(applied, state)
+            self.stats.snapshots_written += 1
+        except Exception as e:  # a failed snapshot costs replay time, never correctness
+            self.stats.snapshot_failures += 1
+            self.stats.note(f"snapshot failed: {e!r}")
+            log.warning("writing a snapshot failed: %r", e)
+
+    async def snapshot(self) -> None:
+        """Take a snapshot now (in addition to the policy's schedule)."""
+        self._ensure_open()
+        await self._snapshot_now()
+
+    # ---- reads ----------------------------------------------------------------------------
+
+    def _ready_assignment(self, tp: TopicIdPartition) -> _Assignment:
+        a = self._assigned.get(tp)
+        if a is None:
+            self._ensure_open()
+            raise RemoteResourceNotFoundError(f"{tp} is not assigned to this manager")
+        if self._applied.get(a.metadata_partition, -1) < a.ready_offset:
+            raise RemoteStorageNotReadyError(tp)
+        return a
+
+    def _cache(self, tp: TopicIdPartition) -> RemoteLogMetadataCache | None:
+        self._ready_assignment(tp)
+        if self._store.is_deleted(tp):
+            raise RemoteResourceNotFoundError(f"{tp} was deleted from remote storage")
+        return self._store.caches.get(tp)
+
+    def remote_log_segment_metadata(
+        self, tp: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        cache = self._cache(tp)
+        return None if cache is None else cache.remote_log_segment_metadata(leader_epoch, offset)
+
+    def highest_offset_for_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> int | None:
+        cache = self._cache(tp)
+        return None if cache is None else cache.highest_offset_for_epoch(leader_epoch)
+
+    def list_remote_log_segments(
+        self, tp: TopicIdPartition, leader_epoch: int | None = None
+    ) -> list[RemoteLogSegmentMetadata]:
+        cache = self._cache(tp)
+        return [] if cache is None else cache.list_remote_log_segments(leader_epoch)
+
+    def remote_log_size(self, tp: TopicIdPartition, leader_epoch: int | None = None) -> int:
+        cache = self._cache(tp)
+        return 0 if cache is None else cache.remote_log_size(leader_epoch)
+
+    def next_segment_with_txn_index(
+        self, tp: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        cache = self._cache(tp)
+        return None if cache is None else cache.next_segment_with_txn_index(leader_epoch, offset)
+
+    def remote_partition_delete_state(
+        self, tp: TopicIdPartition
+    ) -> RemotePartitionDeleteMetadata | None:
+        self._ready_assignment(tp)
+        return self._store.delete_states.get(tp)
+
+    # ---- introspection ------------------------------------------------------------------------
+
+    @property
+    def applied_offsets(self) -> dict[int, int]:
+        return dict(self._applied)
+
+    @property
+    def assigned_partitions(self) -> set[TopicIdPartition]:
+        return set(self._assigned)
+
+    def fingerprint(self, tps: Iterable[TopicIdPartition] | None = None) -> object:
+        """Order-independent view of the cached state (for convergence checks)."""
+        return self._store.fingerprint(tps)
