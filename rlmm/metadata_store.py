@@ -46,15 +46,10 @@ class RemotePartitionMetadataStore:
             check_partition_delete_transition(current.state if current else None, event.state, tp)
             return
         self._check_not_deleted(tp, event)
-        cache = self.caches.get(tp)
         if isinstance(event, RemoteLogSegmentMetadata):
-            (cache or RemoteLogMetadataCache(tp)).check_add(event)
-        elif cache is None:
-            raise RemoteResourceNotFoundError(
-                f"no remote log segment {event.remote_log_segment_id}"
-            )
+            (self.caches.get(tp) or RemoteLogMetadataCache(tp)).check_add(event)
         else:
-            cache.check_update(event)
+            self._existing(tp, event).check_update(event)
 
     def apply(self, event: RemoteLogMetadata) -> None:
         """Apply one event; an illegal one raises and leaves the store unchanged."""
@@ -76,13 +71,15 @@ class RemotePartitionMetadataStore:
         else:
             self._existing(tp, event).update_remote_log_segment_metadata(event)
 
-    def _update(self, tp: TopicIdPartition, event: RemoteLogSegmentMetadataUpdate) -> None:
+    def _existing(
+        self, tp: TopicIdPartition, event: RemoteLogSegmentMetadataUpdate
+    ) -> RemoteLogMetadataCache:
         cache = self.caches.get(tp)
         if cache is None:
             raise RemoteResourceNotFoundError(
                 f"no remote log segment {event.remote_log_segment_id}"
             )
-        cache.update_remote_log_segment_metadata(event)
+        return cache
 
     def _check_not_deleted(self, tp: TopicIdPartition, event: RemoteLogMetadata) -> None:
         delete = self.delete_states.get(tp)
