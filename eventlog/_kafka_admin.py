@@ -1,0 +1,260 @@
+"""Kafka control-plane helpers of KafkaEventLog: error translation, topic bootstrap, end offsets.
+
+Job: the one place where aiokafka errors become eventlog errors (keeping the
+original as ``__cause__``), where the metadata topic is created or verified, and
+where log end offsets are read.
+
+Invariant: end offsets come from a Fetch response's high watermark, never from
+ListOffsets(latest) alone (Tansu answers that wrongly); a topic with another
+partition count than configured is refused, never used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from aiokafka import errors as kafka_errors
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.protocol.offset import OffsetRequest
+from aiokafka.structs import TopicPartition
+
+from eventlog.errors import (
+    EventLogConfigError,
+    EventLogError,
+    EventLogRecordTooLargeError,
+    EventLogTransportError,
+)
+
+log = logging.getLogger(__name__)
+
+_NON_RETRIABLE_AUTH = (
+    kafka_errors.AuthenticationFailedError,
+    kafka_errors.AuthenticationMethodNotSupported,
+    kafka_errors.SaslAuthenticationFailed,
+    kafka_errors.UnsupportedSaslMechanismError,
+    kafka_errors.IllegalSaslStateError,
+    kafka_errors.TopicAuthorizationFailedError,
+    kafka_errors.ClusterAuthorizationFailedError,
+    kafka_errors.GroupAuthorizationFailedError,
+)
+_TOO_LARGE = (
+    kafka_errors.RecordTooLargeError,
+    kafka_errors.MessageSizeTooLargeError,
+    kafka_errors.RecordListTooLargeError,
+)
+
+
+def translate_error(exc: BaseException, what: str) -> EventLogError:
+    """The eventlog error for an aiokafka (or socket) failure while doing ``what``.
+
+    ``what`` names the operation, topic and partition, e.g. "append to t-3".
+    Timeouts count as retriable (as in Kafka's Java client), unlike aiokafka's flag.
+    """
+    if isinstance(exc, EventLogError):
+        return exc
+    name = type(exc).__name__
+    if isinstance(exc, _TOO_LARGE):
+        return EventLogRecordTooLargeError(
+            f"{what}: record too large for the broker ({name}: {exc})"
+        )
+    if isinstance(exc, _NON_RETRIABLE_AUTH):
+        return EventLogTransportError(
+            f"{what}: authentication/authorization failed ({name}: {exc})", retriable=False
+        )
+    if isinstance(exc, kafka_errors.KafkaConfigurationError | kafka_errors.IllegalArgumentError):
+        return EventLogConfigError(f"{what}: invalid client configuration ({name}: {exc})")
+    if isinstance(exc, kafka_errors.KafkaTimeoutError | asyncio.TimeoutError | TimeoutError):
+        return EventLogTransportError(f"{what}: timed out ({name}: {exc})", retriable=True)
+    if isinstance(exc, OSError):
+        return EventLogTransportError(f"{what}: connection failed ({name}: {exc})", retriable=True)
+    if isinstance(exc, kafka_errors.KafkaError):
+        return EventLogTransportError(f"{what}: {name}: {exc}", retriable=bool(exc.retriable))
+    return EventLogTransportError(f"{what}: unexpected {name}: {exc}", retriable=False)
+
+
+def _raise_for_code(code: int, what: str) -> None:
+    if code:
+        error_type = kafka_errors.for_code(code)
+        raise translate_error(error_type(), what)
+
+
+async def describe_partition_count(admin: AIOKafkaAdminClient, topic: str) -> int | None:
+    """Partition count of ``topic``, or None if it does not exist."""
+    described = await admin.describe_topics([topic])
+    for entry in described:
+        if entry["topic"] != topic:
+            continue
+        code = entry["error_code"]
+        if code == kafka_errors.UnknownTopicOrPartitionError.errno:
+            return None
+        _raise_for_code(code, f"describe topic {topic}")
+        return len(entry["partitions"])
+    return None
+
+
+async def ensure_topic(
+    admin: AIOKafkaAdminClient,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    configs: dict[str, str],
+    *,
+    create: bool,
+    timeout_s: float,
+) -> bool:
+    """Create ``topic`` if missing, then check its partition count; True if created here."""
+    found = await describe_partition_count(admin, topic)
+    created = False
+    if found is None:
+        if not create:
+            raise EventLogConfigError(
+                f"topic {topic} does not exist and create_topic is false "
+                f"(expected {partitions} partitions)"
+            )
+        response = await admin.create_topics(
+            [NewTopic(topic, partitions, replication_factor, topic_configs=configs)]
+        )
+        for name, code, message in _topic_errors(response):
+            if code == kafka_errors.TopicAlreadyExistsError.errno:
+                continue  # another instance created it first: verify it below
+            if code:
+                err = translate_error(kafka_errors.for_code(code)(message), f"create topic {name}")
+                if isinstance(err, EventLogTransportError) and not err.retriable:
+                    raise EventLogConfigError(f"create topic {name}: {message or err}") from err
+                raise err
+            created = True
+        found = await _await_topic_metadata(admin, topic, timeout_s)
+    if found != partitions:
+        raise EventLogConfigError(
+            f"topic {topic} exists with {found} partitions, expected {partitions}: "
+            "the metadata partitioner depends on the count, refusing to use it"
+        )
+    return created
+
+
+def _topic_errors(response: Any) -> list[tuple[str, int, str | None]]:
+    out = []
+    for entry in response.topic_errors:
+        # v0 has (topic, error_code); v1+ adds error_message.
+        name, code = entry[0], entry[1]
+        message = entry[2] if len(entry) > 2 else None
+        out.append((name, code, message))
+    return out
+
+
+async def _await_topic_metadata(admin: AIOKafkaAdminClient, topic: str, timeout_s: float) -> int:
+    """Wait until a just-created topic shows up in metadata (brokers propagate it async)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        found = await describe_partition_count(admin, topic)
+        if found:
+            return found
+        if loop.time() >= deadline:
+            raise EventLogTransportError(
+                f"topic {topic} was created but is not in the metadata after {timeout_s:.1f}s"
+            )
+        await asyncio.sleep(0.1)
+
+
+async def fetch_end_offsets(
+    client: AIOKafkaClient, topic: str, partitions: Iterable[int], *, attempts: int = 5
+) -> dict[int, int]:
+    """Log end offset (high watermark) of each partition, read from Fetch responses.
+
+    ListOffsets(latest) is asked first only as a hint of where to fetch, so the
+    fetch returns little data on a correct broker; the answer is the fetch's
+    high watermark. Partitions a broker leaves out of its answer are asked again.
+    """
+    wanted = sorted(set(partitions))
+    if not wanted:
+        return {}
+    result: dict[int, int] = {}
+    for attempt in range(attempts):
+        missing = [p for p in wanted if p not in result]
+        if not missing:
+            break
+        by_leader = await _leaders(client, topic, missing)
+        answers = await asyncio.gather(
+            *(_end_offsets_from(client, node, topic, ps, attempt) for node, ps in by_leader.items())
+        )
+        for answer in answers:
+            result.update(answer)
+    missing = [p for p in wanted if p not in result]
+    if missing:
+        raise EventLogTransportError(
+            f"end offsets of topic {topic} partitions {missing}: no high watermark "
+            f"after {attempts} fetch attempts"
+        )
+    return result
+
+
+async def _leaders(
+    client: AIOKafkaClient, topic: str, partitions: list[int]
+) -> dict[int, list[int]]:
+    if client.cluster.partitions_for_topic(topic) is None:
+        client.add_topic(topic)
+        await client.force_metadata_update()
+    by_leader: dict[int, list[int]] = {}
+    stale = False
+    for p in partitions:
+        leader = client.cluster.leader_for_partition(TopicPartition(topic, p))
+        if leader is None or leader == -1:
+            stale = True
+            continue
+        by_leader.setdefault(leader, []).append(p)
+    if stale:
+        await client.force_metadata_update()
+    return by_leader
+
+
+async def _end_offsets_from(
+    client: AIOKafkaClient, node: int, topic: str, partitions: list[int], attempt: int
+) -> dict[int, int]:
+    what = f"end offsets of {topic} partitions {partitions}"
+    stale = False
+    hints: dict[int, int] = {}
+    # First attempt starts at ListOffsets(latest), retries at (earliest) in case the
+    # hint was past the log; either way only the fetch's high watermark is trusted.
+    timestamp = -1 if attempt == 0 else -2
+    offsets = await client.send(
+        node, OffsetRequest(-1, 0, [(topic, [(p, timestamp) for p in partitions])])
+    )
+    for _name, part_data in offsets.topics:
+        for part, code, *info in part_data:
+            if code == 0:
+                hints[part] = max(0, info[-1] if info else 0)
+            elif kafka_errors.for_code(code).invalid_metadata:
+                stale = True
+            else:
+                _raise_for_code(code, f"{what} (partition {part})")
+    result: dict[int, int] = {}
+    if hints:
+        # max_wait > 0: Tansu answers a zero-wait fetch with no partitions at all.
+        request = FetchRequest(
+            1 + 50 * attempt,
+            1,
+            1024 * 1024,
+            0,
+            [(topic, [(p, hints[p], 1) for p in sorted(hints)])],
+        )
+        response = await client.send(node, request)
+        for _name, part_data in response.topics:
+            for entry in part_data:
+                part, code, highwater = entry[0], entry[1], entry[2]
+                if code == kafka_errors.OffsetOutOfRangeError.errno:
+                    continue  # the hint moved past the log (truncation): next attempt
+                if code and kafka_errors.for_code(code).invalid_metadata:
+                    stale = True
+                    continue
+                _raise_for_code(code, f"{what} (partition {part})")
+                if highwater >= 0:
+                    result[part] = highwater
+    if stale:
+        await client.force_metadata_update()
+    return result

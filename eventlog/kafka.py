@@ -1,0 +1,423 @@
+"""KafkaEventLog: the event log on a Kafka topic (``__remote_log_metadata``) via aiokafka.
+
+Job: append records with acks=all, read partitions by manual assignment through
+one shared consumer, report log end offsets, and create or verify the topic on
+start. Kafka's RLMM property names are accepted via :meth:`KafkaEventLog.from_properties`.
+
+Invariant: an offset returned by ``append``/``append_batch`` comes from the
+broker's acknowledgement (acks=all), so it is replicated per the topic's
+min.insync.replicas; ``append_batch`` is one record batch, so it lands atomically
+and in order. Retries are bounded by ``delivery_timeout_ms``. The producer is not
+idempotent (Tansu supports only that), so a retried append whose first attempt
+did land may be stored twice: delivery is at least once, never silently lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient
+from aiokafka.producer.message_accumulator import BatchBuilder
+
+from eventlog._kafka_admin import ensure_topic, fetch_end_offsets, translate_error
+from eventlog._kafka_config import ClientSecurity, map_properties
+from eventlog._kafka_fanout import KafkaFanout
+from eventlog.errors import (
+    EventLogClosedError,
+    EventLogConfigError,
+    EventLogError,
+    EventLogRecordTooLargeError,
+    EventLogTransportError,
+    InvalidOffsetError,
+    InvalidRecordError,
+)
+from eventlog.log import EventLog
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOPIC = "__remote_log_metadata"
+# RecordBatch attribute bits per producer compression.type (as aiokafka's producer).
+_COMPRESSION_ATTRS: dict[Any, int] = {None: 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+class KafkaEventLog(EventLog):
+    """An EventLog stored in a Kafka topic; one partition of the log = one topic partition."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | list[str],
+        partitions: int = 50,
+        *,
+        topic: str = DEFAULT_TOPIC,
+        replication_factor: int = 3,
+        retention_ms: int = -1,
+        create_topic: bool = True,
+        consume_wait_ms: int = 120_000,
+        client_id: str = "rlmm-eventlog",
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+        delivery_timeout_ms: int = 120_000,
+        init_timeout_ms: int = 30_000,
+        init_retry_backoff_ms: int = 100,
+        linger_ms: int = 5,
+        max_request_size: int = 1_048_576,
+        poll_timeout_ms: int = 500,
+        max_buffered_batches: int = 16,
+        security_protocol: str = "PLAINTEXT",
+        ssl_context: Any = None,
+        cafile: str | None = None,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        key_password: str | None = None,
+        sasl_mechanism: str = "PLAIN",
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
+        sasl_kerberos_service_name: str = "kafka",
+        sasl_kerberos_domain_name: str | None = None,
+        sasl_oauth_token_provider: Any = None,
+        producer_config: Mapping[str, Any] | None = None,
+        consumer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise EventLogConfigError(f"partitions must be a positive int, got {partitions!r}")
+        if replication_factor < 1:
+            raise EventLogConfigError(
+                f"replication_factor must be >= 1, got {replication_factor!r}"
+            )
+        if not topic:
+            raise EventLogConfigError("topic must be a non-empty name")
+        if ssl_context is None and (cafile or certfile):
+            from aiokafka.helpers import create_ssl_context
+
+            ssl_context = create_ssl_context(
+                cafile=cafile, certfile=certfile, keyfile=keyfile, password=key_password
+            )
+        self._security = ClientSecurity(
+            security_protocol=security_protocol,
+            ssl_context=ssl_context,
+            sasl_mechanism=sasl_mechanism,
+            sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password,
+            sasl_kerberos_service_name=sasl_kerberos_service_name,
+            sasl_kerberos_domain_name=sasl_kerberos_domain_name,
+            sasl_oauth_token_provider=sasl_oauth_token_provider,
+        )
+        self._bootstrap_servers = bootstrap_servers
+        self._partitions = partitions
+        self.topic = topic
+        self.replication_factor = replication_factor
+        self.retention_ms = retention_ms
+        self.create_topic = create_topic
+        # Kafka's remote.log.metadata.consume.wait.ms: how long the manager waits for
+        # its own write to come back through the log; kept here for the manager.
+        self.consume_wait_ms = consume_wait_ms
+        self._client_id = client_id
+        self._request_timeout_ms = request_timeout_ms
+        self._retry_backoff_ms = retry_backoff_ms
+        self._retry_backoff_max_ms = retry_backoff_max_ms
+        self._delivery_timeout_ms = delivery_timeout_ms
+        self._init_timeout_ms = init_timeout_ms
+        self._init_retry_backoff_ms = init_retry_backoff_ms
+        self._max_request_size = max_request_size
+        self._producer_config: dict[str, Any] = {
+            "linger_ms": linger_ms,
+            "max_request_size": max_request_size,
+        }
+        self._producer_config.update(producer_config or {})
+        self._consumer_config = dict(consumer_config or {})
+        if self._producer_config.get("compression_type") not in _COMPRESSION_ATTRS:
+            raise EventLogConfigError(
+                f"compression_type {self._producer_config['compression_type']!r} is not one of "
+                "gzip, snappy, lz4, zstd"
+            )
+        for forbidden in ("acks", "enable_auto_commit", "group_id", "auto_offset_reset"):
+            if forbidden in self._producer_config or forbidden in self._consumer_config:
+                raise EventLogConfigError(
+                    f"{forbidden} is fixed by KafkaEventLog (acks=all, no consumer group)"
+                )
+        self._poll_timeout_ms = poll_timeout_ms
+        self._max_buffered_batches = max_buffered_batches
+        self._producer: AIOKafkaProducer | None = None
+        self._control: AIOKafkaClient | None = None
+        self._fanout: KafkaFanout | None = None
+        self._start_lock = asyncio.Lock()
+        self._started = False
+        self._closed = False
+        self.topic_created = False
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], **overrides: Any) -> KafkaEventLog:
+        """Build from Kafka's RLMM properties (``remote.log.metadata.*``); see _kafka_config."""
+        mapped = map_properties(props)
+        kwargs = dict(mapped.kwargs)
+        if mapped.producer_config:
+            kwargs["producer_config"] = mapped.producer_config
+        if mapped.consumer_config:
+            kwargs["consumer_config"] = mapped.consumer_config
+        kwargs.update(overrides)
+        bootstrap = kwargs.pop("bootstrap_servers")
+        return cls(bootstrap, **kwargs)
+
+    @property
+    def partition_count(self) -> int:
+        return self._partitions
+
+    @property
+    def bootstrap_servers(self) -> str | list[str]:
+        return self._bootstrap_servers
+
+    def __repr__(self) -> str:
+        return (
+            f"KafkaEventLog(bootstrap_servers={self._bootstrap_servers!r}, "
+            f"topic={self.topic!r}, partitions={self._partitions})"
+        )
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": self._bootstrap_servers,
+            "client_id": self._client_id,
+            "request_timeout_ms": self._request_timeout_ms,
+            "retry_backoff_ms": self._retry_backoff_ms,
+            **self._security.kwargs(),
+        }
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        config: dict[str, Any] = {"fetch_max_wait_ms": 200, **self._consumer_config}
+        return AIOKafkaConsumer(
+            **self._client_kwargs(),
+            group_id=None,
+            enable_auto_commit=False,
+            # Only reached when a fetch position is out of range (a reader starting
+            # past the end on real Kafka): restart low, readers skip what they had.
+            auto_offset_reset="earliest",
+            **config,
+        )
+
+    async def start(self) -> None:
+        """Connect, create or verify the topic, start producer and shared consumer.
+
+        Retriable failures (broker not up yet) are retried with backoff for
+        ``init_timeout_ms``; then EventLogTransportError. Idempotent.
+        """
+        async with self._start_lock:
+            if self._closed:
+                raise EventLogClosedError(f"kafka log {self.topic} is closed")
+            if self._started:
+                return
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self._init_timeout_ms / 1000
+            backoff = self._init_retry_backoff_ms / 1000
+            while True:
+                try:
+                    async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                        await self._start_once()
+                    break
+                except Exception as exc:  # translated below
+                    await self._close_clients()
+                    where = f"start kafka log {self.topic} at {self._bootstrap_servers}"
+                    err = translate_error(exc, where)
+                    if not isinstance(exc, TimeoutError) and not err.retriable:
+                        raise err from exc
+                    if isinstance(exc, TimeoutError) or loop.time() + backoff >= deadline:
+                        raise EventLogTransportError(
+                            f"{where}: not reachable within {self._init_timeout_ms} ms "
+                            f"(last error: {err})",
+                            retriable=True,
+                        ) from exc
+                    log.info("kafka log %s not ready, retrying: %s", self.topic, err)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, self._retry_backoff_max_ms / 1000)
+            self._started = True
+
+    async def _start_once(self) -> None:
+        admin = AIOKafkaAdminClient(**self._client_kwargs())
+        try:
+            await admin.start()
+            self.topic_created = await ensure_topic(
+                admin,
+                self.topic,
+                self._partitions,
+                self.replication_factor,
+                {"retention.ms": str(self.retention_ms), "cleanup.policy": "delete"},
+                create=self.create_topic,
+                timeout_s=self._request_timeout_ms / 1000,
+            )
+        finally:
+            await admin.close()
+        self._control = AIOKafkaClient(**self._client_kwargs())
+        await self._control.bootstrap()
+        self._producer = AIOKafkaProducer(
+            **self._client_kwargs(),
+            acks="all",
+            enable_idempotence=False,
+            **self._producer_config,
+        )
+        await self._producer.start()
+        self._fanout = KafkaFanout(
+            self._new_consumer,
+            self.topic,
+            poll_timeout_ms=self._poll_timeout_ms,
+            max_buffered_batches=self._max_buffered_batches,
+            retry_backoff_ms=self._retry_backoff_ms,
+        )
+        await self._fanout.start()
+
+    async def _close_clients(self) -> None:
+        # Close in reverse order; each step runs even if an earlier one failed.
+        fanout, producer, control = self._fanout, self._producer, self._control
+        self._fanout = self._producer = self._control = None
+        try:
+            if fanout is not None:
+                await fanout.close()
+        finally:
+            try:
+                if producer is not None:
+                    await producer.stop()
+            finally:
+                if control is not None:
+                    await control.close()
+
+    async def close(self) -> None:
+        """End readers' iterations, flush and stop the producer, close clients. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        async with self._start_lock:
+            await self._close_clients()
+
+    async def _ensure_started(self) -> None:
+        if self._closed:
+            raise EventLogClosedError(f"kafka log {self.topic} is closed")
+        if not self._started:
+            await self.start()
+
+    # -- writes ---------------------------------------------------------------
+
+    @staticmethod
+    def _check_value(value: object, what: str) -> bytes:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise InvalidRecordError(f"{what}: value must be bytes, got {type(value).__name__}")
+        return bytes(value)
+
+    async def append(self, partition: int, value: bytes, key: bytes | None = None) -> int:
+        self._check_partition(partition)
+        data = self._check_value(value, f"append to {self.topic}-{partition}")
+        if key is not None:
+            key = self._check_value(key, f"append to {self.topic}-{partition} (key)")
+        await self._ensure_started()
+
+        async def attempt() -> int:
+            producer = self._live_producer()
+            future = await producer.send(self.topic, data, key=key, partition=partition)
+            return int((await future).offset)
+
+        return await self._with_retries(attempt, f"append to {self.topic}-{partition}")
+
+    async def append_batch(self, partition: int, values: Sequence[bytes]) -> list[int]:
+        self._check_partition(partition)
+        what = f"append_batch of {len(values)} records to {self.topic}-{partition}"
+        records = [self._check_value(v, what) for v in values]
+        if not records:
+            return []
+        await self._ensure_started()
+
+        async def attempt() -> list[int]:
+            producer = self._live_producer()
+            batch = self._build_batch(records, what)
+            future = await producer.send_batch(batch, self.topic, partition=partition)
+            base = int((await future).offset)
+            return list(range(base, base + len(records)))
+
+        return await self._with_retries(attempt, what)
+
+    def _build_batch(self, records: list[bytes], what: str) -> BatchBuilder:
+        """One record batch holding every record (all land or none do)."""
+        codec = _COMPRESSION_ATTRS[self._producer_config.get("compression_type")]
+        batch = BatchBuilder(self._max_request_size, codec)
+        for i, value in enumerate(records):
+            if batch.append(key=None, value=value, timestamp=None) is None:
+                raise EventLogRecordTooLargeError(
+                    f"{what}: record {i} does not fit; the batch exceeds max_request_size="
+                    f"{self._max_request_size} bytes ({sum(map(len, records))} bytes of values)"
+                )
+        batch.close()
+        return batch
+
+    def _live_producer(self) -> AIOKafkaProducer:
+        if self._closed or self._producer is None:
+            raise EventLogClosedError(f"kafka log {self.topic} is closed")
+        return self._producer
+
+    async def _with_retries(self, attempt: Any, what: str) -> Any:
+        """Run ``attempt`` until it succeeds, fails non-retriably, or delivery times out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._delivery_timeout_ms / 1000
+        backoff = self._retry_backoff_ms / 1000
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return await attempt()
+            except EventLogError:
+                raise
+            except Exception as exc:  # translated at this boundary
+                if self._closed:
+                    raise EventLogClosedError(f"{what}: log closed during the call") from exc
+                err = translate_error(exc, what)
+                if not err.retriable:
+                    raise err from exc
+                if loop.time() + backoff >= deadline:
+                    raise EventLogTransportError(
+                        f"{what}: gave up after {tries} attempts in "
+                        f"{self._delivery_timeout_ms} ms: {err}",
+                        retriable=True,
+                    ) from exc
+                log.warning("%s failed (attempt %d), retrying: %s", what, tries, err)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._retry_backoff_max_ms / 1000)
+
+    # -- reads ----------------------------------------------------------------
+
+    async def end_offsets(self, partitions: Iterable[int]) -> dict[int, int]:
+        wanted = list(partitions)
+        for p in wanted:
+            self._check_partition(p)
+        await self._ensure_started()
+
+        async def attempt() -> dict[int, int]:
+            if self._control is None:
+                raise EventLogClosedError(f"kafka log {self.topic} is closed")
+            return await fetch_end_offsets(self._control, self.topic, wanted)
+
+        result: dict[int, int] = await self._with_retries(
+            attempt, f"end offsets of {self.topic} partitions {sorted(set(wanted))}"
+        )
+        return {p: result[p] for p in wanted}
+
+    async def read_batches(
+        self, partition: int, start_offset: int = 0
+    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        self._check_partition(partition)
+        if isinstance(start_offset, bool) or not isinstance(start_offset, int) or start_offset < 0:
+            raise InvalidOffsetError(
+                f"read of {self.topic}-{partition}: start_offset must be an int >= 0, "
+                f"got {start_offset!r}"
+            )
+        await self._ensure_started()
+        fanout = self._fanout
+        if fanout is None:
+            raise EventLogClosedError(f"kafka log {self.topic} is closed")
+        batches = fanout.read_batches(partition, start_offset)
+        try:
+            async for batch in batches:
+                yield batch
+        finally:
+            await batches.aclose()
