@@ -60,3 +60,10 @@ __all__ = [
     "RemoteStorageUnavailableError",
     "SegmentFormatError",
 ]
+
+
+class UnsupportedCompressionError(SegmentFormatError):
+    """A batch compressed with a codec whose library is not installed (or unknown)."""
+
+
+__all__ += ["UnsupportedCompressionError"]
