@@ -1,0 +1,95 @@
+"""NotReadyRlmm fails closed; SwappableRlmm swaps atomically under concurrent calls."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from eventlog.memory import MemoryEventLog
+from rlmm.errors import RemoteStorageNotReadyError
+from rlmm.facade import NotReadyRlmm, SwappableRlmm
+from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from tests.rlmm.factories import S, segment, tp, update
+
+TP0 = tp(0)
+
+
+async def test_not_ready_fails_every_call_retriably() -> None:
+    rlmm = NotReadyRlmm()
+    for call in (
+        lambda: rlmm.remote_log_segment_metadata(TP0, 0, 0),
+        lambda: rlmm.highest_offset_for_epoch(TP0, 0),
+        lambda: rlmm.list_remote_log_segments(TP0),
+        lambda: rlmm.remote_log_size(TP0, 0),
+        lambda: rlmm.next_segment_with_txn_index(TP0, 0, 0),
+    ):
+        with pytest.raises(RemoteStorageNotReadyError) as err:
+            call()
+        assert err.value.retriable
+    with pytest.raises(RemoteStorageNotReadyError):
+        await rlmm.add_remote_log_segment_metadata(segment(TP0, 0, 1, {0: 0}))
+    with pytest.raises(RemoteStorageNotReadyError):
+        await rlmm.on_partition_leadership_changes([TP0], [])
+    assert rlmm.is_ready(TP0) is False
+    with pytest.raises(AttributeError):
+        rlmm.no_such_method  # noqa: B018
+
+
+async def test_swappable_starts_closed_then_serves_the_real_manager() -> None:
+    facade = SwappableRlmm()
+    with pytest.raises(RemoteStorageNotReadyError):
+        facade.list_remote_log_segments(TP0)
+    log = MemoryEventLog(3)
+    manager = TopicBasedRemoteLogMetadataManager(log)
+    await manager.start()
+    await manager.on_partition_leadership_changes([TP0], [])
+    await manager.wait_until_ready([TP0], 5)
+    old = facade.swap(manager)
+    assert isinstance(old, NotReadyRlmm)
+    m = segment(TP0, 0, 10, {0: 0})
+    await facade.add_remote_log_segment_metadata(m)
+    await facade.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED))
+    assert facade.remote_log_segment_metadata(TP0, 0, 5) is not None
+    assert facade.is_ready(TP0)
+    await facade.close()
+    await log.close()
+
+
+async def test_concurrent_calls_during_swaps_never_fail_for_the_swap() -> None:
+    logs = [MemoryEventLog(3) for _ in range(2)]
+    managers = []
+    for log in logs:
+        m = TopicBasedRemoteLogMetadataManager(log)
+        await m.start()
+        await m.on_partition_leadership_changes([TP0], [])
+        await m.wait_until_ready([TP0], 5)
+        # each target answers differently so a mixed call would be visible
+        seg = segment(TP0, 0, 10 if not managers else 20, {0: 0})
+        await m.add_remote_log_segment_metadata(seg)
+        managers.append(m)
+    facade = SwappableRlmm(managers[0])
+    answers: set[int] = set()
+    stop = False
+
+    async def reader() -> None:
+        while not stop:
+            segs = facade.list_remote_log_segments(TP0)
+            assert len(segs) == 1
+            answers.add(segs[0].end_offset)
+            await asyncio.sleep(0)
+
+    async def swapper() -> None:
+        for i in range(200):
+            facade.swap(managers[i % 2])
+            await asyncio.sleep(0)
+
+    readers = [asyncio.create_task(reader()) for _ in range(8)]
+    await swapper()
+    stop = True
+    await asyncio.gather(*readers)
+    assert answers == {10, 20}
+    for m in managers:
+        await m.close()
+    for log in logs:
+        await log.close()
