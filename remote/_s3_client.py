@@ -1,0 +1,204 @@
+"""The one S3 chokepoint: the shared boto3 client and ``S3Calls.call`` for every request.
+
+Invariants: every S3 request of the backend goes through ``S3Calls.call`` (or
+``S3Calls.read`` for response bodies), which logs the operation, key, status, retries
+and duration (never bodies), lets botocore's adaptive retry mode absorb transient
+errors, and translates the final error at the boundary: 404/NoSuchKey ->
+RemoteResourceNotFoundError, 412 -> RemoteObjectExistsError, 416 -> InvalidRangeError,
+5xx/throttling/timeouts/dropped connections -> RemoteStorageUnavailableError (retriable),
+anything else -> RemoteStorageError; the botocore error is kept as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError,
+    HTTPClientError,
+    IncompleteReadError,
+    ResponseStreamingError,
+)
+
+from remote.errors import (
+    InvalidRangeError,
+    RemoteObjectExistsError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    RemoteStorageUnavailableError,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+log = logging.getLogger("remote.s3")
+
+_NOT_FOUND = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchUpload", "NoSuchBucket"})
+_UNAVAILABLE = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "RequestTimeout",
+        "ServiceUnavailable",
+        "InternalError",
+        "503",
+        "500",
+    }
+)
+# HTTPClientError covers ReadTimeoutError and ConnectionClosedError; ConnectionError
+# covers EndpointConnectionError and ConnectTimeoutError.
+_TRANSIENT_BOTOCORE = (
+    HTTPClientError,
+    ConnectionError,
+    IncompleteReadError,
+    ResponseStreamingError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class S3ClientSettings:
+    """How the shared client talks to S3 (validated by S3RemoteStorageManager)."""
+
+    endpoint_url: str | None
+    region: str | None
+    max_pool_connections: int
+    max_attempts: int
+    retry_mode: str
+    connect_timeout: float
+    read_timeout: float
+    addressing_style: str | None
+
+
+def make_client(settings: S3ClientSettings) -> S3Client:
+    """One boto3 S3 client, shared by every thread of the manager (clients are thread-safe)."""
+    s3_options: dict[str, Any] = {}
+    if settings.addressing_style is not None:
+        s3_options["addressing_style"] = settings.addressing_style
+    retries: Any = {"mode": settings.retry_mode, "max_attempts": settings.max_attempts}
+    config = Config(
+        max_pool_connections=settings.max_pool_connections,
+        retries=retries,
+        connect_timeout=settings.connect_timeout,
+        read_timeout=settings.read_timeout,
+        s3=s3_options or None,  # type: ignore[arg-type]
+    )
+    # A private session: boto3's default session is not thread-safe to create clients from.
+    session = boto3.session.Session()
+    return session.client(
+        "s3", endpoint_url=settings.endpoint_url, region_name=settings.region, config=config
+    )
+
+
+class S3Calls:
+    """Runs S3 operations against one bucket through the chokepoint (see module doc)."""
+
+    def __init__(self, client: S3Client, bucket: str) -> None:
+        self.client = client
+        self.bucket = bucket
+
+    def url(self, key: str | None) -> str:
+        return f"s3://{self.bucket}/{key}" if key is not None else f"s3://{self.bucket}"
+
+    def call(self, operation: str, key: str | None, **params: Any) -> dict[str, Any]:
+        """``client.<operation>(Bucket=bucket, Key=key, **params)``, logged and translated."""
+        if key is not None:
+            params["Key"] = key
+        started = time.perf_counter()
+        try:
+            response: dict[str, Any] = getattr(self.client, operation)(Bucket=self.bucket, **params)
+        except (ClientError, BotoCoreError) as e:
+            error = self.translate(operation, key, e)
+            level = (
+                logging.DEBUG
+                if isinstance(error, RemoteResourceNotFoundError | RemoteObjectExistsError)
+                else logging.WARNING
+            )
+            log.log(
+                level,
+                "s3 %s %s failed after %.1f ms: %s",
+                operation,
+                self.url(key),
+                (time.perf_counter() - started) * 1000,
+                e,
+            )
+            raise error from e
+        meta = response.get("ResponseMetadata", {})
+        log.debug(
+            "s3 %s %s -> %s in %.1f ms (%s retries)",
+            operation,
+            self.url(key),
+            meta.get("HTTPStatusCode"),
+            (time.perf_counter() - started) * 1000,
+            meta.get("RetryAttempts", 0),
+        )
+        return response
+
+    def translate(self, operation: str, key: str | None, e: Exception) -> RemoteStorageError:
+        """The project error for a botocore error raised by ``operation`` on ``key``."""
+        where = f"{operation} {self.url(key)}"
+        if isinstance(e, ClientError):
+            err = e.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            detail = f"{where}: {code or status} {err.get('Message', '')}".rstrip()
+            if code in _NOT_FOUND or status == 404:
+                return RemoteResourceNotFoundError(f"not found: {detail}")
+            if code == "PreconditionFailed" or status == 412:
+                return RemoteObjectExistsError(f"object already exists: {detail}")
+            if code == "InvalidRange" or status == 416:
+                return InvalidRangeError(f"range not satisfiable: {detail}")
+            if code in _UNAVAILABLE or (isinstance(status, int) and status >= 500):
+                return RemoteStorageUnavailableError(
+                    f"S3 unavailable (retries exhausted): {detail}"
+                )
+            return RemoteStorageError(f"S3 request failed: {detail}")
+        if isinstance(e, _TRANSIENT_BOTOCORE):
+            return RemoteStorageUnavailableError(
+                f"S3 connection failed (retries exhausted): {where}: {e}"
+            )
+        return RemoteStorageError(f"S3 request failed: {where}: {e}")
+
+    def delete_keys(self, keys: list[str]) -> None:
+        """Batch-delete ``keys`` (DeleteObjects, up to 1000 a request); absent keys are fine.
+
+        Per-key errors other than NoSuchKey raise one RemoteStorageError naming them all.
+        """
+        failures: list[str] = []
+        for i in range(0, len(keys), 1000):
+            batch = keys[i : i + 1000]
+            response = self.call(
+                "delete_objects",
+                None,
+                Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+            )
+            for err in response.get("Errors", []):
+                if err.get("Code") in _NOT_FOUND:
+                    continue
+                failures.append(f"{err.get('Key')}: {err.get('Code')} {err.get('Message', '')}")
+        if failures:
+            raise RemoteStorageError(
+                f"DeleteObjects in s3://{self.bucket} failed for {len(failures)} key(s): "
+                + "; ".join(failures)
+            )
+
+    def reader_error(self, key: str) -> Any:
+        """A translator for errors raised while streaming the body of ``key``."""
+
+        def translate(e: Exception) -> Exception:
+            if isinstance(e, ClientError | BotoCoreError):
+                return self.translate("GetObject(body)", key, e)
+            return RemoteStorageUnavailableError(f"reading {self.url(key)} failed: {e}")
+
+        return translate
+
+
+__all__ = ["S3Calls", "S3ClientSettings", "make_client"]

@@ -1,0 +1,333 @@
+"""Write-once upload of one segment copy to S3: parallel PUTs and parallel multipart parts.
+
+Invariants:
+- every object is written with ``IfNoneMatch='*'`` (PutObject and
+  CompleteMultipartUpload), carries its CRC-32C in the ``x-amz-checksum-crc32c``
+  header (S3 verifies it) and in the ``crc32c`` user metadata (we verify on fetch);
+- a 412 means the key exists: identical size + stored CRC is a successful retry,
+  anything else is RemoteObjectExistsError, and the existing object is never touched;
+- when the copy fails, every object it created is deleted and every multipart upload
+  it opened is aborted before the error propagates (objects found already present and
+  identical are left alone: they are not this call's to remove).
+The calling thread coordinates; only leaf tasks (one PUT, one part) run on the pool,
+so copies never deadlock on the shared pool.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures as cf
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from remote._s3_client import S3Calls
+from remote.errors import (
+    InvalidSegmentDataError,
+    RemoteObjectExistsError,
+    RemoteStorageError,
+)
+from remote.storage import (
+    OBJECT_KINDS,
+    LogSegmentData,
+    ObjectChecksum,
+    ObjectKind,
+    SegmentManifest,
+    crc32c_of,
+)
+
+log = logging.getLogger("remote.s3")
+
+CRC_METADATA_KEY = "crc32c"
+"""User metadata (``x-amz-meta-crc32c``) holding the object's CRC-32C as 8 hex digits."""
+
+MIN_PART_SIZE = 5 * 1024 * 1024
+MAX_PARTS = 10_000
+_READ_CHUNK = 8 * 1024 * 1024
+
+
+def crc_header(crc: int) -> str:
+    """S3's ``x-amz-checksum-crc32c`` form: base64 of the 4 big-endian bytes."""
+    return base64.b64encode(crc.to_bytes(4, "big")).decode("ascii")
+
+
+def crc_metadata(crc: int) -> str:
+    return f"{crc:08x}"
+
+
+class _CopyAbortedError(RemoteStorageError):
+    """A part skipped because another task of the same copy already failed."""
+
+
+@dataclass
+class _CopyState:
+    """What one copy has done so far, shared by its tasks (guarded by ``lock``)."""
+
+    created: list[str] = field(default_factory=list)
+    uploads: dict[str, str] = field(default_factory=dict)  # upload id -> key
+    failed: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_created(self, key: str) -> None:
+        with self.lock:
+            self.created.append(key)
+
+
+@dataclass(frozen=True, slots=True)
+class UploadSettings:
+    multipart_threshold: int
+    part_size: int
+    object_args: dict[str, str]  # SSE headers for PutObject / CreateMultipartUpload
+
+
+class SegmentUploader:
+    """Uploads the objects of segment copies through ``calls`` on ``pool``."""
+
+    def __init__(
+        self, calls: S3Calls, pool: Callable[[], cf.Executor], settings: UploadSettings
+    ) -> None:
+        self._calls = calls
+        self._pool = pool
+        self._settings = settings
+
+    def upload(
+        self, segment_data: LogSegmentData, key_of: Callable[[ObjectKind], str]
+    ) -> SegmentManifest:
+        """Upload every object of ``segment_data``; return the manifest of what was stored."""
+        plan: list[tuple[ObjectKind, str, Path | bytes, int]] = []
+        for kind in OBJECT_KINDS:
+            source = segment_data.source(kind)
+            if source is None:
+                continue
+            plan.append((kind, key_of(kind), source, _size_of(source)))
+        state = _CopyState()
+        pool = self._pool()
+        small: list[tuple[ObjectKind, cf.Future[ObjectChecksum]]] = []
+        objects: dict[ObjectKind, ObjectChecksum] = {}
+        try:
+            for kind, key, source, size in plan:
+                if isinstance(source, bytes) or size <= self._settings.multipart_threshold:
+                    small.append((kind, pool.submit(self._put, state, key, source)))
+            for kind, key, source, size in plan:
+                if isinstance(source, Path) and size > self._settings.multipart_threshold:
+                    objects[kind] = self._multipart(state, pool, key, source, size)
+            for kind, future in small:
+                objects[kind] = future.result()
+        except BaseException as e:
+            state.failed.set()
+            for _, future in small:
+                future.cancel()
+            cf.wait([f for _, f in small])
+            self._cleanup(state)
+            if isinstance(e, _CopyAbortedError):
+                # Parts stopped because a PUT failed: report that PUT's error instead.
+                for _, future in small:
+                    cause = None if future.cancelled() else future.exception()
+                    if cause is not None and not isinstance(cause, _CopyAbortedError):
+                        raise cause from None
+            raise
+        return SegmentManifest(objects)
+
+    # --- single PUT ----------------------------------------------------------------------
+
+    def _put(self, state: _CopyState, key: str, source: Path | bytes) -> ObjectChecksum:
+        try:
+            data = source if isinstance(source, bytes) else _read_file(source)
+            checksum = ObjectChecksum(len(data), crc32c_of(data))
+            try:
+                self._calls.call(
+                    "put_object",
+                    key,
+                    Body=data,
+                    ContentLength=len(data),
+                    ChecksumCRC32C=crc_header(checksum.crc32c),
+                    Metadata={CRC_METADATA_KEY: crc_metadata(checksum.crc32c)},
+                    IfNoneMatch="*",
+                    **self._settings.object_args,
+                )
+                state.add_created(key)
+            except RemoteObjectExistsError:
+                self._check_identical(key, checksum)
+            return checksum
+        except BaseException:
+            state.failed.set()
+            raise
+
+    def _check_identical(self, key: str, checksum: ObjectChecksum) -> None:
+        head = self._calls.call("head_object", key)
+        size = int(head.get("ContentLength", -1))
+        stored = head.get("Metadata", {}).get(CRC_METADATA_KEY)
+        if size == checksum.size and stored == crc_metadata(checksum.crc32c):
+            log.debug("%s exists with identical content: write-once retry ok", self._url(key))
+            return
+        raise RemoteObjectExistsError(
+            f"{self._url(key)} already exists with different content (stored: {size} bytes, "
+            f"crc32c {stored}; this copy: {checksum.size} bytes, "
+            f"crc32c {crc_metadata(checksum.crc32c)})"
+        )
+
+    # --- multipart -----------------------------------------------------------------------
+
+    def _multipart(
+        self, state: _CopyState, pool: cf.Executor, key: str, path: Path, size: int
+    ) -> ObjectChecksum:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            raise InvalidSegmentDataError(f"cannot read segment file {path}: {e}") from e
+        parts: list[cf.Future[dict[str, Any]]] = []
+        try:
+            # The whole-object CRC must be known when the upload is created (it goes into
+            # the object's metadata), hence one read pass first (page-cache fast).
+            crc = _crc_of_fd(fd, path, size)
+            upload_id = self._calls.call(
+                "create_multipart_upload",
+                key,
+                ChecksumAlgorithm="CRC32C",
+                Metadata={CRC_METADATA_KEY: crc_metadata(crc)},
+                **self._settings.object_args,
+            )["UploadId"]
+            with state.lock:
+                state.uploads[upload_id] = key
+            part_size = max(self._settings.part_size, math.ceil(size / MAX_PARTS))
+            for number, offset in enumerate(range(0, size, part_size), start=1):
+                length = min(part_size, size - offset)
+                parts.append(
+                    pool.submit(
+                        self._upload_part, state, key, upload_id, fd, path, number, offset, length
+                    )
+                )
+            # Raise the first failure in part order, after all parts have stopped.
+            cf.wait(parts, return_when=cf.FIRST_EXCEPTION)
+            if any(f.done() and not f.cancelled() and f.exception() for f in parts):
+                state.failed.set()
+                for f in parts:
+                    f.cancel()
+                cf.wait(parts)
+                for f in parts:
+                    if not f.cancelled() and not isinstance(f.exception(), _CopyAbortedError):
+                        f.result()
+            completed = [f.result() for f in parts]
+        finally:
+            cf.wait(parts)
+            os.close(fd)
+        checksum = ObjectChecksum(size, crc)
+        try:
+            self._calls.call(
+                "complete_multipart_upload",
+                key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": completed},
+                IfNoneMatch="*",
+            )
+            state.add_created(key)
+        except RemoteObjectExistsError:
+            self._abort(upload_id, key)
+            self._check_identical(key, checksum)
+        with state.lock:
+            state.uploads.pop(upload_id, None)
+        return checksum
+
+    def _upload_part(
+        self,
+        state: _CopyState,
+        key: str,
+        upload_id: str,
+        fd: int,
+        path: Path,
+        number: int,
+        offset: int,
+        length: int,
+    ) -> dict[str, Any]:
+        if state.failed.is_set():
+            raise _CopyAbortedError(f"part {number} of {self._url(key)} skipped: copy failed")
+        try:
+            data = os.pread(fd, length, offset)
+            if len(data) != length:
+                raise InvalidSegmentDataError(
+                    f"segment file {path} shrank during upload: read {len(data)} of {length} "
+                    f"bytes at position {offset}"
+                )
+            checksum = crc_header(crc32c_of(data))
+            response = self._calls.call(
+                "upload_part",
+                key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=data,
+                ContentLength=length,
+                ChecksumCRC32C=checksum,
+            )
+            return {"PartNumber": number, "ETag": response["ETag"], "ChecksumCRC32C": checksum}
+        except BaseException:
+            state.failed.set()
+            raise
+
+    # --- cleanup -------------------------------------------------------------------------
+
+    def _abort(self, upload_id: str, key: str) -> None:
+        try:
+            self._calls.call("abort_multipart_upload", key, UploadId=upload_id)
+        except RemoteStorageError as e:
+            log.warning("could not abort multipart upload %s of %s: %s", upload_id, key, e)
+
+    def _cleanup(self, state: _CopyState) -> None:
+        with state.lock:
+            uploads = dict(state.uploads)
+            created = list(state.created)
+        for upload_id, key in uploads.items():
+            self._abort(upload_id, key)
+        if created:
+            try:
+                self._calls.delete_keys(created)
+            except RemoteStorageError as e:
+                log.warning("could not remove partial copy %s: %s", created, e)
+        log.info(
+            "failed copy cleaned up: %d object(s) deleted, %d multipart upload(s) aborted",
+            len(created),
+            len(uploads),
+        )
+
+    def _url(self, key: str) -> str:
+        return self._calls.url(key)
+
+
+def _size_of(source: Path | bytes) -> int:
+    if isinstance(source, bytes):
+        return len(source)
+    try:
+        return source.stat().st_size
+    except OSError as e:
+        raise InvalidSegmentDataError(f"cannot read segment file {source}: {e}") from e
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise InvalidSegmentDataError(f"cannot read segment file {path}: {e}") from e
+
+
+def _crc_of_fd(fd: int, path: Path, size: int) -> int:
+    crc = 0
+    offset = 0
+    while offset < size:
+        try:
+            chunk = os.pread(fd, min(_READ_CHUNK, size - offset), offset)
+        except OSError as e:
+            raise InvalidSegmentDataError(f"cannot read segment file {path}: {e}") from e
+        if not chunk:
+            raise InvalidSegmentDataError(
+                f"segment file {path} shrank during upload: ended at {offset} of {size} bytes"
+            )
+        crc = crc32c_of(chunk, crc)
+        offset += len(chunk)
+    return crc
+
+
+__all__ = ["CRC_METADATA_KEY", "MIN_PART_SIZE", "SegmentUploader", "UploadSettings"]

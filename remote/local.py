@@ -1,0 +1,304 @@
+"""LocalRemoteStorageManager: remote storage in a local directory (the embedded default).
+
+Invariants: an object appears under its final name only complete and fsynced (written
+to a temp file, fsynced, then hard-linked into place, which also refuses to replace an
+existing object: write-once); every path is built by ``remote.storage.object_name``
+and checked to stay under the root; a failed copy removes what it created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from remote.errors import (
+    InvalidRemotePathError,
+    InvalidSegmentDataError,
+    RemoteIntegrityError,
+    RemoteObjectExistsError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
+from remote.storage import (
+    OBJECT_KINDS,
+    IndexType,
+    LogSegmentData,
+    ObjectChecksum,
+    ObjectKind,
+    RemoteStorageManager,
+    SegmentManifest,
+    check_range,
+    crc32c_of,
+    kind_label,
+    object_name,
+    resolve_range,
+    verify_object,
+    verifying_stream,
+)
+from rlmm.model import RemoteLogSegmentMetadata
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    checksum: ObjectChecksum
+    created: bool
+
+
+class LocalRemoteStorageManager(RemoteStorageManager):
+    """Stores segment copies as files under ``root`` (same layout as the S3 backend)."""
+
+    def __init__(self, root: Path, *, fsync: bool = True) -> None:
+        self._root = Path(root).resolve()
+        self._fsync = fsync
+        self._closed = False
+        try:
+            self._root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RemoteStorageError(f"cannot create remote storage root {self._root}: {e}") from e
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"LocalRemoteStorageManager(root={str(self._root)!r})"
+
+    # --- paths -----------------------------------------------------------------------
+
+    def path_of(self, metadata: RemoteLogSegmentMetadata, kind: ObjectKind) -> Path:
+        """Where one object of the segment copy lives (checked to be under the root)."""
+        path = self._root / object_name(metadata, kind)
+        # object_name already rejects illegal topics; this guards the layout itself.
+        if not path.resolve().is_relative_to(self._root):
+            raise InvalidRemotePathError(f"{path} escapes the remote storage root {self._root}")
+        return path
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RemoteStorageError(f"{self!r} is closed")
+
+    # --- copy --------------------------------------------------------------------------
+
+    def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> bytes | None:
+        self._check_open()
+        targets = [(kind, self.path_of(metadata, kind)) for kind in OBJECT_KINDS]
+        created: list[Path] = []
+        objects: dict[ObjectKind, ObjectChecksum] = {}
+        try:
+            for kind, path in targets:
+                source = segment_data.source(kind)
+                if source is None:
+                    continue
+                written = self._write_once(path, source)
+                if written.created:
+                    created.append(path)
+                objects[kind] = written.checksum
+        except BaseException:
+            for path in created:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            self._remove_empty_dirs(targets[0][1].parent)
+            raise
+        log.debug("copied %s to %s", metadata.remote_log_segment_id, targets[0][1])
+        return SegmentManifest(objects).encode()
+
+    def _write_once(self, dest: Path, source: Path | bytes) -> _Written:
+        tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+        for attempt in range(3):
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileNotFoundError as e:
+                # A concurrent delete removed the (then empty) directory; make it again.
+                if attempt == 2:
+                    raise RemoteStorageError(f"cannot create {tmp}: {e}") from e
+            except OSError as e:
+                raise RemoteStorageError(f"cannot create {tmp}: {e}") from e
+        try:
+            try:
+                size, crc = self._fill(fd, tmp, source)
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, dest)
+                created = True
+            except FileExistsError:
+                created = False
+            except OSError as e:
+                raise RemoteStorageError(f"cannot publish {dest}: {e}") from e
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        checksum = ObjectChecksum(size, crc)
+        if not created:
+            existing = self._checksum_of(dest)
+            if existing != checksum:
+                raise RemoteObjectExistsError(
+                    f"{dest} already exists with different content "
+                    f"({existing.size} bytes, crc32c {existing.crc32c:08x}; "
+                    f"this copy: {size} bytes, crc32c {crc:08x})"
+                )
+            log.debug("%s already exists with identical content: write-once retry ok", dest)
+        elif self._fsync:
+            self._fsync_dir(dest.parent)
+        return _Written(checksum, created)
+
+    @staticmethod
+    def _fill(fd: int, tmp: Path, source: Path | bytes) -> tuple[int, int]:
+        if isinstance(source, bytes):
+            _write_all(fd, tmp, source)
+            return len(source), crc32c_of(source)
+        try:
+            src = open(source, "rb")  # noqa: SIM115 - closed below, errors split src/dest
+        except OSError as e:
+            raise InvalidSegmentDataError(f"cannot read segment file {source}: {e}") from e
+        size = crc = 0
+        with src:
+            while True:
+                try:
+                    chunk = src.read(_CHUNK)
+                except OSError as e:
+                    raise InvalidSegmentDataError(f"cannot read segment file {source}: {e}") from e
+                if not chunk:
+                    break
+                crc = crc32c_of(chunk, crc)
+                size += len(chunk)
+                _write_all(fd, tmp, chunk)
+        return size, crc
+
+    @staticmethod
+    def _checksum_of(path: Path) -> ObjectChecksum:
+        size = crc = 0
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                crc = crc32c_of(chunk, crc)
+                size += len(chunk)
+        return ObjectChecksum(size, crc)
+
+    def _fsync_dir(self, directory: Path) -> None:
+        # Make the new directory entry durable (the rename/link itself lives in the dir).
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # --- fetch -------------------------------------------------------------------------
+
+    def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        self._check_open()
+        check_range(metadata, start_position, end_position)
+        path = self.path_of(metadata, None)
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - handed to the returned stream, closed there
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(
+                f"log segment of {metadata.remote_log_segment_id} not found: {path}"
+            ) from e
+        try:
+            size = os.fstat(f.fileno()).st_size
+            start, length = resolve_range(str(path), size, start_position, end_position)
+            f.seek(start)
+        except BaseException:
+            f.close()
+            raise
+        expected = None
+        manifest = SegmentManifest.of(metadata)
+        if start == 0 and length == size and manifest is not None and None in manifest.objects:
+            expected = manifest.objects[None].crc32c
+            if manifest.objects[None].size != size:
+                f.close()
+                raise RemoteIntegrityError(
+                    f"{path}: size {size} does not match {manifest.objects[None].size} "
+                    "recorded in the manifest"
+                )
+        return verifying_stream(str(path), f.read, f.close, length, expected, self._translate)
+
+    @staticmethod
+    def _translate(e: Exception) -> Exception:
+        return RemoteStorageError(f"reading remote segment failed: {e}")
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        self._check_open()
+        kind = IndexType(index_type)
+        path = self.path_of(metadata, kind)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(
+                f"{kind_label(kind)} of segment {metadata.remote_log_segment_id} not found: {path}"
+            ) from e
+        except OSError as e:
+            raise RemoteStorageError(f"cannot read {path}: {e}") from e
+        manifest = SegmentManifest.of(metadata)
+        if manifest is not None:
+            verify_object(str(path), data, manifest.objects.get(kind))
+        return data
+
+    # --- delete ------------------------------------------------------------------------
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self._check_open()
+        paths = [self.path_of(metadata, kind) for kind in OBJECT_KINDS]
+        for path in paths:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise RemoteStorageError(f"cannot delete {path}: {e}") from e
+        directory = paths[0].parent
+        # Temp files of copies that crashed before publishing belong to this segment too.
+        stem = paths[0].name.removesuffix(".log")
+        with contextlib.suppress(FileNotFoundError):
+            for stray in directory.glob(f".{stem}.*.tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    stray.unlink()
+        self._remove_empty_dirs(directory)
+
+    def _remove_empty_dirs(self, directory: Path) -> None:
+        # Partition dir, then topic dir; stops at the first non-empty one, never the root.
+        while directory != self._root and directory.is_relative_to(self._root):
+            try:
+                directory.rmdir()
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                    log.warning("cannot remove empty directory %s: %s", directory, e)
+                if e.errno != errno.ENOENT:
+                    return
+            directory = directory.parent
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def _write_all(fd: int, tmp: Path, data: bytes) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as e:
+        raise RemoteStorageError(f"cannot write {tmp}: {e}") from e
+
+
+__all__ = ["LocalRemoteStorageManager"]

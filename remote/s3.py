@@ -1,0 +1,304 @@
+"""S3RemoteStorageManager: segment copies as write-once objects in an S3 bucket.
+
+Invariants: one boto3 client and one bounded thread pool per manager, shared by all
+threads; every request goes through the ``remote._s3_client`` chokepoint; uploads
+follow ``remote._s3_upload`` (write-once, CRC-32C per object and per part, cleanup on
+failure); whole objects are verified against their stored CRC-32C on fetch, ranged
+fetches are checked for length (and CRC when the range is the whole object).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import logging
+import re
+import threading
+import warnings
+from typing import Any, BinaryIO
+
+from remote._s3_client import S3Calls, S3ClientSettings, make_client
+from remote._s3_upload import CRC_METADATA_KEY, MIN_PART_SIZE, SegmentUploader, UploadSettings
+from remote.errors import RemoteIntegrityError, RemoteResourceNotFoundError, RemoteStorageError
+from remote.storage import (
+    OBJECT_KINDS,
+    IndexType,
+    LogSegmentData,
+    ObjectChecksum,
+    ObjectKind,
+    RemoteStorageManager,
+    SegmentManifest,
+    check_prefix,
+    check_range,
+    kind_label,
+    object_name,
+    segment_base_name,
+    verify_object,
+    verifying_stream,
+)
+from rlmm.errors import ConfigError
+from rlmm.model import RemoteLogSegmentMetadata
+
+log = logging.getLogger("remote.s3")
+
+_MiB = 1024 * 1024
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+_SSE_MODES = (None, "AES256", "aws:kms")
+
+
+class S3RemoteStorageManager(RemoteStorageManager):
+    """Stores segment copies under ``s3://<bucket>/<prefix>/`` (layout in remote.storage).
+
+    ``multipart_threshold``: objects larger than this go as multipart uploads of
+    ``part_size`` parts (>= 5 MiB, S3's minimum), up to ``max_concurrency`` in flight
+    (also the size of the client's connection pool, plus a few for concurrent
+    fetches). ``sse``: None, ``"AES256"`` (SSE-S3) or ``"aws:kms"`` (SSE-KMS, with
+    ``sse_kms_key_id`` or the bucket's default key). Retries: botocore's ``retry_mode``
+    (adaptive: backoff plus client-side rate limiting on throttling) with
+    ``max_attempts`` attempts per request.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        multipart_threshold: int = 16 * _MiB,
+        part_size: int = 8 * _MiB,
+        max_concurrency: int = 8,
+        sse: str | None = None,
+        sse_kms_key_id: str | None = None,
+        max_attempts: int = 8,
+        retry_mode: str = "adaptive",
+        connect_timeout: float = 10.0,
+        read_timeout: float = 60.0,
+        addressing_style: str | None = None,
+    ) -> None:
+        if not isinstance(bucket, str) or not bucket:
+            raise ConfigError("s3 remote storage: 'bucket' must be a non-empty string")
+        if part_size < MIN_PART_SIZE:
+            raise ConfigError(
+                f"s3 remote storage: part_size={part_size} is below S3's minimum of "
+                f"{MIN_PART_SIZE} bytes"
+            )
+        if multipart_threshold < 0:
+            raise ConfigError(f"s3 remote storage: multipart_threshold={multipart_threshold} < 0")
+        if max_concurrency < 1:
+            raise ConfigError(f"s3 remote storage: max_concurrency={max_concurrency} < 1")
+        if sse not in _SSE_MODES:
+            raise ConfigError(f"s3 remote storage: sse={sse!r} (expected None, AES256 or aws:kms)")
+        if sse_kms_key_id is not None and sse != "aws:kms":
+            raise ConfigError("s3 remote storage: sse_kms_key_id needs sse='aws:kms'")
+        if retry_mode not in ("adaptive", "standard", "legacy"):
+            raise ConfigError(f"s3 remote storage: retry_mode={retry_mode!r}")
+        if max_attempts < 1:
+            raise ConfigError(f"s3 remote storage: max_attempts={max_attempts} < 1")
+        self._bucket = bucket
+        self._prefix = check_prefix(prefix)
+        self._max_concurrency = max_concurrency
+        object_args: dict[str, str] = {}
+        if sse is not None:
+            object_args["ServerSideEncryption"] = sse
+        if sse_kms_key_id is not None:
+            object_args["SSEKMSKeyId"] = sse_kms_key_id
+        self._client = make_client(
+            S3ClientSettings(
+                endpoint_url=endpoint_url,
+                region=region,
+                # Parts in flight plus headroom for fetches from other threads.
+                max_pool_connections=max_concurrency + 4,
+                max_attempts=max_attempts,
+                retry_mode=retry_mode,
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                addressing_style=addressing_style,
+            )
+        )
+        self._calls = S3Calls(self._client, bucket)
+        self._uploader = SegmentUploader(
+            self._calls,
+            self._get_pool,
+            UploadSettings(multipart_threshold, part_size, object_args),
+        )
+        self._pool: cf.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def client(self) -> Any:
+        """The shared boto3 client (for event hooks, metrics and tests; do not close it)."""
+        return self._client
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def __repr__(self) -> str:
+        return f"S3RemoteStorageManager(bucket={self._bucket!r}, prefix={self._prefix!r})"
+
+    def key_of(self, metadata: RemoteLogSegmentMetadata, kind: ObjectKind) -> str:
+        """The object key of one object of the segment copy."""
+        return object_name(metadata, kind, self._prefix)
+
+    def _get_pool(self) -> cf.ThreadPoolExecutor:
+        with self._lock:
+            if self._closed:
+                raise RemoteStorageError(f"{self!r} is closed")
+            if self._pool is None:
+                self._pool = cf.ThreadPoolExecutor(
+                    max_workers=self._max_concurrency, thread_name_prefix="rlmm-s3"
+                )
+            return self._pool
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RemoteStorageError(f"{self!r} is closed")
+
+    # --- copy --------------------------------------------------------------------------
+
+    def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> bytes | None:
+        self._check_open()
+        segment_base_name(metadata)  # rejects an illegal topic before any request
+        manifest = self._uploader.upload(segment_data, lambda kind: self.key_of(metadata, kind))
+        log.debug(
+            "copied %s to %s",
+            metadata.remote_log_segment_id,
+            self._calls.url(self.key_of(metadata, None)),
+        )
+        return manifest.encode()
+
+    # --- fetch -------------------------------------------------------------------------
+
+    def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        self._check_open()
+        check_range(metadata, start_position, end_position)
+        key = self.key_of(metadata, None)
+        params: dict[str, Any] = {}
+        if start_position > 0 or end_position is not None:
+            end = "" if end_position is None else str(end_position)
+            params["Range"] = f"bytes={start_position}-{end}"
+        try:
+            response = self._calls.call("get_object", key, **params)
+        except RemoteResourceNotFoundError as e:
+            raise RemoteResourceNotFoundError(
+                f"log segment of {metadata.remote_log_segment_id} not found: {e}"
+            ) from e.__cause__
+        body = response["Body"]
+        length = int(response["ContentLength"])
+        match = _CONTENT_RANGE.fullmatch(response.get("ContentRange") or "")
+        if match is not None:
+            first, total = int(match.group(1)), int(match.group(3))
+        else:
+            first, total = 0, length
+        url = self._calls.url(key)
+        expected_crc = None
+        manifest = SegmentManifest.of(metadata)
+        recorded = manifest.objects.get(None) if manifest is not None else None
+        try:
+            if recorded is not None and recorded.size != total:
+                raise RemoteIntegrityError(
+                    f"{url}: size {total} does not match {recorded.size} recorded in the manifest"
+                )
+            if first == 0 and length == total:
+                expected_crc = self._stored_crc(url, response, recorded)
+        except BaseException:
+            body.close()
+            raise
+        return verifying_stream(
+            url, body.read, body.close, length, expected_crc, self._calls.reader_error(key)
+        )
+
+    @staticmethod
+    def _stored_crc(url: str, response: dict[str, Any], recorded: ObjectChecksum | None) -> int:
+        stored = response.get("Metadata", {}).get(CRC_METADATA_KEY)
+        if stored is None:
+            if recorded is not None:
+                return recorded.crc32c
+            raise RemoteIntegrityError(f"{url}: no CRC-32C stored with the object to verify")
+        try:
+            crc = int(stored, 16)
+        except ValueError as e:
+            raise RemoteIntegrityError(f"{url}: stored CRC-32C {stored!r} is not hex") from e
+        if recorded is not None and recorded.crc32c != crc:
+            raise RemoteIntegrityError(
+                f"{url}: stored CRC-32C {crc:08x} does not match {recorded.crc32c:08x} "
+                "recorded in the manifest"
+            )
+        return crc
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        self._check_open()
+        kind = IndexType(index_type)
+        key = self.key_of(metadata, kind)
+        manifest = SegmentManifest.of(metadata)
+        if manifest is not None and kind not in manifest.objects:
+            raise RemoteResourceNotFoundError(
+                f"{kind_label(kind)} of segment {metadata.remote_log_segment_id} was not "
+                f"copied (manifest): {self._calls.url(key)}"
+            )
+        try:
+            response = self._calls.call("get_object", key)
+        except RemoteResourceNotFoundError as e:
+            raise RemoteResourceNotFoundError(
+                f"{kind_label(kind)} of segment {metadata.remote_log_segment_id} not found: {e}"
+            ) from e.__cause__
+        url = self._calls.url(key)
+        body = response["Body"]
+        try:
+            data: bytes = body.read()
+        except Exception as e:
+            raise self._calls.reader_error(key)(e) from e
+        finally:
+            body.close()
+        recorded = manifest.objects.get(kind) if manifest is not None else None
+        crc = self._stored_crc(url, response, recorded)
+        verify_object(url, data, ObjectChecksum(len(data), crc), "object metadata")
+        verify_object(url, data, recorded)
+        return data
+
+    # --- delete ------------------------------------------------------------------------
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self._check_open()
+        keys = [self.key_of(metadata, kind) for kind in OBJECT_KINDS]
+        self._calls.delete_keys(keys)
+        # A copy that crashed mid-upload leaves an open multipart upload: abort it too.
+        base = keys[0].removesuffix(".log")
+        response = self._calls.call("list_multipart_uploads", None, Prefix=base)
+        for upload in response.get("Uploads", []):
+            with contextlib.suppress(RemoteResourceNotFoundError):  # aborted concurrently
+                self._calls.call(
+                    "abort_multipart_upload", upload["Key"], UploadId=upload["UploadId"]
+                )
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        self._client.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=1)
+
+
+__all__ = ["S3RemoteStorageManager"]
