@@ -189,13 +189,28 @@ def _size(path: Path) -> int:
 
 
 class PartitionDir:
-    """A Kafka partition directory; ``topic`` and ``partition`` come from its name."""
+    """A Kafka partition directory; ``topic`` and ``partition`` come from its name.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    Give ``topic`` and ``partition`` explicitly for a directory not named
+    ``<topic>-<partition>`` (a copy, a test fixture).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+    ) -> None:
         self.path = Path(path)
         if not self.path.is_dir():
             raise SegmentFormatError(f"{self.path}: not a directory", str(self.path))
-        self.topic, self.partition = parse_partition_dir_name(self.path.name)
+        if topic is None or partition is None:
+            parsed_topic, parsed_partition = parse_partition_dir_name(self.path.name)
+            topic = parsed_topic if topic is None else topic
+            partition = parsed_partition if partition is None else partition
+        self.topic: str = topic
+        self.partition: int = partition
 
     def __repr__(self) -> str:
         return f"PartitionDir({str(self.path)!r})"
