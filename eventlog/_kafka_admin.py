@@ -84,7 +84,14 @@ def _raise_for_code(code: int, what: str) -> None:
 
 
 async def describe_partition_count(admin: AIOKafkaAdminClient, topic: str) -> int | None:
-    """Partition count of ``topic``, or None if it does not exist."""
+    """Partition count of ``topic``, or None if it does not exist.
+
+    Existence is checked with an all-topics Metadata request first: a Metadata
+    request naming the topic lets a broker with auto.create.topics.enable (Kafka's
+    default, and Tansu) create it with its default partition count.
+    """
+    if topic not in await admin.list_topics():
+        return None
     described = await admin.describe_topics([topic])
     for entry in described:
         if entry["topic"] != topic:
