@@ -218,12 +218,12 @@ def _encode_delete(d: RemotePartitionDeleteMetadata) -> bytes:
 # ---------------------------------------------------------------------------- decode
 
 
-def decode(data: bytes) -> RemoteLogMetadata:
+def decode(data: bytes | bytearray | memoryview) -> RemoteLogMetadata:
     """The event encoded in ``data`` (one whole record value), or CodecError."""
     if type(data) is not bytes:
         if not isinstance(data, bytes | bytearray | memoryview):
             raise CodecError(f"cannot decode a {type(data).__name__}: bytes expected")
-        data = bytes(data)
+        data = bytes(data)  # slices of it become the decoded custom metadata: own them
     try:
         return _decode(data)
     except CodecError:
