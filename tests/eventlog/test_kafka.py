@@ -1,4 +1,9 @@
-"""KafkaEventLog against a real Kafka-protocol broker (Tansu on loopback, or RLMM_KAFKA_BOOTSTRAP)."""
+"""KafkaEventLog against a real Kafka-protocol broker (Tansu, or RLMM_KAFKA_BOOTSTRAP).
+
+Invariant checked: the Kafka backend keeps the EventLog contract on a real broker
+(dense offsets from acks, ordered replay then live follow, HW-based end offsets)
+and the bytes on the topic are exactly the appended ones for any Kafka client.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import AsyncIterator
 from uuid import uuid4
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -213,7 +218,7 @@ async def test_slow_reader_is_paused_not_dropped(kafka_bootstrap: str) -> None:
             pauses.extend(tps)
             real_pause(*tps)
 
-        consumer.pause = spy_pause  # type: ignore[method-assign]
+        consumer.pause = spy_pause
         seen: list[int] = []
         stalled = False
 
@@ -268,7 +273,7 @@ async def test_raw_kafka_consumer_reads_exactly_the_appended_bytes(klog: KafkaEv
         tp = TopicPartition(klog.topic, 2)
         consumer.assign([tp])
         consumer.seek(tp, 0)
-        records = []
+        records: list[ConsumerRecord[bytes, bytes]] = []
         while len(records) < 4:
             fetched = await consumer.getmany(tp, timeout_ms=2000)
             assert fetched, "raw consumer got nothing"
