@@ -1,0 +1,215 @@
+"""Configuration: a frozen, validated RlmmConfig built by an explicit load_config() call.
+
+Invariant: precedence is overrides (CLI flags) > ``RLMM_<SECTION>_<KEY>`` environment
+variables > the TOML file > defaults; every key is known (an unknown one is a
+ConfigError naming it and where it came from), and Kafka's own dotted property names
+(``remote.log.metadata.*``) are accepted and mapped to the event log settings.
+Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from rlmm.errors import ConfigError
+
+# Sections whose keys we validate ourselves; the eventlog and remote sections are
+# passed to their backend factories, which reject unknown keys themselves.
+DEFAULTS: dict[str, Any] = {
+    "broker_id": 0,
+    "data_dir": "data/rlmm",
+    "manager": {"write_timeout_s": 30.0, "ready_timeout_s": 120.0},
+    "eventlog": {"type": "file", "partitions": 50},
+    "snapshot": {"enabled": True, "every_events": 100_000, "interval_s": 300.0, "keep": 2},
+    "remote": {"type": "local"},
+}
+_OPEN_SECTIONS = ("eventlog", "remote")
+_KAFKA_PREFIX = "remote.log.metadata."
+# Kafka's RLMM property names that map straight onto our event log settings.
+_KAFKA_NAMES = {
+    "remote.log.metadata.topic.num.partitions": "partitions",
+    "remote.log.metadata.topic.replication.factor": "replication_factor",
+    "remote.log.metadata.topic.retention.ms": "retention_ms",
+    "remote.log.metadata.consume.wait.ms": "consume_wait_ms",
+    "remote.log.metadata.common.client.bootstrap.servers": "bootstrap_servers",
+}
+
+
+@dataclass(frozen=True)
+class RlmmConfig:
+    """The whole configuration; sections are read-only mappings."""
+
+    broker_id: int
+    data_dir: Path
+    manager: Mapping[str, Any]
+    eventlog: Mapping[str, Any]
+    snapshot: Mapping[str, Any]
+    remote: Mapping[str, Any]
+    kafka_properties: Mapping[str, str]
+    source: str
+
+    def event_log_options(self) -> dict[str, Any]:
+        """Arguments for eventlog.load_event_log, with data_dir defaults filled in."""
+        options = dict(self.eventlog)
+        if options.get("type", "file") == "file":
+            options.setdefault("dir", str(self.data_dir / "metadata-log"))
+        return options
+
+    def remote_options(self) -> dict[str, Any]:
+        """Arguments for remote.load_remote_storage_manager."""
+        options = dict(self.remote)
+        if options.get("type", "local") == "local":
+            options.setdefault("root", str(self.data_dir / "remote"))
+        return options
+
+    def snapshot_dir(self) -> Path:
+        return Path(self.snapshot.get("dir", self.data_dir / "snapshots"))
+
+
+def _parse_scalar(text: str) -> Any:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _merge(target: dict[str, Any], key: str, value: Any, origin: str) -> None:
+    """Set ``section.key`` or a top-level key, rejecting unknown names."""
+    if key.startswith(_KAFKA_PREFIX):
+        target.setdefault("kafka_properties", {})[key] = str(value)
+        return
+    section, _, name = key.partition(".")
+    if not name:
+        if section not in DEFAULTS or isinstance(DEFAULTS[section], dict):
+            raise ConfigError(f"unknown setting {key!r} (from {origin})")
+        target[section] = value
+        return
+    if section not in DEFAULTS or not isinstance(DEFAULTS[section], dict):
+        raise ConfigError(f"unknown section {section!r} in setting {key!r} (from {origin})")
+    if section not in _OPEN_SECTIONS and section != "snapshot" and name not in DEFAULTS[section]:
+        raise ConfigError(f"unknown setting {key!r} (from {origin})")
+    if section == "snapshot" and name not in (*DEFAULTS["snapshot"], "dir"):
+        raise ConfigError(f"unknown setting {key!r} (from {origin})")
+    target.setdefault(section, {})[name] = value
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, Mapping) and not full.startswith(_KAFKA_PREFIX):
+            if full == "eventlog.properties":
+                for k, v in value.items():
+                    out[str(k)] = v
+                continue
+            out.update(_flatten(value, f"{full}."))
+        else:
+            out[full] = value
+    return out
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, raw in env.items():
+        if not name.startswith("RLMM_") or name in ("RLMM_CONFIG", "RLMM_KAFKA_BOOTSTRAP"):
+            continue
+        rest = name[5:].lower()
+        if rest in DEFAULTS and not isinstance(DEFAULTS[rest], dict):
+            out[rest] = _parse_scalar(raw)
+            continue
+        section, _, key = rest.partition("_")
+        if section not in DEFAULTS or not key:
+            raise ConfigError(f"unknown environment setting {name}")
+        out[f"{section}.{key}"] = _parse_scalar(raw)
+    return out
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> RlmmConfig:
+    """Build the configuration: overrides > RLMM_* env > TOML file > defaults."""
+    env = os.environ if env is None else env
+    path = path if path is not None else env.get("RLMM_CONFIG")
+    merged: dict[str, Any] = copy.deepcopy(DEFAULTS)
+    source = "defaults"
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if path is not None:
+        file = Path(path)
+        try:
+            with file.open("rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError as e:
+            raise ConfigError(f"config file {file} does not exist") from e
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"config file {file} is not valid TOML: {e}") from e
+        layers.append((str(file), _flatten(data)))
+        source = str(file)
+    layers.append(("environment", _from_env(env)))
+    layers.append(("command line", dict(overrides or {})))
+    for origin, flat in layers:
+        for key, value in flat.items():
+            _merge(merged, key, value, origin)
+    return _validate(merged, source)
+
+
+def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
+    kafka_properties: dict[str, str] = merged.pop("kafka_properties", {})
+    eventlog = dict(merged["eventlog"])
+    for kafka_name, ours in _KAFKA_NAMES.items():
+        if kafka_name in kafka_properties:
+            eventlog[ours] = _parse_scalar(kafka_properties.pop(kafka_name))
+    if kafka_properties and eventlog.get("type") == "kafka":
+        eventlog["properties"] = dict(kafka_properties)
+    elif kafka_properties:
+        raise ConfigError(
+            f"Kafka settings {sorted(kafka_properties)} need eventlog.type = 'kafka'"
+            f" (it is {eventlog.get('type')!r})"
+        )
+    if eventlog.get("type", "file") not in ("file", "kafka", "memory"):
+        raise ConfigError(f"eventlog.type must be file, kafka or memory, got {eventlog['type']!r}")
+    _check_positive(eventlog, "partitions", "eventlog")
+    manager = dict(merged["manager"])
+    snapshot = dict(merged["snapshot"])
+    for name in ("write_timeout_s", "ready_timeout_s"):
+        _check_positive(manager, name, "manager")
+    for name in ("every_events", "interval_s", "keep"):
+        _check_positive(snapshot, name, "snapshot")
+    if not isinstance(snapshot.get("enabled"), bool):
+        enabled = snapshot.get("enabled")
+        raise ConfigError(f"snapshot.enabled must be true or false, got {enabled!r}")
+    broker_id = merged["broker_id"]
+    if isinstance(broker_id, bool) or not isinstance(broker_id, int):
+        raise ConfigError(f"broker_id must be an int, got {broker_id!r}")
+    return RlmmConfig(
+        broker_id=broker_id,
+        data_dir=Path(merged["data_dir"]),
+        manager=MappingProxyType(manager),
+        eventlog=MappingProxyType(eventlog),
+        snapshot=MappingProxyType(snapshot),
+        remote=MappingProxyType(dict(merged["remote"])),
+        kafka_properties=MappingProxyType(kafka_properties),
+        source=source,
+    )
+
+
+def _check_positive(section: Mapping[str, Any], name: str, where: str) -> None:
+    value = section.get(name)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{where}.{name} must be a positive number, got {value!r}")

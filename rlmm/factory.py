@@ -1,0 +1,60 @@
+"""Builds the configured parts (event log, remote storage, manager) from an RlmmConfig.
+
+Invariant: the only place where configuration turns into objects; backend
+configuration errors come out as rlmm.errors.ConfigError naming the setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventlog import EventLog, EventLogConfigError, load_event_log
+from remote import RemoteStorageManager, load_remote_storage_manager
+from rlmm.config import RlmmConfig
+from rlmm.errors import ConfigError
+from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.snapshotting import SnapshotPolicy
+
+
+def open_event_log(config: RlmmConfig) -> EventLog:
+    """The configured event log (not started: ``await log.start()`` or ``async with``)."""
+    options: dict[str, Any] = config.event_log_options()
+    properties = options.pop("properties", None)
+    try:
+        if options.get("type") == "kafka":
+            from eventlog.kafka import KafkaEventLog
+
+            options.pop("type")
+            if "bootstrap_servers" not in options:
+                raise ConfigError(
+                    "eventlog.type = 'kafka' needs eventlog.bootstrap_servers (or Kafka's"
+                    " remote.log.metadata.common.client.bootstrap.servers)"
+                )
+            return KafkaEventLog.from_properties(properties or {}, **options)
+        return load_event_log(options)
+    except (EventLogConfigError, TypeError) as e:
+        raise ConfigError(f"bad event log settings {sorted(options)}: {e}") from e
+
+
+def open_remote_storage(config: RlmmConfig) -> RemoteStorageManager:
+    return load_remote_storage_manager(config.remote_options())
+
+
+def create_manager(
+    config: RlmmConfig, event_log: EventLog, *, close_event_log: bool = True
+) -> TopicBasedRemoteLogMetadataManager:
+    """A manager over ``event_log`` with the configured snapshot policy (not started)."""
+    policy = None
+    if config.snapshot["enabled"]:
+        policy = SnapshotPolicy(
+            config.snapshot_dir(),
+            every_events=int(config.snapshot["every_events"]),
+            interval_s=float(config.snapshot["interval_s"]),
+            keep=int(config.snapshot["keep"]),
+        )
+    return TopicBasedRemoteLogMetadataManager(
+        event_log,
+        write_timeout_s=float(config.manager["write_timeout_s"]),
+        snapshot_policy=policy,
+        close_event_log=close_event_log,
+    )
