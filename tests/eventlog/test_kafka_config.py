@@ -1,0 +1,265 @@
+"""KafkaEventLog configuration without a broker: Kafka property mapping, validation, errors.
+
+Invariant checked: every accepted Kafka RLMM property lands on the right aiokafka
+setting, an unsupported one is refused by name, and failures to reach a broker
+surface as a typed error within a bounded time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ssl
+import time
+from pathlib import Path
+
+import pytest
+from aiokafka import errors as kafka_errors
+
+from eventlog._kafka_admin import translate_error
+from eventlog._kafka_config import parse_jaas_config
+from eventlog.errors import (
+    EventLogConfigError,
+    EventLogRecordTooLargeError,
+    EventLogTransportError,
+)
+from eventlog.kafka import KafkaEventLog
+from tests.fixtures.s3 import free_port
+
+P = "remote.log.metadata."
+BOOT = {f"{P}common.client.bootstrap.servers": "k1:9092,k2:9092"}
+
+
+def test_from_properties_maps_kafka_rlmm_names() -> None:
+    log = KafkaEventLog.from_properties(
+        {
+            **BOOT,
+            f"{P}topic.num.partitions": "7",
+            f"{P}topic.replication.factor": "1",
+            f"{P}topic.retention.ms": "604800000",
+            f"{P}consume.wait.ms": "5000",
+            f"{P}initialization.retry.max.timeout.ms": "9000",
+            f"{P}common.client.client.id": "rlmm-7",
+            f"{P}common.client.request.timeout.ms": "1234",
+            f"{P}common.client.metadata.max.age.ms": "60000",
+            f"{P}producer.linger.ms": "2",
+            f"{P}producer.acks": "all",
+            f"{P}producer.compression.type": "gzip",
+            f"{P}producer.delivery.timeout.ms": "15000",
+            f"{P}consumer.fetch.max.wait.ms": "100",
+            f"{P}consumer.max.partition.fetch.bytes": "65536",
+            "log.dirs": "/ignored/broker/setting",
+        }
+    )
+    assert log.bootstrap_servers == "k1:9092,k2:9092"
+    assert log.partition_count == 7
+    assert log.replication_factor == 1
+    assert log.retention_ms == 604800000
+    assert log.consume_wait_ms == 5000
+    assert log._init_timeout_ms == 9000
+    assert log._client_kwargs()["client_id"] == "rlmm-7"
+    assert log._client_kwargs()["request_timeout_ms"] == 1234
+    assert log._delivery_timeout_ms == 15000
+    assert log._producer_config == {
+        "linger_ms": 2,
+        "max_request_size": 1_048_576,
+        "compression_type": "gzip",
+        "metadata_max_age_ms": 60000,
+    }
+    assert log._consumer_config == {
+        "fetch_max_wait_ms": 100,
+        "max_partition_fetch_bytes": 65536,
+        "metadata_max_age_ms": 60000,
+    }
+    assert log.topic == "__remote_log_metadata"
+
+
+def test_defaults_follow_kafka() -> None:
+    log = KafkaEventLog.from_properties(BOOT)
+    assert log.partition_count == 50
+    assert log.replication_factor == 3
+    assert log.retention_ms == -1
+    assert log.consume_wait_ms == 120_000
+
+
+def test_sasl_properties_map_to_aiokafka() -> None:
+    log = KafkaEventLog.from_properties(
+        {
+            **BOOT,
+            f"{P}common.client.security.protocol": "SASL_PLAINTEXT",
+            f"{P}common.client.sasl.mechanism": "SCRAM-SHA-512",
+            f"{P}common.client.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                'username="rlmm" password="p\\"w";'
+            ),
+        }
+    )
+    kwargs = log._client_kwargs()
+    assert kwargs["security_protocol"] == "SASL_PLAINTEXT"
+    assert kwargs["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert (kwargs["sasl_plain_username"], kwargs["sasl_plain_password"]) == ("rlmm", 'p"w')
+
+
+def test_jaas_without_credentials_or_unknown_module_is_refused() -> None:
+    with pytest.raises(EventLogConfigError, match="username"):
+        parse_jaas_config("x", "org.apache.kafka.common.security.plain.PlainLoginModule required;")
+    with pytest.raises(EventLogConfigError, match="Krb5LoginModule"):
+        parse_jaas_config("x", "com.sun.security.auth.module.Krb5LoginModule required;")
+
+
+def _self_signed_pem(tmp_path: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rlmm-test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(cert_pem)
+    keystore = tmp_path / "client.pem"
+    keystore.write_bytes(cert_pem + key_pem)
+    return ca, keystore
+
+
+def test_pem_ssl_properties_build_an_ssl_context(tmp_path: Path) -> None:
+    ca, keystore = _self_signed_pem(tmp_path)
+    log = KafkaEventLog.from_properties(
+        {
+            **BOOT,
+            f"{P}common.client.security.protocol": "SSL",
+            f"{P}common.client.ssl.truststore.type": "PEM",
+            f"{P}common.client.ssl.truststore.location": str(ca),
+            f"{P}common.client.ssl.keystore.type": "PEM",
+            f"{P}common.client.ssl.keystore.location": str(keystore),
+            f"{P}common.client.ssl.endpoint.identification.algorithm": "",
+        }
+    )
+    context = log._client_kwargs()["ssl_context"]
+    assert isinstance(context, ssl.SSLContext)
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert not context.check_hostname
+    assert any(c.get("subject") for c in context.get_ca_certs())
+
+
+def test_cafile_arguments_build_an_ssl_context(tmp_path: Path) -> None:
+    ca, keystore = _self_signed_pem(tmp_path)
+    log = KafkaEventLog("k:9093", security_protocol="SSL", cafile=str(ca), certfile=str(keystore))
+    assert isinstance(log._client_kwargs()["ssl_context"], ssl.SSLContext)
+
+
+@pytest.mark.parametrize(
+    ("props", "named"),
+    [
+        ({f"{P}common.client.ssl.truststore.type": "JKS"}, "ssl.truststore.type=JKS"),
+        ({f"{P}common.client.sasl.login.class": "x"}, f"{P}common.client.sasl.login.class"),
+        ({f"{P}producer.transactional.id": "t"}, f"{P}producer.transactional.id"),
+        ({f"{P}consumer.group.id": "g"}, f"{P}consumer.group.id"),
+        ({f"{P}no.such.thing": "1"}, f"{P}no.such.thing"),
+        ({f"{P}producer.acks": "1"}, f"{P}producer.acks"),
+        ({f"{P}producer.enable.idempotence": "true"}, f"{P}producer.enable.idempotence"),
+        ({f"{P}topic.num.partitions": "many"}, f"{P}topic.num.partitions"),
+        ({f"{P}common.client.security.protocol": "TLS"}, "security.protocol"),
+        ({f"{P}consumer.check.crcs": "maybe"}, f"{P}consumer.check.crcs"),
+    ],
+)
+def test_unsupported_or_invalid_properties_are_refused_by_name(
+    props: dict[str, str], named: str
+) -> None:
+    with pytest.raises(EventLogConfigError) as info:
+        KafkaEventLog.from_properties({**BOOT, **props})
+    assert named in str(info.value)
+
+
+def test_bootstrap_servers_is_required() -> None:
+    with pytest.raises(EventLogConfigError, match=r"bootstrap\.servers"):
+        KafkaEventLog.from_properties({f"{P}topic.num.partitions": "3"})
+
+
+def test_constructor_validation() -> None:
+    with pytest.raises(EventLogConfigError, match="partitions"):
+        KafkaEventLog("k:9092", 0)
+    with pytest.raises(EventLogConfigError, match="replication_factor"):
+        KafkaEventLog("k:9092", 1, replication_factor=0)
+    with pytest.raises(EventLogConfigError, match="acks"):
+        KafkaEventLog("k:9092", producer_config={"acks": 1})
+    with pytest.raises(EventLogConfigError, match="group_id"):
+        KafkaEventLog("k:9092", consumer_config={"group_id": "g"})
+    with pytest.raises(EventLogConfigError, match="compression_type"):
+        KafkaEventLog("k:9092", producer_config={"compression_type": "brotli"})
+    with pytest.raises(EventLogConfigError, match="username"):
+        KafkaEventLog("k:9092", security_protocol="SASL_SSL", sasl_mechanism="PLAIN")
+
+
+def test_translate_error_keeps_retry_policy_and_names_the_operation() -> None:
+    what = "append to t-3"
+    timeout = translate_error(kafka_errors.KafkaTimeoutError(), what)
+    assert isinstance(timeout, EventLogTransportError) and timeout.retriable
+    assert what in str(timeout)
+    conn = translate_error(kafka_errors.KafkaConnectionError("refused"), what)
+    assert isinstance(conn, EventLogTransportError) and conn.retriable
+    auth = translate_error(kafka_errors.SaslAuthenticationFailed(), what)
+    assert isinstance(auth, EventLogTransportError) and not auth.retriable
+    assert "authentication" in str(auth)
+    denied = translate_error(kafka_errors.TopicAuthorizationFailedError(), what)
+    assert isinstance(denied, EventLogTransportError) and not denied.retriable
+    big = translate_error(kafka_errors.MessageSizeTooLargeError(), what)
+    assert isinstance(big, EventLogRecordTooLargeError)
+    config = translate_error(kafka_errors.KafkaConfigurationError("bad"), what)
+    assert isinstance(config, EventLogConfigError)
+    leader = translate_error(kafka_errors.NotLeaderForPartitionError(), what)
+    assert isinstance(leader, EventLogTransportError) and leader.retriable
+
+
+async def test_unreachable_bootstrap_fails_fast_with_transport_error() -> None:
+    port = free_port()  # nothing listens there
+    log = KafkaEventLog(f"127.0.0.1:{port}", 1, init_timeout_ms=1_500, request_timeout_ms=1_000)
+    started = time.monotonic()
+    with pytest.raises(EventLogTransportError) as info:
+        await log.start()
+    elapsed = time.monotonic() - started
+    assert info.value.retriable
+    assert f"127.0.0.1:{port}" in str(info.value)
+    assert elapsed < 10, f"start() took {elapsed:.1f}s against a dead address"
+    await log.close()
+
+
+async def test_silent_peer_times_out_instead_of_hanging() -> None:
+    """A peer that accepts TCP but never answers (a wrong port, a firewall) is bounded too."""
+    connections: list[asyncio.StreamWriter] = []
+
+    async def accept(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    log = KafkaEventLog(f"127.0.0.1:{port}", 1, init_timeout_ms=1_000, request_timeout_ms=500)
+    try:
+        started = time.monotonic()
+        with pytest.raises(EventLogTransportError, match="not reachable"):
+            await log.start()
+        assert time.monotonic() - started < 10
+    finally:
+        await log.close()
+        for writer in connections:
+            writer.close()
+        server.close()
+        await server.wait_closed()
