@@ -103,7 +103,7 @@ async def test_keys_are_accepted(make_log: MakeLog) -> None:
     log = await make_log()
     assert await log.append(0, b"with-key", key=b"k1") == 0
     assert await log.append(0, b"without-key") == 1
-    assert await log.append(0, b"bytearray-key", key=bytearray(b"k2")) == 2
+    assert await log.append(0, b"bytearray-key", key=bytearray(b"k2")) == 2  # type: ignore[arg-type]
     assert [v for _, v in await collect(log, 0, 0, 3)] == [
         b"with-key",
         b"without-key",
@@ -151,7 +151,7 @@ async def test_bad_arguments_raise_typed_errors_and_write_nothing(make_log: Make
     with pytest.raises(InvalidRecordError):
         await log.append_batch(0, [b"ok", None])  # type: ignore[list-item]
     with pytest.raises(InvalidRecordError):
-        await log.append_batch(0, b"a lone bytes value")
+        await log.append_batch(0, b"a lone bytes value")  # type: ignore[arg-type]
     with pytest.raises(InvalidOffsetError):
         await collect(log, 0, -1, 1)
     assert await log.end_offsets([0]) == {0: 0}
