@@ -12,11 +12,13 @@ anything else -> RemoteStorageError; the botocore error is kept as ``__cause__``
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -26,6 +28,7 @@ from botocore.exceptions import (
     IncompleteReadError,
     ResponseStreamingError,
 )
+from botocore.loaders import create_loader
 
 from remote.errors import (
     InvalidRangeError,
@@ -91,11 +94,27 @@ def make_client(settings: S3ClientSettings) -> S3Client:
         read_timeout=settings.read_timeout,
         s3=s3_options or None,  # type: ignore[arg-type]
     )
-    # A private session: boto3's default session is not thread-safe to create clients from.
-    session = boto3.session.Session()
+    # A fresh session per client (sessions are not thread-safe, and a fresh one picks up
+    # current credentials and event handlers) sharing one data loader, which caches the
+    # parsed service model: each further client costs ~50 ms instead of ~0.3 s.
+    botocore_session = botocore.session.Session()
+    botocore_session.register_component("data_loader", _shared_loader())
+    session = boto3.session.Session(botocore_session=botocore_session)
     return session.client(
         "s3", endpoint_url=settings.endpoint_url, region_name=settings.region, config=config
     )
+
+
+_loader_lock = threading.Lock()
+_loader: Any = None
+
+
+def _shared_loader() -> Any:
+    global _loader
+    with _loader_lock:
+        if _loader is None:
+            _loader = create_loader()
+        return _loader
 
 
 class S3Calls:

@@ -30,6 +30,7 @@ from remote._s3_client import S3Calls
 from remote.errors import (
     InvalidSegmentDataError,
     RemoteObjectExistsError,
+    RemoteResourceNotFoundError,
     RemoteStorageError,
 )
 from remote.storage import (
@@ -151,8 +152,12 @@ class SegmentUploader:
                     **self._settings.object_args,
                 )
                 state.add_created(key)
-            except RemoteObjectExistsError:
+            except RemoteObjectExistsError as e:
                 self._check_identical(key, checksum)
+                if _was_retried(e):
+                    # The 412 answered a retry: our own earlier attempt wrote the object
+                    # (its response was lost), so it is this copy's to clean up.
+                    state.add_created(key)
             return checksum
         except BaseException:
             state.failed.set()
@@ -226,9 +231,16 @@ class SegmentUploader:
                 IfNoneMatch="*",
             )
             state.add_created(key)
-        except RemoteObjectExistsError:
+        except RemoteObjectExistsError as e:
             self._abort(upload_id, key)
             self._check_identical(key, checksum)
+            if _was_retried(e):
+                state.add_created(key)
+        except RemoteResourceNotFoundError:
+            # NoSuchUpload on a retried complete: the first attempt completed the upload
+            # and only its response was lost. The object must now be ours, byte for byte.
+            self._check_identical(key, checksum)
+            state.add_created(key)
         with state.lock:
             state.uploads.pop(upload_id, None)
         return checksum
@@ -295,6 +307,12 @@ class SegmentUploader:
 
     def _url(self, key: str) -> str:
         return self._calls.url(key)
+
+
+def _was_retried(error: BaseException) -> bool:
+    cause = error.__cause__
+    response = getattr(cause, "response", None) or {}
+    return bool(response.get("ResponseMetadata", {}).get("RetryAttempts", 0))
 
 
 def _size_of(source: Path | bytes) -> int:
