@@ -148,6 +148,11 @@ class FileEventLog(EventLog):
     def partition_count(self) -> int:
         return self._partitions
 
+    async def __aenter__(self) -> FileEventLog:
+        # Narrows the ABC's return type so ``async with`` callers see ``stats``.
+        await self.start()
+        return self
+
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
