@@ -311,17 +311,21 @@ class RecordBatchReader:
         self.truncated_bytes = 0
         self.batch_count = 0
         self.error: SegmentFormatError | None = None
+        self._view = memoryview(b"")
 
     def __iter__(self) -> Iterator[RecordBatchHeader]:
-        for header, _ in self.batches():
-            yield header
+        return self._run(views=False)
 
     def headers(self) -> list[RecordBatchHeader]:
         """Every batch header (the whole scan)."""
-        return list(self)
+        return list(self._run(views=False))
 
     def batches(self) -> Iterator[tuple[RecordBatchHeader, memoryview]]:
         """Each batch header with a zero-copy view of the batch bytes (log overhead included)."""
+        for header in self._run(views=True):
+            yield header, self._view
+
+    def _run(self, views: bool) -> Iterator[RecordBatchHeader]:
         self.valid_bytes = self.start_position
         self.truncated_bytes = 0
         self.batch_count = 0
@@ -329,7 +333,7 @@ class RecordBatchReader:
         source = self._source
         if isinstance(source, bytes | bytearray | memoryview):
             whole = memoryview(source)[self.start_position :]
-            yield from self._scan(whole, lambda tail: None)
+            yield from self._scan(whole, lambda tail: None, views)
             return
         if isinstance(source, str | os.PathLike):
             try:
@@ -337,11 +341,11 @@ class RecordBatchReader:
             except OSError as e:
                 raise SegmentFormatError(f"{self.name}: cannot open: {e}", self.name, 0) from e
             with f:
-                yield from self._scan_file(f)
+                yield from self._scan_file(f, views)
             return
-        yield from self._scan_file(source)
+        yield from self._scan_file(source, views)
 
-    def _scan_file(self, f: BinaryIO) -> Iterator[tuple[RecordBatchHeader, memoryview]]:
+    def _scan_file(self, f: BinaryIO, views: bool) -> Iterator[RecordBatchHeader]:
         try:
             f.seek(self.start_position)
         except (OSError, io.UnsupportedOperation) as e:
@@ -349,12 +353,20 @@ class RecordBatchReader:
                 f"{self.name}: cannot seek: {e}", self.name, self.start_position
             ) from e
         chunk_size = self.chunk_size
+        try:
+            file_size: int | None = os.fstat(f.fileno()).st_size
+        except (OSError, AttributeError, io.UnsupportedOperation):
+            file_size = None  # not a real file (BytesIO, pipe): read whole chunks
 
         def refill(tail: memoryview) -> memoryview | None:
             # A fresh buffer per chunk keeps every view handed out valid; the new
-            # bytes are read in place after the carried-over tail (no second copy).
+            # bytes are read in place after the carried-over tail (no second copy),
+            # and the buffer is no bigger than what is left of the file.
             keep = len(tail)
-            buf = bytearray(keep + chunk_size)
+            want = chunk_size
+            if file_size is not None:
+                want = min(chunk_size, max(file_size - f.tell(), 1 << 16))
+            buf = bytearray(keep + want)
             buf[:keep] = tail
             try:
                 n = f.readinto(memoryview(buf)[keep:])  # type: ignore[attr-defined]
@@ -366,19 +378,46 @@ class RecordBatchReader:
                 return None
             return memoryview(buf)[: keep + n]
 
-        yield from self._scan(memoryview(b""), refill)
+        yield from self._scan(memoryview(b""), refill, views)
 
     def _scan(
-        self, buf: memoryview, refill: Callable[[memoryview], memoryview | None]
-    ) -> Iterator[tuple[RecordBatchHeader, memoryview]]:
+        self, buf: memoryview, refill: Callable[[memoryview], memoryview | None], views: bool
+    ) -> Iterator[RecordBatchHeader]:
         name = self.name
         verify = self.verify_crc
         max_size = self.max_batch_size
         pos = 0
         base = self.start_position  # file position of buf[0]
+        buf_len = len(buf)
+        new = tuple.__new__
         while True:
+            # Fast path (most batches): a whole, well-formed v2 batch, no CRC check. The
+            # checks are the ones parse_batch_header makes; anything else takes the
+            # slow path below, which raises the precise error.
+            if not verify and buf_len - pos >= V2_HEADER_SIZE:
+                f = _unpack_v2(buf, pos)
+                length = f[1]
+                if (
+                    f[3] == 2
+                    and V2_MIN_BATCH_LENGTH <= length <= max_size
+                    and pos + LOG_OVERHEAD + length <= buf_len
+                    and f[6] >= 0
+                    and f[12] >= 0
+                ):
+                    size = LOG_OVERHEAD + length
+                    header = new(
+                        RecordBatchHeader,
+                        (base + pos, size, f[0], f[0] + f[6], f[2], 2, f[4], f[5] & 0xFFFF, *f[7:]),
+                    )
+                    if views:
+                        self._view = buf[pos : pos + size]
+                    pos += size
+                    self.valid_bytes = base + pos
+                    self.batch_count += 1
+                    yield header
+                    continue
             try:
-                header = parse_batch_header(
+                parsed = parse_batch_header(
                     buf, pos, base + pos, name, verify_crc=verify, max_batch_size=max_size
                 )
             except SegmentFormatError as e:
@@ -387,13 +426,15 @@ class RecordBatchReader:
                     raise
                 self.error = e
                 return
-            if header is not None:
+            if parsed is not None:
+                header = parsed
                 size = header.size_in_bytes
-                view = buf[pos : pos + size]
+                if views:
+                    self._view = buf[pos : pos + size]
                 pos += size
                 self.valid_bytes = base + pos
                 self.batch_count += 1
-                yield header, view
+                yield header
                 continue
             # Need more bytes: carry the unconsumed tail into the next buffer.
             nxt = refill(buf[pos:])
@@ -402,6 +443,7 @@ class RecordBatchReader:
             base += pos
             pos = 0
             buf = nxt
+            buf_len = len(buf)
         leftover = len(buf) - pos
         self.truncated_bytes = leftover
         if leftover and not self.allow_truncated_tail:
