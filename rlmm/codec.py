@@ -30,7 +30,8 @@ where it was read, then assembles the frozen instances through rlmm._codec_build
 from __future__ import annotations
 
 import struct
-from typing import Final
+from types import MappingProxyType
+from typing import Final, NoReturn
 
 from rlmm import _codec_build as build
 from rlmm._codec_wire import (
@@ -62,7 +63,7 @@ PARTITION_DELETE_METADATA_API_KEY: Final = 2
 SEGMENT_METADATA_SNAPSHOT_API_KEY: Final = 3
 WRITE_VERSION: Final = 0
 # Highest record version read per apiKey (see the module docstring for why 1 is safe).
-HIGHEST_READ_VERSION: Final = {0: 1, 1: 1, 2: 1}
+HIGHEST_READ_VERSION: Final = MappingProxyType({0: 1, 1: 1, 2: 1})
 
 _SEGMENT_RECORD: Final = "RemoteLogSegmentMetadataRecord"
 _UPDATE_RECORD: Final = "RemoteLogSegmentMetadataUpdateRecord"
@@ -239,6 +240,7 @@ def _decode(data: bytes) -> RemoteLogMetadata:
     if n >= 3 and data[0] == FRAME_VERSION and data[1] < 0x80 and data[2] < 0x80:
         api_key = data[1]
         version = data[2]
+        version_pos = 2
         pos = 3
     else:
         frame, pos = read_uvarint(data, 0, "frame version")
@@ -255,14 +257,14 @@ def _decode(data: bytes) -> RemoteLogMetadata:
         api_key, pos = read_uvarint(data, pos, "apiKey")
         if api_key not in HIGHEST_READ_VERSION:
             _unknown_api_key(api_key, api_key_pos)
+        version_pos = pos
         version, pos = read_uvarint(data, pos, "record version")
     highest = HIGHEST_READ_VERSION.get(api_key)
     if highest is None:
         _unknown_api_key(api_key, 1)
-        raise AssertionError  # pragma: no cover - _unknown_api_key always raises
     if version > highest:
         raise CodecError(
-            f"unknown record version {version} of apiKey {api_key} at byte {pos - 1};"
+            f"unknown record version {version} of apiKey {api_key} at byte {version_pos};"
             f" versions 0..{highest} are supported"
         )
     event: RemoteLogMetadata
@@ -279,7 +281,7 @@ def _decode(data: bytes) -> RemoteLogMetadata:
     return event
 
 
-def _unknown_api_key(api_key: int, pos: int) -> None:
+def _unknown_api_key(api_key: int, pos: int) -> NoReturn:
     if api_key == SEGMENT_METADATA_SNAPSHOT_API_KEY:
         raise CodecError(
             f"apiKey 3 at byte {pos} is Kafka's RemoteLogSegmentMetadataSnapshotRecord,"
