@@ -24,13 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from remote.segments import (  # noqa: E402
+from remote.segments import (
     PartitionDirWriter,
     ProducerRecord,
     RecordBatchReader,
     decode_batch,
 )
-from remote.segments.batch import DEFAULT_CHUNK_SIZE  # noqa: E402
+from remote.segments.batch import DEFAULT_CHUNK_SIZE
 
 MB = 1 << 20
 
@@ -50,9 +50,11 @@ def _generate(parent: Path, size_mb: int, batch_records: int, value_size: int) -
     with PartitionDirWriter(parent, "bench", 0, segment_bytes=target + 16 * MB) as w:
         n = 0
         value = b"v" * value_size
-        while w._active.size < target:  # one segment, filled to the requested size
+        while w.active_segment_size < target:  # one segment, filled to the requested size
             batch = [
-                ProducerRecord(str(n + i).encode(), value, (("h", b"1"),), 1_700_000_000_000 + n + i)
+                ProducerRecord(
+                    str(n + i).encode(), value, (("h", b"1"),), 1_700_000_000_000 + n + i
+                )
                 for i in range(batch_records)
             ]
             w.append_batch(batch)

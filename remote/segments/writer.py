@@ -203,6 +203,11 @@ class PartitionDirWriter:
         self._write_snapshot(self.log_end_offset)
         self._write_checkpoint()
 
+    @property
+    def active_segment_size(self) -> int:
+        """Bytes written to the active segment so far."""
+        return self._active.size
+
     # -- appends ---------------------------------------------------------------------
 
     def set_leader_epoch(self, epoch: int) -> None:

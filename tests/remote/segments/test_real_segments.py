@@ -65,10 +65,10 @@ def test_timeindex_test_indexes_point_at_batches(base: int, count: int) -> None:
     by_position = {h.position: h for h in headers}
     offsets = read_offset_index(TIMEINDEX_TEST / f"{base:020d}.index", base)
     assert len(offsets) == (249 if base == 0 else 252)
-    for e in offsets:
+    for oe in offsets:
         # Kafka indexes a batch by its last offset and its start position.
-        assert e.position in by_position
-        assert by_position[e.position].last_offset == e.offset
+        assert oe.position in by_position
+        assert by_position[oe.position].last_offset == oe.offset
 
     times = read_time_index(TIMEINDEX_TEST / f"{base:020d}.timeindex", base)
     assert len(times) == (250 if base == 0 else 252)
@@ -125,9 +125,9 @@ def test_topic_a_multi_record_batches() -> None:
     assert read_offset_index(TOPIC_A / f"{362:020d}.index", 362) == []
     assert read_producer_snapshot(TOPIC_A / f"{362:020d}.snapshot") == []
     # The time index holds the offset of the first record carrying the max timestamp.
-    records = {r.offset: r for r in iter_records(TOPIC_A / f"{0:020d}.log")}
+    by_offset = {r.offset: r for r in iter_records(TOPIC_A / f"{0:020d}.log")}
     for e in read_time_index(TOPIC_A / f"{0:020d}.timeindex", 0):
-        assert records[e.offset].timestamp == e.timestamp
+        assert by_offset[e.offset].timestamp == e.timestamp
 
 
 def test_topic_b_large_offsets_without_indexes() -> None:

@@ -45,8 +45,8 @@ def _check_indexes(d: PartitionDir, interval: int) -> None:
         headers = RecordBatchReader(seg.log_path, verify_crc=True).headers()
         by_position = {h.position: h for h in headers}
         offsets = read_offset_index(seg.offset_index_path, seg.base_offset)
-        for e in offsets:
-            assert by_position[e.position].last_offset == e.offset
+        for oe in offsets:
+            assert by_position[oe.position].last_offset == oe.offset
         positions = [0] + [e.position for e in offsets]
         # Kafka's rule: a new entry once more than index.interval.bytes went by.
         assert all(b - a > interval for a, b in itertools.pairwise(positions))
