@@ -133,6 +133,7 @@ class LogSegmentFiles:
 
         The quick path scans only the batches after the last offset index entry and
         takes the max timestamp from the time index's last entry and those batches.
+        Meant for rolled segments: a torn tail raises SegmentFormatError here.
         """
         if leader_epochs is None:
             leader_epochs = self.partition_dir.leader_epochs() if self.partition_dir else []

@@ -15,7 +15,7 @@ from remote.segments import (
     lookup_offset,
     read_offset_index,
 )
-from tests.remote.segments.conftest import TIMEINDEX_TEST, TOPIC_A
+from tests.remote.segments._data import TIMEINDEX_TEST, TOPIC_A
 
 LOG = TIMEINDEX_TEST / f"{0:020d}.log"
 

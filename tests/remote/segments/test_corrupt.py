@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from remote.errors import SegmentFormatError
 from remote.segments import RecordBatchReader, decode_batch, iter_records
-from tests.remote.segments.conftest import TOPIC_A, segmentio_record_set
+from tests.remote.segments._data import TOPIC_A, segmentio_record_set
 
 SEGMENT = TOPIC_A / f"{0:020d}.log"  # 6 batches, 20999 bytes
 BATCH_ENDS = [2076, 3732, 4068, 4349, 4630, 20999]

@@ -34,7 +34,7 @@ from remote.segments import (
     read_time_index,
     read_txn_index,
 )
-from tests.remote.segments.conftest import TIMEINDEX_TEST
+from tests.remote.segments._data import TIMEINDEX_TEST
 
 
 def test_offset_index_round_trip_and_preallocated_tail() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from remote.segments import RecordBatchReader, decode_batch, iter_records
-from tests.remote.segments.conftest import kafka_python_records, segmentio_record_set
+from tests.remote.segments._data import kafka_python_records, segmentio_record_set
 
 FIXTURES = {
     "v1c-v1-v1c": [(1, 1), (1, 0), (1, 0), (1, 1), (1, 1)],

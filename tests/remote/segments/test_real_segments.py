@@ -21,7 +21,7 @@ from remote.segments import (
     read_time_index,
 )
 from rlmm.model import kafka_uuid_from_str
-from tests.remote.segments.conftest import TIMEINDEX_TEST, TOPIC_A, TOPIC_B, kafka_python_records
+from tests.remote.segments._data import TIMEINDEX_TEST, TOPIC_A, TOPIC_B, kafka_python_records
 
 SEGMENTS = [(0, 7729), (7729, 7634)]
 

@@ -27,7 +27,7 @@ from remote.segments import (
     read_time_index,
     read_txn_index,
 )
-from tests.remote.segments.conftest import kafka_python_records
+from tests.remote.segments._data import kafka_python_records
 
 
 def _codec_param(name: str) -> object:

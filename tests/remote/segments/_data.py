@@ -8,8 +8,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 # kafka-python 3.0 imports its whole client on `import kafka`, and that uses the
 # deprecated importlib.resources.read_text; the warnings-as-errors policy would turn
 # that into an import failure of the independent decoder, so import it quietly once.
@@ -65,8 +63,3 @@ def segmentio_record_set(name: str) -> bytes:
         if size == len(data) - p and data[p + 16] in (0, 1, 2):
             return data[p:]
     raise AssertionError(f"no record set found in {name}")
-
-
-@pytest.fixture(scope="session")
-def timeindex_test_dir() -> Path:
-    return TIMEINDEX_TEST
