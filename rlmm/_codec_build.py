@@ -31,7 +31,7 @@ from rlmm.model import (
 )
 
 _EXPECTED_FIELDS: Final[dict[type, tuple[str, ...]]] = {
-    TopicIdPartition: ("topic_id", "topic", "partition"),
+    TopicIdPartition: ("topic_id", "topic", "partition", "_hash"),
     RemoteLogSegmentId: ("topic_id_partition", "id"),
     RemoteLogSegmentMetadata: (
         "remote_log_segment_id",
@@ -84,6 +84,7 @@ def topic_id_partition(topic_id: uuid.UUID, topic: str, partition: int) -> Topic
     _set(o, "topic_id", topic_id)
     _set(o, "topic", topic)
     _set(o, "partition", partition)
+    _set(o, "_hash", hash((topic_id.int, partition)))  # as TopicIdPartition.__post_init__
     return o
 
 

@@ -13,7 +13,7 @@ import binascii
 import enum
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -141,19 +141,27 @@ class TopicIdPartition:
     topic_id: uuid.UUID
     topic: str
     partition: int
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _require(isinstance(self.topic_id, uuid.UUID), "topic_id must be a uuid.UUID")
         _require(isinstance(self.topic, str), "topic must be a str")
         _check_int("partition", self.partition, 0, INT32_MAX)
+        # Hashed on every cache lookup: compute once.
+        object.__setattr__(self, "_hash", hash((self.topic_id.int, self.partition)))
 
     def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
         if not isinstance(other, TopicIdPartition):
             return NotImplemented
-        return self.topic_id == other.topic_id and self.partition == other.partition
+        return self.partition == other.partition and self.topic_id == other.topic_id
 
     def __hash__(self) -> int:
-        return hash((self.topic_id, self.partition))
+        return self._hash
+
+    def __reduce__(self) -> Any:
+        return (TopicIdPartition, (self.topic_id, self.topic, self.partition))
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition} ({self.topic_id})"
@@ -212,19 +220,20 @@ class RemoteLogSegmentMetadata:
         )
         _check_int("start_offset", self.start_offset, 0, INT64_MAX)
         _check_int("end_offset", self.end_offset, 0, INT64_MAX)
-        _require(
-            self.end_offset >= self.start_offset,
-            f"end_offset {self.end_offset} < start_offset {self.start_offset} "
-            f"for segment {self.remote_log_segment_id}",
-        )
+        if self.end_offset < self.start_offset:
+            raise ValueError(
+                f"end_offset {self.end_offset} < start_offset {self.start_offset} "
+                f"for segment {self.remote_log_segment_id}"
+            )
         _check_int("max_timestamp_ms", self.max_timestamp_ms, INT64_MIN, INT64_MAX)
         _check_int("broker_id", self.broker_id, INT32_MIN, INT32_MAX)
         _check_int("event_timestamp_ms", self.event_timestamp_ms, INT64_MIN, INT64_MAX)
         _check_int("segment_size_in_bytes", self.segment_size_in_bytes, 0, INT32_MAX)
-        _require(
-            isinstance(self.segment_leader_epochs, Mapping) and len(self.segment_leader_epochs) > 0,
-            f"segment_leader_epochs must be a non-empty mapping for {self.remote_log_segment_id}",
-        )
+        if not isinstance(self.segment_leader_epochs, Mapping) or not self.segment_leader_epochs:
+            raise ValueError(
+                "segment_leader_epochs must be a non-empty mapping for "
+                f"{self.remote_log_segment_id}"
+            )
         object.__setattr__(
             self, "segment_leader_epochs", _frozen_epochs(self.segment_leader_epochs)
         )
