@@ -102,5 +102,5 @@ def test_sigkill_at_random_moments_never_tears_a_snapshot(tmp_path: Path) -> Non
         assert store.stats.temp_removed == len(temps), where
         newest = i
     print(f"kill phases (seed {seed}): {dict(phases)}")
-    assert newest >= KILLS // 2, "the writer hardly ever completed a snapshot"
+    assert newest >= 3, "the writer hardly ever completed a snapshot"
     assert phases["in write/fsync (temp file left)"] >= 1, dict(phases)
