@@ -86,7 +86,7 @@ def make_client(settings: S3ClientSettings) -> S3Client:
     s3_options: dict[str, Any] = {}
     if settings.addressing_style is not None:
         s3_options["addressing_style"] = settings.addressing_style
-    retries: Any = {"mode": settings.retry_mode, "max_attempts": settings.max_attempts}
+    retries: Any = {"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts}
     config = Config(
         max_pool_connections=settings.max_pool_connections,
         retries=retries,

@@ -147,7 +147,7 @@ def _s3_backend(name: str, create_bucket: bool = True, **kwargs: Any) -> Backend
         return [u["Key"] for u in client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])]
 
     def tamper(metadata: RemoteLogSegmentMetadata, kind: ObjectKind, data: bytes) -> None:
-        key = rsm.key_of(metadata, kind)  # type: ignore[attr-defined]
+        key = rsm.key_of(metadata, kind)
         head = client.head_object(Bucket=BUCKET, Key=key)
         # Keep the stored CRC metadata: only the bytes change behind the manager's back.
         client.put_object(Bucket=BUCKET, Key=key, Body=data, Metadata=head["Metadata"])

@@ -1,0 +1,171 @@
+"""Fault injection against the moto server (real HTTP on loopback) through botocore hooks.
+
+A hook on ``before-send.s3.<Operation>`` answers in place of the server (5xx, SlowDown,
+AccessDenied) or raises the connection errors urllib3 would; the request then never
+reaches the server. After every failed copy, nothing of the segment may be left: no
+object, no open multipart upload.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSRequest, AWSResponse
+from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
+
+from remote import IndexType, RemoteStorageError, RemoteStorageUnavailableError
+from tests.remote.conftest import Backend, S3Factory, make_metadata, write_segment
+from tests.remote.test_s3 import MULTIPART, MiB, xml_response
+
+pytestmark = [pytest.mark.s3, pytest.mark.usefixtures("no_backoff")]
+
+Hook = Callable[..., AWSResponse | None]
+
+
+def error_xml(code: str) -> str:
+    return f"<Error><Code>{code}</Code><Message>injected</Message></Error>"
+
+
+def failing(times: int, make: Callable[[AWSRequest], AWSResponse | None]) -> tuple[Hook, list[int]]:
+    """A hook that fails the first ``times`` matching requests (all when times < 0)."""
+    count = [0]
+    lock = threading.Lock()
+
+    def hook(request: AWSRequest, **_: Any) -> AWSResponse | None:
+        with lock:
+            if 0 <= times <= count[0]:
+                return None
+            count[0] += 1
+        return make(request)
+
+    return hook, count
+
+
+@pytest.fixture
+def big(s3_server_factory: S3Factory) -> Backend:
+    # Standard mode: adaptive mode's client-side rate limiter slows every request after a
+    # throttling error (by design); that is exercised on its own, below.
+    return s3_server_factory(max_attempts=3, max_concurrency=3, retry_mode="standard", **MULTIPART)
+
+
+def register(b: Backend, operation: str, hook: Hook) -> None:
+    b.rsm.client.meta.events.register(f"before-send.s3.{operation}", hook)  # type: ignore[attr-defined]
+
+
+def assert_nothing_left(b: Backend) -> None:
+    assert b.list_keys() == []
+    assert b.open_uploads() == []
+
+
+@pytest.mark.parametrize(
+    ("operation", "status", "code"),
+    [
+        ("UploadPart", 500, "InternalError"),
+        ("UploadPart", 503, "SlowDown"),
+        ("PutObject", 503, "SlowDown"),
+        ("CreateMultipartUpload", 503, "ServiceUnavailable"),
+        ("CompleteMultipartUpload", 500, "InternalError"),
+    ],
+)
+def test_transient_errors_are_retried(
+    big: Backend, tmp_path: Path, operation: str, status: int, code: str
+) -> None:
+    hook, count = failing(2, lambda r: xml_response(r, status, error_xml(code)))
+    register(big, operation, hook)
+    seg = write_segment(tmp_path / "l", 12 * MiB)
+    metadata = make_metadata()
+    big.rsm.copy_log_segment_data(metadata, seg.data)
+    assert count == [2]
+    assert big.open_uploads() == []
+    with big.rsm.fetch_log_segment(metadata, 0) as stream:
+        assert stream.read() == seg.contents["log_segment"]
+
+
+@pytest.mark.slow
+def test_adaptive_mode_absorbs_throttling(s3_server_factory: S3Factory, tmp_path: Path) -> None:
+    b = s3_server_factory(max_attempts=4, **MULTIPART)  # retry_mode="adaptive", the default
+    hook, count = failing(2, lambda r: xml_response(r, 503, error_xml("SlowDown")))
+    register(b, "UploadPart", hook)
+    seg = write_segment(tmp_path / "l", 11 * MiB)
+    metadata = make_metadata()
+    b.rsm.copy_log_segment_data(metadata, seg.data)
+    assert count == [2]
+    with b.rsm.fetch_log_segment(metadata, 0) as stream:
+        assert stream.read() == seg.contents["log_segment"]
+
+
+def test_timeouts_and_dropped_connections_are_retried(big: Backend, tmp_path: Path) -> None:
+    def timeout(request: AWSRequest) -> AWSResponse:
+        raise ReadTimeoutError(endpoint_url=str(request.url))
+
+    def dropped(request: AWSRequest) -> AWSResponse:
+        raise ConnectionClosedError(endpoint_url=str(request.url))
+
+    register(big, "UploadPart", failing(2, timeout)[0])
+    register(big, "PutObject", failing(1, dropped)[0])
+    register(big, "GetObject", failing(1, dropped)[0])
+    seg = write_segment(tmp_path / "l", 12 * MiB)
+    metadata = make_metadata()
+    big.rsm.copy_log_segment_data(metadata, seg.data)
+    assert big.rsm.fetch_index(metadata, IndexType.OFFSET) == seg.contents["offset_index"]
+
+
+def test_crash_between_parts_leaves_nothing(big: Backend, tmp_path: Path) -> None:
+    def part_two_dies(request: AWSRequest, **_: Any) -> AWSResponse | None:
+        if "partNumber=2" in str(request.url):
+            raise ConnectionClosedError(endpoint_url=str(request.url))
+        return None
+
+    register(big, "UploadPart", part_two_dies)
+    with pytest.raises(RemoteStorageUnavailableError, match=r"\.log") as info:
+        big.rsm.copy_log_segment_data(make_metadata(), write_segment(tmp_path / "l", 12 * MiB).data)
+    assert info.value.retriable
+    assert_nothing_left(big)
+
+
+@pytest.mark.parametrize(
+    ("operation", "status", "code", "error"),
+    [
+        ("CompleteMultipartUpload", 500, "InternalError", RemoteStorageUnavailableError),
+        ("PutObject", 503, "SlowDown", RemoteStorageUnavailableError),
+        ("PutObject", 403, "AccessDenied", RemoteStorageError),
+        ("CreateMultipartUpload", 403, "AccessDenied", RemoteStorageError),
+    ],
+)
+def test_persistent_failures_clean_up(
+    big: Backend,
+    tmp_path: Path,
+    operation: str,
+    status: int,
+    code: str,
+    error: type[RemoteStorageError],
+) -> None:
+    def snapshot_only(request: AWSRequest) -> AWSResponse | None:
+        # PutObject: fail only the .snapshot, so the other PUTs and the parts succeed.
+        if operation == "PutObject" and ".snapshot" not in str(request.url):
+            return None
+        return xml_response(request, status, error_xml(code))
+
+    register(big, operation, failing(-1, snapshot_only)[0])
+    with pytest.raises(error, match=code) as info:
+        big.rsm.copy_log_segment_data(make_metadata(), write_segment(tmp_path / "l", 12 * MiB).data)
+    assert info.value.retriable == (status >= 500)
+    assert_nothing_left(big)
+
+
+def test_small_segment_put_failure_cleans_up(s3_server_factory: S3Factory, tmp_path: Path) -> None:
+    b = s3_server_factory(max_attempts=2)
+    hook, count = failing(-1, lambda r: xml_response(r, 500, error_xml("InternalError")))
+
+    def txn_only(request: AWSRequest, **kw: Any) -> AWSResponse | None:
+        return hook(request, **kw) if ".txnindex" in str(request.url) else None
+
+    register(b, "PutObject", txn_only)
+    with pytest.raises(RemoteStorageUnavailableError, match=r"\.txnindex"):
+        b.rsm.copy_log_segment_data(make_metadata(), write_segment(tmp_path / "l").data)
+    assert count == [2]  # max_attempts
+    assert_nothing_left(b)
