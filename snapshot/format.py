@@ -17,7 +17,7 @@ checks out and only then is its version refused with SnapshotVersionError.
 
 The caller's ``state`` is opaque here: it is packed and unpacked by msgpack's C
 code in one call each, with no per-item Python work, so a snapshot of a million
-cached segments costs well under a second each way. msgpack turns tuples into
+cached segments (~54 MB) costs about a second each way. msgpack turns tuples into
 lists and bytearrays into bytes; dict keys must be str, int or bytes. Nesting is
 bounded by msgpack's C code: the packer refuses more than 1025 levels (body map
 included), the unpacker reads at most 1024, so a state exactly 1024 levels deep
