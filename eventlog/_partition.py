@@ -137,10 +137,14 @@ def refresh(part: Partition, interval: int) -> list[Segment]:
     exists the scanned one is already complete (the writer seals before it rolls).
     """
     listing = list_segments(part.dir) if part.dir.is_dir() else []
-    last = copy.deepcopy(part.active)
+    segments = list(part.segments)
+    # A restarted writer drops an empty trailing segment and appends to the one before.
+    while len(segments) > 1 and not segments[-1].path.exists():
+        segments.pop()
+    last = copy.deepcopy(segments[-1])
     if last.path.exists():
         scan(last)
-    segments = [*part.segments[:-1], last]
+    segments[-1] = last
     for base, path in listing:
         if base > last.base_offset:
             fresh = Segment(base, path, OffsetIndex(interval), 0, base)

@@ -132,6 +132,7 @@ class FileEventLog(EventLog):
         self._pending: list[Request] = []
         self._wakeup = asyncio.Event()
         self._closing = asyncio.Event()
+        self._closed_event = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._refresh_locks: list[asyncio.Lock] = []
         self._failure: EventLogStorageError | None = None
@@ -195,6 +196,7 @@ class FileEventLog(EventLog):
                 self.stats.truncated_segments += repaired.truncated_segments
         except BaseException as e:
             self._release()
+            self._parts = []
             if isinstance(e, OSError):
                 raise EventLogStorageError(f"cannot open event log in {self.dir}: {e}") from e
             raise
@@ -259,9 +261,12 @@ class FileEventLog(EventLog):
         """Drain queued appends, fsync, unlock; pending readers end. Idempotent."""
         async with self._start_lock:
             if self._closed:
+                # A concurrent close is draining: return once it is done.
+                await self._closed_event.wait()
                 return
             self._closed = True
             if not self._started:
+                self._closed_event.set()
                 return
         self._closing.set()
         self._wakeup.set()
@@ -273,6 +278,7 @@ class FileEventLog(EventLog):
             self._release()
         for part in self._parts:
             part.notifier.notify_all()
+        self._closed_event.set()
 
     async def _ensure_open(self, partition: int) -> None:
         if not self._started and not self._closed:
@@ -445,6 +451,8 @@ class FileEventLog(EventLog):
             if offset >= part.next_offset:
                 await self._wait_for(partition, offset)
                 continue
+            if seg_i >= len(part.segments):
+                seg_i, expect = -1, None  # a follower saw its segment list shrink
             if seg_i < 0:
                 seg_i = bisect_right(part.bases, offset) - 1
                 position = part.segments[seg_i].index.lookup(offset)

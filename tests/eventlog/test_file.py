@@ -365,3 +365,25 @@ async def test_bad_dirs_are_rejected(tmp_path: Path) -> None:
     (tmp_path / "log" / "eventlog.json").unlink()
     with pytest.raises(EventLogConfigError, match="partition dirs"):
         await FileEventLog(tmp_path / "log", 3).start()
+
+
+async def test_follower_survives_writer_dropping_an_empty_segment(tmp_path: Path) -> None:
+    async with FileEventLog(tmp_path, 1) as log:
+        await log.append_batch(0, [b"a", b"b"])
+    (part_dir(tmp_path) / f"{2:020d}.log").touch()  # a crash right after a roll
+    async with FileEventLog(tmp_path, 1, read_only=True, poll_interval_ms=10) as reader:
+        assert await collect(reader, 0, 0, 2) == [(0, b"a"), (1, b"b")]
+        follow = asyncio.create_task(collect(reader, 0, 1, 3))
+        async with FileEventLog(tmp_path, 1) as writer:  # drops the empty segment
+            await writer.append_batch(0, [b"c", b"d"])
+            assert await follow == [(1, b"b"), (2, b"c"), (3, b"d")]
+
+
+async def test_concurrent_close_waits_for_the_drain(tmp_path: Path) -> None:
+    log = FileEventLog(tmp_path, 1)
+    await log.start()
+    pending = [asyncio.create_task(log.append(0, b"v")) for _ in range(50)]
+    await asyncio.sleep(0)
+    await asyncio.gather(log.close(), log.close())
+    assert sorted(await asyncio.gather(*pending)) == list(range(50))
+    assert log.stats.records == 50
