@@ -1,0 +1,172 @@
+"""Units of remote.storage: IndexType, LogSegmentData, layout, manifest, factory, exports."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+import remote
+from remote import (
+    IndexType,
+    InvalidRemotePathError,
+    LogSegmentData,
+    SegmentManifest,
+    load_remote_storage_manager,
+)
+from remote.local import LocalRemoteStorageManager
+from remote.storage import (
+    OBJECT_KINDS,
+    ObjectChecksum,
+    check_prefix,
+    check_topic_name,
+    object_name,
+    resolve_range,
+)
+from rlmm.errors import ConfigError
+from tests.remote.conftest import make_metadata
+
+
+def test_index_type_keeps_kafka_names_and_ordinals() -> None:
+    assert [(t.name, t.value) for t in IndexType] == [
+        ("OFFSET", 0),
+        ("TIMESTAMP", 1),
+        ("PRODUCER_SNAPSHOT", 2),
+        ("TRANSACTION", 3),
+        ("LEADER_EPOCH", 4),
+    ]
+
+
+def test_log_segment_data_coerces_and_validates(tmp_path: Path) -> None:
+    data = LogSegmentData(
+        str(tmp_path / "0.log"),  # type: ignore[arg-type]
+        tmp_path / "0.index",
+        tmp_path / "0.timeindex",
+        None,
+        tmp_path / "0.snapshot",
+        bytearray(b"0\n0\n"),  # type: ignore[arg-type]
+    )
+    assert data.log_segment == tmp_path / "0.log"
+    assert data.leader_epoch_index == b"0\n0\n"
+    assert data.source(IndexType.TRANSACTION) is None
+    assert data.source(None) == tmp_path / "0.log"
+    with pytest.raises(TypeError):
+        LogSegmentData(1, 2, 3, None, 4, b"")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        text: Any = "not bytes"
+        path = data.log_segment
+        LogSegmentData(path, path, path, None, path, text)
+
+
+def test_object_name_layout() -> None:
+    seg = uuid.UUID("00000000-0000-0000-0000-000000000001")
+    metadata = make_metadata(topic="t", partition=3, start_offset=12, segment_id=seg)
+    assert object_name(metadata, IndexType.LEADER_EPOCH, "p/q") == (
+        "p/q/t-Bp9TDduJRGa9Q5rlvCJOxg/3/00000000000000000012-AAAAAAAAAAAAAAAAAAAAAQ"
+        ".leader-epoch-checkpoint"
+    )
+    assert object_name(metadata, None).endswith("/00000000000000000012-AAAAAAAAAAAAAAAAAAAAAQ.log")
+
+
+@pytest.mark.parametrize("topic", ["orders", "a.b_c-d", "..x", "x" * 249])
+def test_legal_topics(topic: str) -> None:
+    assert check_topic_name(topic) == topic
+
+
+@pytest.mark.parametrize("topic", ["", ".", "..", "a/b", "a b", "é", "x" * 250, "a\x00"])
+def test_illegal_topics(topic: str) -> None:
+    with pytest.raises(InvalidRemotePathError):
+        check_topic_name(topic)
+
+
+def test_prefix_rules() -> None:
+    assert check_prefix("/a/b/") == "a/b"
+    assert check_prefix("") == ""
+    for bad in ("a/../b", "a//b", "./a", "a\x00"):
+        with pytest.raises(InvalidRemotePathError):
+            check_prefix(bad)
+
+
+def test_manifest_roundtrip_and_size() -> None:
+    big = ObjectChecksum(2**31 - 1, 0xFFFFFFFF)
+    manifest = SegmentManifest(
+        {kind: big for kind in OBJECT_KINDS if kind is not IndexType.TRANSACTION}
+    )
+    encoded = manifest.encode()
+    assert len(encoded) <= 128
+    assert SegmentManifest.decode(encoded) == manifest
+    assert IndexType.TRANSACTION not in SegmentManifest.decode(encoded).objects
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xc1",
+        msgpack.packb([2, [None] * 6]),
+        msgpack.packb([1, [None] * 5]),
+        msgpack.packb([1, [[1, -1]] + [None] * 5]),
+        msgpack.packb([1, [["a", 1]] + [None] * 5]),
+        msgpack.packb({"v": 1}),
+    ],
+)
+def test_manifest_rejects_foreign_bytes(data: bytes) -> None:
+    with pytest.raises(ValueError):
+        SegmentManifest.decode(data)
+
+
+def test_foreign_custom_metadata_is_ignored() -> None:
+    metadata = make_metadata()
+    assert SegmentManifest.of(metadata) is None
+    foreign = dataclasses.replace(metadata, custom_metadata=b"xyz")
+    assert SegmentManifest.of(foreign) is None
+
+
+def test_resolve_range() -> None:
+    assert resolve_range("k", 10, 0, None) == (0, 10)
+    assert resolve_range("k", 10, 9, 9) == (9, 1)
+    assert resolve_range("k", 10, 3, 100) == (3, 7)
+    assert resolve_range("k", 0, 0, None) == (0, 0)
+
+
+def test_factory_builds_backends(tmp_path: Path, mock_s3: None) -> None:
+    with load_remote_storage_manager({"type": "local", "root": str(tmp_path)}) as local:
+        assert isinstance(local, LocalRemoteStorageManager)
+        assert local.root == tmp_path.resolve()
+    with load_remote_storage_manager(
+        {"type": "s3", "bucket": "b-1", "prefix": "x", "region": "us-east-1", "sse": "AES256"}
+    ) as s3:
+        assert type(s3).__name__ == "S3RemoteStorageManager"
+    with pytest.raises(ConfigError, match="unknown remote storage type 'gcs'"):
+        load_remote_storage_manager({"type": "gcs"})
+    with pytest.raises(ConfigError, match="bukket"):
+        load_remote_storage_manager({"type": "s3", "bukket": "b"})
+
+
+def test_public_names_resolve() -> None:
+    for name in remote.__all__:
+        assert getattr(remote, name) is not None, name
+    segments = importlib.import_module("remote.segments")
+    for name in segments.__all__:
+        assert getattr(remote, name) is getattr(segments, name)
+    with pytest.raises(AttributeError):
+        getattr(remote, "NoSuchThing")  # noqa: B009
+
+
+def test_import_remote_is_lazy() -> None:
+    code = (
+        "import sys, remote, remote.storage; "
+        "print(sorted(m for m in ('boto3', 'botocore', 'remote.s3', 'remote.segments') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.strip() == "[]"
