@@ -11,11 +11,12 @@ which checks the transition first and changes nothing when it is illegal.
 
 from __future__ import annotations
 
-import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from typing import Any
 
+from rlmm import _codec_build as _build
+from rlmm._codec_wire import uuid_from_bytes
 from rlmm.errors import InvalidStateTransitionError, RemoteResourceNotFoundError
 from rlmm.model import (
     RemoteLogSegmentId,
@@ -253,23 +254,26 @@ class RemoteLogMetadataCache:
 
     @classmethod
     def from_state(cls, tp: TopicIdPartition, state: list[Any]) -> RemoteLogMetadataCache:
+        """Rebuild from :meth:`to_state` output (trusted: it comes from a CRC-checked file)."""
         segments_state, epochs_state = state
         cache = cls(tp)
         by_uuid: dict[bytes, RemoteLogSegmentId] = {}
+        segments = cache.segments
+        total = 0
         for item in segments_state:
             metadata = _segment_from_state(tp, item)
             sid = metadata.remote_log_segment_id
-            by_uuid[sid.id.bytes] = sid
-            cache.segments[sid] = metadata
-            cache.total_size_bytes += metadata.segment_size_in_bytes
+            by_uuid[item[0]] = sid
+            segments[sid] = metadata
+            total += metadata.segment_size_in_bytes
+        cache.total_size_bytes = total
         for epoch, index, unreferenced, highest in epochs_state:
             st = RemoteLogLeaderEpochState()
-            for start, raw in index:
-                st.starts.append(start)
-                st.ids.append(by_uuid[raw])
+            st.starts = [start for start, _ in index]
+            st.ids = [by_uuid[raw] for _, raw in index]
             st.unreferenced = {by_uuid[raw] for raw in unreferenced}
             st.highest_offset = highest
-            st.size_bytes = sum(cache.segments[s].segment_size_in_bytes for s in st.segment_ids())
+            st.size_bytes = sum(segments[s].segment_size_in_bytes for s in st.segment_ids())
             cache.epochs[epoch] = st
         return cache
 
@@ -316,17 +320,21 @@ def _segment_to_state(m: RemoteLogSegmentMetadata) -> list[Any]:
 
 def _segment_from_state(tp: TopicIdPartition, item: list[Any]) -> RemoteLogSegmentMetadata:
     raw, start, end, max_ts, broker, event_ts, size, flat, state, custom, txn_empty = item
-    epochs = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
-    return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tp, uuid.UUID(bytes=raw)),
+    # The codec's builders: the same objects the constructors make, minus re-validation
+    # of values that were validated before they were snapshotted.
+    return _build.segment_metadata(
+        _build.segment_id(tp, uuid_from_bytes(raw)),
         start,
         end,
         max_ts,
         broker,
         event_ts,
         size,
-        epochs,
-        RemoteLogSegmentState(state),
+        {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)},
+        _STATES[state],
         custom,
         txn_empty,
     )
+
+
+_STATES = tuple(RemoteLogSegmentState)

@@ -407,12 +407,11 @@ def _decode_epochs(data: bytes, pos: int, sid: RemoteLogSegmentId) -> tuple[dict
     unpack_epoch = _DEC_EPOCH.unpack_from
     last = -1
     in_order = True
+    negative_at = -1
     for _ in range(count):
         epoch, offset = unpack_epoch(data, pos)
-        if epoch < 0 or offset < 0:
-            raise CodecError(
-                f"{record}: negative leader epoch entry ({epoch}, {offset}) at byte {pos} for {sid}"
-            )
+        if (epoch < 0 or offset < 0) and negative_at < 0:
+            negative_at = pos
         pos += 12
         if data[pos] == 0:
             pos += 1
@@ -423,6 +422,14 @@ def _decode_epochs(data: bytes, pos: int, sid: RemoteLogSegmentId) -> tuple[dict
         last = epoch
         # A repeated epoch keeps the last offset, like Kafka's HashMap.put in the transform.
         epochs[epoch] = offset
+    if negative_at >= 0:
+        # Judged after repeats collapse (last wins), exactly as the model sees the map.
+        for epoch, offset in epochs.items():
+            if epoch < 0 or offset < 0:
+                raise CodecError(
+                    f"{record}: negative leader epoch entry ({epoch}, {offset})"
+                    f" in the array at byte {start_pos} for {sid}"
+                )
     if not in_order:
         epochs = dict(sorted(epochs.items()))
     return epochs, pos

@@ -359,7 +359,10 @@ class TopicBasedRemoteLogMetadataManager:
     async def _snapshot_now(self) -> None:
         if self._snapshotter is None or not self._applied:
             return
-        applied = dict(self._applied)
+        # A partition with nothing applied yet needs no snapshot entry: it replays from 0.
+        applied = {p: o for p, o in self._applied.items() if o >= 0}
+        if not applied:
+            return
         tps = [
             tp for tp in self._store.partitions() if metadata_partition_for(tp, self._n) in applied
         ]
