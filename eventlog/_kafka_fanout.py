@@ -198,7 +198,11 @@ class KafkaFanout:
         for reader in readers:
             if records[-1][0] < reader.next_offset:
                 continue
-            batch = [r for r in records if r[0] >= reader.next_offset]
+            if records[0][0] >= reader.next_offset:
+                # Common case: whole batch. Readers own their list, so copy if shared.
+                batch = records if len(readers) == 1 else list(records)
+            else:
+                batch = [r for r in records if r[0] >= reader.next_offset]
             reader.next_offset = batch[-1][0] + 1
             reader.queue.put_nowait(batch)
             if reader.queue.qsize() >= self._max_buffered and partition not in self._paused:
