@@ -231,8 +231,6 @@ class FileEventLog(EventLog):
                     f"configured with {self._partitions}"
                 )
             return
-        if self.read_only:  # pragma: no cover - checked before, kept for clarity
-            raise EventLogConfigError(f"no event log in {self.dir}")
         extra = sorted(p.name for p in self.dir.glob("__remote_log_metadata-*"))
         if extra:
             raise EventLogConfigError(

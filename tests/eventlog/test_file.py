@@ -7,6 +7,7 @@ Invariant: format checks use kafka-python as an independent decoder, never our o
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import struct
@@ -24,6 +25,7 @@ from eventlog import (
     EventLogLockedError,
     EventLogReadOnlyError,
 )
+from eventlog.errors import EventLogStorageError
 from eventlog.file import FileEventLog
 from tests.eventlog.conftest import collect
 
@@ -387,3 +389,29 @@ async def test_concurrent_close_waits_for_the_drain(tmp_path: Path) -> None:
     await asyncio.gather(log.close(), log.close())
     assert sorted(await asyncio.gather(*pending)) == list(range(50))
     assert log.stats.records == 50
+
+
+async def test_disk_failure_fails_appends_and_stops_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with FileEventLog(tmp_path, 1) as log:
+        await log.append(0, b"durable")
+
+        def broken_fsync(fd: int) -> None:
+            raise OSError(errno.EIO, "injected I/O error")
+
+        monkeypatch.setattr("eventlog._writer.os.fdatasync", broken_fsync)
+        with pytest.raises(EventLogStorageError, match="injected I/O error") as info:
+            await log.append(0, b"unknown outcome")
+        assert str(tmp_path) in str(info.value)
+        monkeypatch.undo()
+        with pytest.raises(EventLogStorageError):  # no writes until reopened
+            await log.append(0, b"refused")
+        assert await log.end_offsets([0]) == {0: 1}  # readers keep the committed view
+        assert await collect(log, 0, 0, 1) == [(0, b"durable")]
+    async with FileEventLog(tmp_path, 1) as log:
+        # The failed append's batch reached the file whole, so recovery keeps it: like a
+        # Kafka produce timeout, a failed append's outcome is unknown, never half-applied.
+        assert await log.end_offsets([0]) in ({0: 1}, {0: 2})
+        end = (await log.end_offsets([0]))[0]
+        assert await log.append(0, b"after reopen") == end
