@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from uuid import uuid4
 
 import pytest
@@ -25,6 +26,7 @@ from eventlog.errors import (
     UnknownPartitionError,
 )
 from eventlog.kafka import KafkaEventLog
+from tests.fixtures.kafka import BrokerStartError, TansuBroker
 
 pytestmark = pytest.mark.kafka
 
@@ -307,3 +309,31 @@ async def test_close_ends_readers_and_refuses_writes(kafka_bootstrap: str) -> No
         await log.append(0, b"y")
     with pytest.raises(EventLogClosedError):
         await log.end_offsets([0])
+
+
+async def test_fifty_partitions_are_served_by_one_shared_consumer(kafka_bootstrap: str) -> None:
+    log = make_log(kafka_bootstrap, partitions=50)
+    async with log:
+        fanout = log._fanout
+        assert fanout is not None
+        readers = [asyncio.create_task(take(log, p, 0, 2)) for p in range(50)]
+        await asyncio.sleep(0.3)
+        assert fanout.reader_count == 50
+        await asyncio.gather(*(log.append(p, f"p{p}-0".encode()) for p in range(50)))
+        await asyncio.gather(*(log.append_batch(p, [f"p{p}-1".encode()]) for p in range(50)))
+        results = await asyncio.gather(*readers)
+        for p, records in enumerate(results):
+            assert records == [(0, f"p{p}-0".encode()), (1, f"p{p}-1".encode())]
+        assert fanout.reader_count == 0  # finished readers detach (and unassign)
+        assert await log.end_offsets(range(50)) == dict.fromkeys(range(50), 2)
+
+
+def test_broker_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
+    try:
+        broker = TansuBroker("bogus://nowhere/", log_dir=str(tmp_path))
+    except BrokerStartError as e:
+        pytest.skip(f"no Tansu binary: {e}")
+    with pytest.raises(BrokerStartError) as info:
+        broker.start(timeout=10)
+    assert "UnsupportedStorageUrl" in str(info.value)
+    assert broker.process is None or broker.process.poll() is not None
