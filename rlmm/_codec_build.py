@@ -32,7 +32,7 @@ from rlmm.model import (
 
 _EXPECTED_FIELDS: Final[dict[type, tuple[str, ...]]] = {
     TopicIdPartition: ("topic_id", "topic", "partition", "_hash"),
-    RemoteLogSegmentId: ("topic_id_partition", "id"),
+    RemoteLogSegmentId: ("topic_id_partition", "id", "_hash"),
     RemoteLogSegmentMetadata: (
         "remote_log_segment_id",
         "start_offset",
@@ -94,6 +94,7 @@ def segment_id(tp: TopicIdPartition, id_: uuid.UUID) -> RemoteLogSegmentId:
     o: RemoteLogSegmentId = _new(RemoteLogSegmentId)
     _set(o, "topic_id_partition", tp)
     _set(o, "id", id_)
+    _set(o, "_hash", hash(id_.int))  # as RemoteLogSegmentId.__post_init__
     return o
 
 

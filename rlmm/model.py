@@ -167,12 +167,13 @@ class TopicIdPartition:
         return f"{self.topic}-{self.partition} ({self.topic_id})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class RemoteLogSegmentId:
     """One copy attempt of one segment: a fresh uuid per attempt."""
 
     topic_id_partition: TopicIdPartition
     id: uuid.UUID
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _require(
@@ -180,6 +181,21 @@ class RemoteLogSegmentId:
             "topic_id_partition must be a TopicIdPartition",
         )
         _require(isinstance(self.id, uuid.UUID), "id must be a uuid.UUID")
+        # The key of every cache dict: hash once (the uuid alone is unique enough).
+        object.__setattr__(self, "_hash", hash(self.id.int))
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, RemoteLogSegmentId):
+            return NotImplemented
+        return self.id == other.id and self.topic_id_partition == other.topic_id_partition
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> Any:
+        return (RemoteLogSegmentId, (self.topic_id_partition, self.id))
 
     @classmethod
     def generate_new(cls, topic_id_partition: TopicIdPartition) -> RemoteLogSegmentId:
