@@ -6,9 +6,10 @@ Invariants:
   header (S3 verifies it) and in the ``crc32c`` user metadata (we verify on fetch);
 - a 412 means the key exists: identical size + stored CRC is a successful retry,
   anything else is RemoteObjectExistsError, and the existing object is never touched;
-- when the copy fails, every object it created is deleted and every multipart upload
-  it opened is aborted before the error propagates (objects found already present and
-  identical are left alone: they are not this call's to remove).
+- when the copy fails, every object it created (or may have created: a write whose
+  outcome is unknown after a 5xx or timeout) is deleted and every multipart upload it
+  opened is aborted before the error propagates; objects found already present and
+  identical on the first attempt are left alone: they are not this call's to remove.
 The calling thread coordinates; only leaf tasks (one PUT, one part) run on the pool,
 so copies never deadlock on the shared pool.
 """
@@ -32,6 +33,7 @@ from remote.errors import (
     RemoteObjectExistsError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
+    RemoteStorageUnavailableError,
 )
 from remote.storage import (
     OBJECT_KINDS,
@@ -158,6 +160,11 @@ class SegmentUploader:
                     # The 412 answered a retry: our own earlier attempt wrote the object
                     # (its response was lost), so it is this copy's to clean up.
                     state.add_created(key)
+            except RemoteStorageUnavailableError:
+                # Outcome unknown (5xx or timeout after the body was sent): the object may
+                # exist, and if so it is ours; cleanup deletes it (absent keys are fine).
+                state.add_created(key)
+                raise
             return checksum
         except BaseException:
             state.failed.set()
@@ -215,8 +222,12 @@ class SegmentUploader:
                     f.cancel()
                 cf.wait(parts)
                 for f in parts:
-                    if not f.cancelled() and not isinstance(f.exception(), _CopyAbortedError):
-                        f.result()
+                    error = None if f.cancelled() else f.exception()
+                    if error is not None and not isinstance(error, _CopyAbortedError):
+                        raise error
+                raise _CopyAbortedError(
+                    f"multipart upload of {self._url(key)} stopped: another object failed"
+                )
             completed = [f.result() for f in parts]
         finally:
             cf.wait(parts)
@@ -236,6 +247,9 @@ class SegmentUploader:
             self._check_identical(key, checksum)
             if _was_retried(e):
                 state.add_created(key)
+        except RemoteStorageUnavailableError:
+            state.add_created(key)  # outcome unknown, as for a PUT
+            raise
         except RemoteResourceNotFoundError:
             # NoSuchUpload on a retried complete: the first attempt completed the upload
             # and only its response was lost. The object must now be ours, byte for byte.

@@ -335,3 +335,21 @@ def test_calls_are_logged_without_bodies(
         for line in lines
     )
     assert not any(repr(seg.contents["log_segment"][:16])[2:-1] in line for line in lines)
+
+
+def test_failed_write_with_unknown_outcome_is_cleaned_up(
+    s3_mock_factory: S3Factory, tmp_path: Path
+) -> None:
+    # In-process moto applies each PUT the hook answers with 500: the object lands while
+    # the client only sees errors. The failed copy must still leave nothing behind.
+    b = s3_mock_factory(max_attempts=2, retry_mode="standard")
+
+    def lose_txn(request: AWSRequest, **_: Any) -> AWSResponse | None:
+        if ".txnindex" in str(request.url):
+            return xml_response(request, 500, "<Error><Code>InternalError</Code></Error>")
+        return None
+
+    b.rsm.client.meta.events.register("before-send.s3.PutObject", lose_txn)  # type: ignore[attr-defined]
+    with pytest.raises(RemoteStorageUnavailableError, match=r"\.txnindex"):
+        b.rsm.copy_log_segment_data(make_metadata(), write_segment(tmp_path / "l").data)
+    assert b.list_keys() == []
