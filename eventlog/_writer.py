@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -138,7 +139,13 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def write_plans(plans: list[FlushPlan], fsync_always: bool, stats: _Stats) -> None:
-    """The I/O of one flush (worker thread): per file one write, then one fsync."""
+    """The I/O of one flush (worker thread): per file one write, then one fsync.
+
+    The fsyncs of the different partition files run concurrently: the filesystem
+    commits them in one journal transaction, where a sequential loop would pay one
+    commit per dirty partition (with 50 partitions, 50x the latency).
+    """
+    to_sync: list[int] = []
     for plan in plans:
         part = plan.partition
         for write in plan.writes:
@@ -165,12 +172,27 @@ def write_plans(plans: list[FlushPlan], fsync_always: bool, stats: _Stats) -> No
         if last is not None and last.seal_index is None and last.chunks:
             assert part.fd is not None
             if fsync_always:
-                os.fdatasync(part.fd)
-                stats.fsyncs += 1
+                to_sync.append(part.fd)
             else:
                 part.dirty = True
         stats.batches += sum(len(w.batches) for w in plan.writes)
         stats.records += sum(len(r.records) for r, _ in plan.results)
+    if len(to_sync) == 1:
+        os.fdatasync(to_sync[0])
+    elif to_sync:
+        # list() re-raises the first failure, after every fsync has been tried.
+        list(_sync_pool().map(os.fdatasync, to_sync))
+    stats.fsyncs += len(to_sync)
+
+
+_SYNC_POOL: ThreadPoolExecutor | None = None
+
+
+def _sync_pool() -> ThreadPoolExecutor:
+    global _SYNC_POOL
+    if _SYNC_POOL is None:
+        _SYNC_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="eventlog-fsync")
+    return _SYNC_POOL
 
 
 def apply_plan(plan: FlushPlan) -> None:
