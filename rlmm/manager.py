@@ -270,7 +270,9 @@ class TopicBasedRemoteLogMetadataManager:
         self._store.check(event)
         offset = await self._log.append(p, encode(event))
         try:
-            await asyncio.wait_for(self._wait_applied(p, offset), self._write_timeout_s)
+            # asyncio.timeout, not wait_for: no extra task per write on the hot path.
+            async with asyncio.timeout(self._write_timeout_s):
+                await self._wait_applied(p, offset)
         except TimeoutError as e:
             raise RemoteStorageTimeoutError(
                 f"event for {tp} was published at metadata partition {p} offset {offset} but not"
