@@ -15,7 +15,9 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from eventlog._notify import Notifier
@@ -39,6 +41,9 @@ def partition_dir(root: Path, partition: int) -> Path:
     return root / f"{TOPIC}-{partition}"
 
 
+TAIL_RECORDS = 4096
+
+
 @dataclass
 class Partition:
     """Segments (by base offset), the writer's fd on the active one, and its followers."""
@@ -49,6 +54,17 @@ class Partition:
     notifier: Notifier = field(default_factory=Notifier)
     fd: int | None = None
     dirty: bool = False
+    # The newest acknowledged records (dense offsets), kept by the writer so that
+    # readers in its process that follow the log end are served from memory instead
+    # of re-reading what was just written (one thread hop + CRC check per wake-up).
+    tail: deque[tuple[int, bytes]] = field(default_factory=lambda: deque(maxlen=TAIL_RECORDS))
+
+    def tail_from(self, offset: int) -> list[tuple[int, bytes]] | None:
+        """Records from ``offset`` to the log end if the tail still holds ``offset``."""
+        tail = self.tail
+        if not tail or offset < tail[0][0] or offset > tail[-1][0]:
+            return None
+        return list(islice(tail, offset - tail[0][0], None))
 
     @property
     def next_offset(self) -> int:

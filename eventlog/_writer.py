@@ -198,6 +198,8 @@ def _sync_pool() -> ThreadPoolExecutor:
 def apply_plan(plan: FlushPlan) -> None:
     """Publish a written flush (event loop): new segments, sizes, index, log end."""
     part = plan.partition
+    for request, offsets in plan.results:
+        part.tail.extend(zip(offsets, (value for _key, value in request.records), strict=True))
     for write in plan.writes:
         if write.new:
             part.segments.append(write.segment)

@@ -449,6 +449,12 @@ class FileEventLog(EventLog):
             if offset >= part.next_offset:
                 await self._wait_for(partition, offset)
                 continue
+            cached = part.tail_from(offset)
+            if cached:
+                offset = cached[-1][0] + 1
+                seg_i, expect = -1, None  # the next disk read seeks through the index
+                yield cached
+                continue
             if seg_i >= len(part.segments):
                 seg_i, expect = -1, None  # a follower saw its segment list shrink
             if seg_i < 0:
