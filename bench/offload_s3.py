@@ -3,8 +3,10 @@
 Starts moto's ThreadedMotoServer on a free loopback port, writes N segment-sized files
 (default 4 x 64 MiB), and uploads each one twice, interleaved: through
 ``S3RemoteStorageManager.copy_log_segment_data`` (write-once, CRC-32C, parallel
-multipart; the five indexes are small files uploaded alongside) and through plain
-``client.upload_file`` with boto3's default TransferConfig. Then fetches a 1 MiB range
+multipart; the five indexes are small files uploaded alongside), through plain
+``client.upload_file`` of the .log with boto3's default TransferConfig, and through
+upload_file of all six objects one after another (the same work as the RSM's). MB/s
+count the .log bytes only. Then fetches a 1 MiB range
 of a 64 MiB object ~20 times each way (RSM ``fetch_log_segment`` vs one ranged
 ``get_object``). Prints one JSON document: MB/s and p50 per side and their ratios
 (targets: upload ratio >= 1.0, fetch ratio <= 2.0). Both sides share the machine and
@@ -16,6 +18,7 @@ Usage: python bench/offload_s3.py [--files 4] [--rounds 3] [--size-mib 64] [--tr
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -27,6 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +124,7 @@ def main() -> None:
 
             rsm_times: list[float] = []
             plain_times: list[float] = []
+            segment_times: list[float] = []
             kept = None
             jobs = [(r, i, p) for r in range(args.rounds) for i, p in enumerate(logs)]
             for n, (r, i, log_path) in enumerate(jobs):
@@ -144,10 +149,23 @@ def main() -> None:
                     plain.upload_file(str(log_path), BUCKET, key)
                     plain_times.append(time.perf_counter() - t)
 
-                # Interleave, alternating who goes first, to spread the machine's noise.
-                for run in (run_rsm, run_plain) if n % 2 == 0 else (run_plain, run_rsm):
+                def run_plain_segment(data: LogSegmentData = data, key: str = plain_key) -> None:
+                    # The same six objects the RSM writes, one upload_file after another.
+                    t = time.perf_counter()
+                    for path in (data.log_segment, *(small[e] for e in sorted(small))):
+                        plain.upload_file(str(path), BUCKET, f"{key}.all{path.suffix}")
+                    plain.upload_fileobj(io.BytesIO(data.leader_epoch_index), BUCKET, key + ".lec")
+                    segment_times.append(time.perf_counter() - t)
+
+                # Interleave, rotating who goes first, to spread the machine's noise.
+                runs: list[Callable[[], None]] = [run_rsm, run_plain, run_plain_segment]
+                for run in runs[n % 3 :] + runs[: n % 3]:
                     run()
-                plain.delete_object(Bucket=BUCKET, Key=plain_key)
+                leftovers = plain.list_objects_v2(Bucket=BUCKET, Prefix="plain/")
+                plain.delete_objects(
+                    Bucket=BUCKET,
+                    Delete={"Objects": [{"Key": o["Key"]} for o in leftovers["Contents"]]},
+                )
                 if n < len(jobs) - 1:
                     rsm.delete_log_segment_data(metadata)
                 else:
@@ -190,6 +208,7 @@ def main() -> None:
     total = size * args.files * args.rounds / 1e6
     rsm_mbps = total / sum(rsm_times)
     plain_mbps = total / sum(plain_times)
+    segment_mbps = total / sum(segment_times)
     rsm_p50 = statistics.median(rsm_fetch)
     plain_p50 = statistics.median(plain_fetch)
     report = {
@@ -208,7 +227,8 @@ def main() -> None:
             "rsm_part_size_mib": args.part_size_mib,
             "rsm_multipart_threshold_mib": args.multipart_threshold_mib,
             "rsm_max_concurrency": args.max_concurrency,
-            "plain": "boto3 client.upload_file, default TransferConfig",
+            "plain": "boto3 client.upload_file of the .log, default TransferConfig",
+            "plain_segment": "upload_file of the same 6 objects the RSM writes, in sequence",
             "rsm_extra_objects": "5 small index objects (4 KiB) per copy, counted in its time",
             "fetch_range_mib": args.range_mib,
             "fetch_tries": args.tries,
@@ -222,6 +242,8 @@ def main() -> None:
                 statistics.median(p / r for r, p in zip(rsm_times, plain_times, strict=True)), 3
             ),
             "target_ratio_min": 1.0,
+            "plain_segment_mb_per_s": round(segment_mbps, 1),
+            "ratio_rsm_over_plain_segment": round(rsm_mbps / segment_mbps, 3),
             "rsm_seconds": [round(t, 3) for t in rsm_times],
             "plain_seconds": [round(t, 3) for t in plain_times],
         },

@@ -81,6 +81,28 @@ class _CopyState:
             self.created.append(key)
 
 
+@dataclass
+class _Multipart:
+    """One multipart upload in flight: its file, upload id and part futures."""
+
+    key: str
+    size: int
+    fd: int
+    crc: int = 0
+    upload_id: str = ""
+    parts: list[cf.Future[dict[str, Any]]] = field(default_factory=list)
+    closed: bool = False
+
+    def stop(self) -> None:
+        """Cancel queued parts, wait for running ones, close the file (idempotent)."""
+        for f in self.parts:
+            f.cancel()
+        cf.wait(self.parts)
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+
 @dataclass(frozen=True, slots=True)
 class UploadSettings:
     multipart_threshold: int
@@ -110,21 +132,28 @@ class SegmentUploader:
             plan.append((kind, key_of(kind), source, _size_of(source)))
         state = _CopyState()
         pool = self._pool()
+        large: list[tuple[ObjectKind, _Multipart]] = []
         small: list[tuple[ObjectKind, cf.Future[ObjectChecksum]]] = []
         objects: dict[ObjectKind, ObjectChecksum] = {}
         try:
+            # Large objects first: their parts are the critical path, and the small PUTs
+            # would otherwise compete with the CRC pass that precedes the upload's creation.
+            for kind, key, source, size in plan:
+                if isinstance(source, Path) and size > self._settings.multipart_threshold:
+                    large.append((kind, self._start_multipart(state, pool, key, source, size)))
             for kind, key, source, size in plan:
                 if isinstance(source, bytes) or size <= self._settings.multipart_threshold:
                     small.append((kind, pool.submit(self._put, state, key, source)))
-            for kind, key, source, size in plan:
-                if isinstance(source, Path) and size > self._settings.multipart_threshold:
-                    objects[kind] = self._multipart(state, pool, key, source, size)
+            for kind, multipart in large:
+                objects[kind] = self._finish_multipart(state, multipart)
             for kind, future in small:
                 objects[kind] = future.result()
         except BaseException as e:
             state.failed.set()
             for _, future in small:
                 future.cancel()
+            for _, multipart in large:
+                multipart.stop()
             cf.wait([f for _, f in small])
             self._cleanup(state)
             if isinstance(e, _CopyAbortedError):
@@ -139,6 +168,8 @@ class SegmentUploader:
     # --- single PUT ----------------------------------------------------------------------
 
     def _put(self, state: _CopyState, key: str, source: Path | bytes) -> ObjectChecksum:
+        if state.failed.is_set():
+            raise _CopyAbortedError(f"PUT of {self._url(key)} skipped: copy failed")
         try:
             data = source if isinstance(source, bytes) else _read_file(source)
             checksum = ObjectChecksum(len(data), crc32c_of(data))
@@ -185,23 +216,24 @@ class SegmentUploader:
 
     # --- multipart -----------------------------------------------------------------------
 
-    def _multipart(
+    def _start_multipart(
         self, state: _CopyState, pool: cf.Executor, key: str, path: Path, size: int
-    ) -> ObjectChecksum:
+    ) -> _Multipart:
+        """CRC pass, CreateMultipartUpload, and every part submitted to the pool."""
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError as e:
             raise InvalidSegmentDataError(f"cannot read segment file {path}: {e}") from e
-        parts: list[cf.Future[dict[str, Any]]] = []
+        multipart = _Multipart(key, size, fd)
         try:
             # The whole-object CRC must be known when the upload is created (it goes into
             # the object's metadata), hence one read pass first (page-cache fast).
-            crc = _crc_of_fd(fd, path, size)
-            upload_id = self._calls.call(
+            multipart.crc = _crc_of_fd(fd, path, size)
+            multipart.upload_id = upload_id = self._calls.call(
                 "create_multipart_upload",
                 key,
                 ChecksumAlgorithm="CRC32C",
-                Metadata={CRC_METADATA_KEY: crc_metadata(crc)},
+                Metadata={CRC_METADATA_KEY: crc_metadata(multipart.crc)},
                 **self._settings.object_args,
             )["UploadId"]
             with state.lock:
@@ -209,18 +241,26 @@ class SegmentUploader:
             part_size = max(self._settings.part_size, math.ceil(size / MAX_PARTS))
             for number, offset in enumerate(range(0, size, part_size), start=1):
                 length = min(part_size, size - offset)
-                parts.append(
+                multipart.parts.append(
                     pool.submit(
                         self._upload_part, state, key, upload_id, fd, path, number, offset, length
                     )
                 )
+        except BaseException:
+            state.failed.set()
+            multipart.stop()
+            raise
+        return multipart
+
+    def _finish_multipart(self, state: _CopyState, multipart: _Multipart) -> ObjectChecksum:
+        """Wait for the parts, then CompleteMultipartUpload (write-once)."""
+        key, parts, upload_id = multipart.key, multipart.parts, multipart.upload_id
+        try:
             # Raise the first failure in part order, after all parts have stopped.
             cf.wait(parts, return_when=cf.FIRST_EXCEPTION)
             if any(f.done() and not f.cancelled() and f.exception() for f in parts):
                 state.failed.set()
-                for f in parts:
-                    f.cancel()
-                cf.wait(parts)
+                multipart.stop()
                 for f in parts:
                     error = None if f.cancelled() else f.exception()
                     if error is not None and not isinstance(error, _CopyAbortedError):
@@ -230,9 +270,8 @@ class SegmentUploader:
                 )
             completed = [f.result() for f in parts]
         finally:
-            cf.wait(parts)
-            os.close(fd)
-        checksum = ObjectChecksum(size, crc)
+            multipart.stop()
+        checksum = ObjectChecksum(multipart.size, multipart.crc)
         try:
             self._calls.call(
                 "complete_multipart_upload",
