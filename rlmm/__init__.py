@@ -26,10 +26,37 @@ from rlmm.model import (
     TopicIdPartition,
 )
 
+# The manager and its parts load on first use: ``remote`` imports rlmm.model, and
+# must not pull the event log and snapshot stack in with it.
+_LAZY = {
+    "TopicBasedRemoteLogMetadataManager": "rlmm.manager",
+    "ManagerStats": "rlmm.manager",
+    "NotReadyRlmm": "rlmm.facade",
+    "SwappableRlmm": "rlmm.facade",
+    "SnapshotPolicy": "rlmm.snapshotting",
+    "RlmmConfig": "rlmm.config",
+    "load_config": "rlmm.config",
+    "encode": "rlmm.codec",
+    "decode": "rlmm.codec",
+    "metadata_partition_for": "rlmm.partitioning",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlmm' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ = [
     "CodecError",
     "ConfigError",
     "InvalidStateTransitionError",
+    "ManagerStats",
+    "NotReadyRlmm",
     "RemoteLogMetadata",
     "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata",
@@ -41,5 +68,13 @@ __all__ = [
     "RemoteStorageError",
     "RemoteStorageNotReadyError",
     "RemoteStorageTimeoutError",
+    "RlmmConfig",
+    "SnapshotPolicy",
+    "SwappableRlmm",
+    "TopicBasedRemoteLogMetadataManager",
     "TopicIdPartition",
+    "decode",
+    "encode",
+    "load_config",
+    "metadata_partition_for",
 ]
