@@ -29,7 +29,14 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from rlmm.codec import decode
 from rlmm.errors import RemoteStorageError
 from rlmm.metadata_store import RemotePartitionMetadataStore
-from rlmm.model import RemoteLogMetadata, TopicIdPartition
+from rlmm.model import (
+    RemoteLogMetadata,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 
 
 @dataclass(frozen=True)
@@ -113,3 +120,39 @@ def tp_from_json(data: list[Any]) -> TopicIdPartition:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, sort_keys=True)
+
+
+_ORDER = {
+    RemoteLogSegmentState.COPY_SEGMENT_STARTED: 0,
+    RemoteLogSegmentState.COPY_SEGMENT_FINISHED: 1,
+    RemoteLogSegmentState.DELETE_SEGMENT_STARTED: 2,
+    RemoteLogSegmentState.DELETE_SEGMENT_FINISHED: 3,  # also: gone from the cache
+}
+
+
+def unmet_acknowledged(
+    acked: Iterable[RemoteLogMetadata],
+    current: dict[RemoteLogSegmentId, RemoteLogSegmentState],
+) -> list[str]:
+    """Acknowledged segment writes whose effect is missing from ``current``.
+
+    ``current`` maps each live segment to its state; a segment that is absent is gone
+    (DELETE_SEGMENT_FINISHED). A writer issues one write per segment at a time, so the
+    final state is the last acknowledged one or, if a write whose acknowledgement was
+    lost (a crash, a failed retry) did land, exactly one step further.
+    """
+    last: dict[RemoteLogSegmentId, int] = {}
+    for event in acked:
+        if isinstance(event, RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate):
+            sid = event.remote_log_segment_id
+            last[sid] = max(last.get(sid, 0), _ORDER[event.state])
+    problems = []
+    for sid, acked_step in last.items():
+        state = current.get(sid)
+        step = 3 if state is None else _ORDER[state]
+        if not acked_step <= step <= acked_step + 1:
+            problems.append(
+                f"{sid}: acknowledged up to step {acked_step}, found "
+                f"{'nothing' if state is None else state.name}"
+            )
+    return problems
