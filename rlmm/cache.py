@@ -1,6 +1,6 @@
 """Per-partition remote log metadata cache (Kafka's RemoteLogMetadataCache).
 
-Invariant: for every leader epoch, ``starts``/``ids`` are the sorted start offsets of
+Invariant: for every leader epoch, ``starts``/``metas`` are the sorted start offsets of
 the COPY_SEGMENT_FINISHED segments that serve reads in that epoch (a point lookup is
 one bisect); every other segment that carries the epoch (STARTED, DELETE_STARTED,
 superseded) is in ``unreferenced``; ``size_bytes`` always equals the summed size of
@@ -50,13 +50,18 @@ def _epoch_end(metadata: RemoteLogSegmentMetadata, leader_epoch: int) -> int:
 
 
 class RemoteLogLeaderEpochState:
-    """Segments of one leader epoch of one partition (Kafka's RemoteLogLeaderEpochState)."""
+    """Segments of one leader epoch of one partition (Kafka's RemoteLogLeaderEpochState).
 
-    __slots__ = ("highest_offset", "ids", "size_bytes", "starts", "unreferenced")
+    ``metas`` holds the FINISHED segments' metadata objects themselves (not their ids),
+    parallel to ``starts``: a point lookup is one bisect and one list access, with no
+    further dict lookup on the hot path.
+    """
+
+    __slots__ = ("highest_offset", "metas", "size_bytes", "starts", "unreferenced")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
-        self.ids: list[RemoteLogSegmentId] = []
+        self.metas: list[RemoteLogSegmentMetadata] = []
         self.unreferenced: set[RemoteLogSegmentId] = set()
         self.highest_offset: int | None = None
         self.size_bytes = 0
@@ -64,18 +69,19 @@ class RemoteLogLeaderEpochState:
     def is_empty(self) -> bool:
         return not self.starts and not self.unreferenced
 
-    def floor(self, offset: int) -> RemoteLogSegmentId | None:
+    def floor(self, offset: int) -> RemoteLogSegmentMetadata | None:
         i = bisect_right(self.starts, offset)
-        return self.ids[i - 1] if i else None
+        return self.metas[i - 1] if i else None
 
     def segment_ids(self) -> Iterator[RemoteLogSegmentId]:
-        yield from self.ids
+        for m in self.metas:
+            yield m.remote_log_segment_id
         yield from self.unreferenced
 
     def add_started(self, segment_id: RemoteLogSegmentId) -> None:
         self.unreferenced.add(segment_id)
 
-    def add_finished(self, start: int, segment_id: RemoteLogSegmentId, epoch_end: int) -> None:
+    def add_finished(self, start: int, metadata: RemoteLogSegmentMetadata, epoch_end: int) -> None:
         # A leader that re-uploads a range (after a leader change) supersedes every
         # mapping that starts at or after its start, as long as it reaches at least as
         # far as what this epoch already had: those segments stay listed, unreferenced.
@@ -86,23 +92,39 @@ class RemoteLogLeaderEpochState:
             and self.highest_offset <= epoch_end
         ):
             self.starts.pop()
-            self.unreferenced.add(self.ids.pop())
+            self.unreferenced.add(self.metas.pop().remote_log_segment_id)
         i = bisect_left(self.starts, start)
         if i < len(self.starts) and self.starts[i] == start:
-            self.unreferenced.add(self.ids[i])
-            self.ids[i] = segment_id
+            self.unreferenced.add(self.metas[i].remote_log_segment_id)
+            self.metas[i] = metadata
         else:
             self.starts.insert(i, start)
-            self.ids.insert(i, segment_id)
-        self.unreferenced.discard(segment_id)
+            self.metas.insert(i, metadata)
+        self.unreferenced.discard(metadata.remote_log_segment_id)
         if self.highest_offset is None or epoch_end > self.highest_offset:
             self.highest_offset = epoch_end
 
-    def mark_deleting(self, start: int, segment_id: RemoteLogSegmentId) -> None:
+    def _index_of(self, start: int, segment_id: RemoteLogSegmentId) -> int:
         i = bisect_left(self.starts, start)
-        if i < len(self.starts) and self.starts[i] == start and self.ids[i] == segment_id:
+        if (
+            i < len(self.starts)
+            and self.starts[i] == start
+            and self.metas[i].remote_log_segment_id == segment_id
+        ):
+            return i
+        return -1
+
+    def replace(self, start: int, metadata: RemoteLogSegmentMetadata) -> None:
+        """Point the index at a newer copy of the same segment (idempotent update)."""
+        i = self._index_of(start, metadata.remote_log_segment_id)
+        if i >= 0:
+            self.metas[i] = metadata
+
+    def mark_deleting(self, start: int, segment_id: RemoteLogSegmentId) -> None:
+        i = self._index_of(start, segment_id)
+        if i >= 0:
             del self.starts[i]
-            del self.ids[i]
+            del self.metas[i]
         self.unreferenced.add(segment_id)
 
     def remove(self, segment_id: RemoteLogSegmentId) -> None:
@@ -164,10 +186,13 @@ class RemoteLogMetadataCache:
         if update.state == existing.state:
             # Idempotent retry: only the event's timestamp/broker/custom metadata move.
             self.segments[segment_id] = updated
+            if update.state == _FINISHED:
+                for epoch, start, _end in _epoch_ranges(updated):
+                    self.epochs[epoch].replace(start, updated)
             return
         if update.state == _FINISHED:
             for epoch, start, end in _epoch_ranges(updated):
-                self.epochs[epoch].add_finished(start, segment_id, end)
+                self.epochs[epoch].add_finished(start, updated, end)
             self.segments[segment_id] = updated
         elif update.state == _DELETE_STARTED:
             for epoch, start, _end in _epoch_ranges(updated):
@@ -193,10 +218,9 @@ class RemoteLogMetadataCache:
         state = self.epochs.get(leader_epoch)
         if state is None:
             return None
-        segment_id = state.floor(offset)
-        if segment_id is None:
+        metadata = state.floor(offset)
+        if metadata is None:
             return None
-        metadata = self.segments[segment_id]
         return metadata if offset <= _epoch_end(metadata, leader_epoch) else None
 
     def highest_offset_for_epoch(self, leader_epoch: int) -> int | None:
@@ -231,7 +255,7 @@ class RemoteLogMetadataCache:
         if state is None:
             return None
         for j in range(max(bisect_right(state.starts, offset) - 1, 0), len(state.starts)):
-            metadata = self.segments[state.ids[j]]
+            metadata = state.metas[j]
             if _epoch_end(metadata, leader_epoch) >= offset and not metadata.txn_index_empty:
                 return metadata
         return None
@@ -244,7 +268,10 @@ class RemoteLogMetadataCache:
         epochs = [
             [
                 epoch,
-                [[start, sid.id.bytes] for start, sid in zip(st.starts, st.ids, strict=True)],
+                [
+                    [start, m.remote_log_segment_id.id.bytes]
+                    for start, m in zip(st.starts, st.metas, strict=True)
+                ],
                 [sid.id.bytes for sid in st.unreferenced],
                 st.highest_offset,
             ]
@@ -270,7 +297,7 @@ class RemoteLogMetadataCache:
         for epoch, index, unreferenced, highest in epochs_state:
             st = RemoteLogLeaderEpochState()
             st.starts = [start for start, _ in index]
-            st.ids = [by_uuid[raw] for _, raw in index]
+            st.metas = [segments[by_uuid[raw]] for _, raw in index]
             st.unreferenced = {by_uuid[raw] for raw in unreferenced}
             st.highest_offset = highest
             st.size_bytes = sum(segments[s].segment_size_in_bytes for s in st.segment_ids())
@@ -284,7 +311,9 @@ class RemoteLogMetadataCache:
             sorted(
                 (
                     epoch,
-                    list(zip(st.starts, (s.id for s in st.ids), strict=True)),
+                    list(
+                        zip(st.starts, (m.remote_log_segment_id.id for m in st.metas), strict=True)
+                    ),
                     sorted(s.id for s in st.unreferenced),
                     st.highest_offset,
                     st.size_bytes,
