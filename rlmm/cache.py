@@ -57,10 +57,11 @@ class RemoteLogLeaderEpochState:
     further dict lookup on the hot path.
     """
 
-    __slots__ = ("highest_offset", "metas", "size_bytes", "starts", "unreferenced")
+    __slots__ = ("ends", "highest_offset", "metas", "size_bytes", "starts", "unreferenced")
 
     def __init__(self) -> None:
         self.starts: list[int] = []
+        self.ends: list[int] = []  # last offset of this epoch inside metas[i]
         self.metas: list[RemoteLogSegmentMetadata] = []
         self.unreferenced: set[RemoteLogSegmentId] = set()
         self.highest_offset: int | None = None
@@ -72,6 +73,11 @@ class RemoteLogLeaderEpochState:
     def floor(self, offset: int) -> RemoteLogSegmentMetadata | None:
         i = bisect_right(self.starts, offset)
         return self.metas[i - 1] if i else None
+
+    def lookup(self, offset: int) -> RemoteLogSegmentMetadata | None:
+        """The segment whose range of this epoch holds ``offset`` (bisect + bound check)."""
+        i = bisect_right(self.starts, offset)
+        return self.metas[i - 1] if i and offset <= self.ends[i - 1] else None
 
     def segment_ids(self) -> Iterator[RemoteLogSegmentId]:
         for m in self.metas:
@@ -92,13 +98,16 @@ class RemoteLogLeaderEpochState:
             and self.highest_offset <= epoch_end
         ):
             self.starts.pop()
+            self.ends.pop()
             self.unreferenced.add(self.metas.pop().remote_log_segment_id)
         i = bisect_left(self.starts, start)
         if i < len(self.starts) and self.starts[i] == start:
             self.unreferenced.add(self.metas[i].remote_log_segment_id)
             self.metas[i] = metadata
+            self.ends[i] = epoch_end
         else:
             self.starts.insert(i, start)
+            self.ends.insert(i, epoch_end)
             self.metas.insert(i, metadata)
         self.unreferenced.discard(metadata.remote_log_segment_id)
         if self.highest_offset is None or epoch_end > self.highest_offset:
@@ -124,6 +133,7 @@ class RemoteLogLeaderEpochState:
         i = self._index_of(start, segment_id)
         if i >= 0:
             del self.starts[i]
+            del self.ends[i]
             del self.metas[i]
         self.unreferenced.add(segment_id)
 
@@ -218,10 +228,7 @@ class RemoteLogMetadataCache:
         state = self.epochs.get(leader_epoch)
         if state is None:
             return None
-        metadata = state.floor(offset)
-        if metadata is None:
-            return None
-        return metadata if offset <= _epoch_end(metadata, leader_epoch) else None
+        return state.lookup(offset)
 
     def highest_offset_for_epoch(self, leader_epoch: int) -> int | None:
         state = self.epochs.get(leader_epoch)
@@ -256,7 +263,7 @@ class RemoteLogMetadataCache:
             return None
         for j in range(max(bisect_right(state.starts, offset) - 1, 0), len(state.starts)):
             metadata = state.metas[j]
-            if _epoch_end(metadata, leader_epoch) >= offset and not metadata.txn_index_empty:
+            if state.ends[j] >= offset and not metadata.txn_index_empty:
                 return metadata
         return None
 
@@ -298,6 +305,7 @@ class RemoteLogMetadataCache:
             st = RemoteLogLeaderEpochState()
             st.starts = [start for start, _ in index]
             st.metas = [segments[by_uuid[raw]] for _, raw in index]
+            st.ends = [_epoch_end(m, epoch) for m in st.metas]
             st.unreferenced = {by_uuid[raw] for raw in unreferenced}
             st.highest_offset = highest
             st.size_bytes = sum(segments[s].segment_size_in_bytes for s in st.segment_ids())
