@@ -123,6 +123,10 @@ class TopicBasedRemoteLogMetadataManager:
                 try:
                     self._store.load_state(state)
                 finally:
+                    # ... and the first collection after it would walk them all (seconds
+                    # at a million segments): move them out of the collector's sight.
+                    # They hold no reference cycles, so refcounting still frees them.
+                    gc.freeze()
                     gc.enable()
                 self._applied.update(applied)
                 self.stats.restored_from_snapshot = True
