@@ -60,7 +60,7 @@ def kafka_log(bootstrap: str, topic: str, partitions: int = N) -> KafkaEventLog:
 
 @pytest.fixture
 async def managers(kafka_bootstrap: str) -> AsyncIterator[list[TopicBasedRemoteLogMetadataManager]]:
-    """Managers a test opens (appended by the test); all closed after it."""
+    """Managers a test opens (appended by the test); all closed after it, before the broker."""
     opened: list[TopicBasedRemoteLogMetadataManager] = []
     yield opened
     for manager in opened:
@@ -72,12 +72,10 @@ async def open_manager(
     bootstrap: str,
     topic: str,
     leaders: Iterable[TopicIdPartition] = (),
-    **kwargs: object,
+    snapshot_policy: SnapshotPolicy | None = None,
 ) -> TopicBasedRemoteLogMetadataManager:
     manager = TopicBasedRemoteLogMetadataManager(
-        kafka_log(bootstrap, topic),
-        close_event_log=True,
-        **kwargs,  # type: ignore[arg-type]
+        kafka_log(bootstrap, topic), snapshot_policy=snapshot_policy, close_event_log=True
     )
     opened.append(manager)
     await manager.start()
