@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from eventlog import EventLog
+from eventlog import EventLog, EventLogError
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.codec import decode, encode
 from rlmm.errors import (
@@ -59,6 +59,7 @@ class ManagerStats:
     applied_events: int = 0
     skipped_undecodable: int = 0
     skipped_invalid: int = 0
+    skipped_duplicates: int = 0  # redelivered copies of applied events (producer retries)
     read_errors: int = 0
     full_replays: int = 0
     snapshots_written: int = 0
@@ -272,7 +273,15 @@ class TopicBasedRemoteLogMetadataManager:
             )
         p = self._ready_assignment(tp).metadata_partition
         self._store.check(event)
-        offset = await self._log.append(p, encode(event))
+        try:
+            offset = await self._log.append(p, encode(event))
+        except EventLogError as e:
+            # Translated at the boundary: callers handle RemoteStorageError only.
+            error = RemoteStorageError(
+                f"publishing an event for {tp} to metadata partition {p} failed: {e}"
+            )
+            error.retriable = e.retriable
+            raise error from e
         try:
             # asyncio.timeout, not wait_for: no extra task per write on the hot path.
             async with asyncio.timeout(self._write_timeout_s):
@@ -346,6 +355,9 @@ class TopicBasedRemoteLogMetadataManager:
         except CodecError as e:
             self._reject(p, offset, e, "undecodable record")
             self.stats.skipped_undecodable += 1
+            return
+        if self._store.is_redelivery(event):
+            self.stats.skipped_duplicates += 1
             return
         try:
             self._store.apply(event)

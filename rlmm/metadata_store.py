@@ -11,6 +11,7 @@ only the delete record remains (reads then raise RemoteResourceNotFoundError).
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -18,8 +19,10 @@ from rlmm.cache import RemoteLogMetadataCache
 from rlmm.errors import InvalidStateTransitionError, RemoteResourceNotFoundError
 from rlmm.model import (
     RemoteLogMetadata,
+    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
@@ -27,6 +30,19 @@ from rlmm.model import (
 )
 
 _FINISHED = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
+_REMEMBERED_DELETES = 100_000
+
+
+def _same_segment(a: RemoteLogSegmentMetadata, b: RemoteLogSegmentMetadata) -> bool:
+    """Same segment copy: the fields no update can change are equal."""
+    return (
+        a.start_offset == b.start_offset
+        and a.end_offset == b.end_offset
+        and a.max_timestamp_ms == b.max_timestamp_ms
+        and a.segment_size_in_bytes == b.segment_size_in_bytes
+        and a.segment_leader_epochs == b.segment_leader_epochs
+        and a.txn_index_empty == b.txn_index_empty
+    )
 
 
 class RemotePartitionMetadataStore:
@@ -35,6 +51,28 @@ class RemotePartitionMetadataStore:
     def __init__(self) -> None:
         self.caches: dict[TopicIdPartition, RemoteLogMetadataCache] = {}
         self.delete_states: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
+        # Recently finished deletes, to recognise a redelivered DELETE_SEGMENT_FINISHED.
+        self._deleted: OrderedDict[RemoteLogSegmentId, None] = OrderedDict()
+
+    def is_redelivery(self, event: RemoteLogMetadata) -> bool:
+        """True for a second copy of an event that already took effect.
+
+        A non-idempotent producer retrying after a lost acknowledgement (Kafka, a
+        broker restart) stores a record twice. The copy must not be reported as a
+        failure to the writer whose write did take effect: an add of a segment that
+        exists with the same immutable fields, or a DELETE_SEGMENT_FINISHED of a
+        segment that was just deleted.
+        """
+        if isinstance(event, RemoteLogSegmentMetadata):
+            cache = self.caches.get(event.topic_id_partition)
+            existing = cache.segments.get(event.remote_log_segment_id) if cache else None
+            return existing is not None and _same_segment(existing, event)
+        if (
+            isinstance(event, RemoteLogSegmentMetadataUpdate)
+            and event.state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
+        ):
+            return event.remote_log_segment_id in self._deleted
+        return False
 
     # ---- write side ------------------------------------------------------------------
 
@@ -70,6 +108,10 @@ class RemotePartitionMetadataStore:
             cache.add_copy_in_progress_segment(event)
         else:
             self._existing(tp, event).update_remote_log_segment_metadata(event)
+            if event.state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+                self._deleted[event.remote_log_segment_id] = None
+                if len(self._deleted) > _REMEMBERED_DELETES:
+                    self._deleted.popitem(last=False)
 
     def _existing(
         self, tp: TopicIdPartition, event: RemoteLogSegmentMetadataUpdate

@@ -310,3 +310,46 @@ async def test_64_writers_1000_partitions_equal_sequential_replay(log: MemoryEve
     assert manager.fingerprint() == (await sequential_replay(log)).fingerprint()
     assert manager.stats.skipped_invalid == 0
     await manager.close()
+
+
+async def test_redelivered_events_are_not_failures(log: MemoryEventLog) -> None:
+    # A non-idempotent producer retrying after a lost ack stores a record twice; the
+    # writer whose event took effect must not be told it failed.
+    manager = await new_manager(log, TP0)
+    p = metadata_partition_for(TP0, N)
+    m = segment(TP0, 0, 100, {0: 0})
+    await manager.add_remote_log_segment_metadata(m)
+    await log.append(p, encode(m))  # the redelivered copy of the add
+    await manager.update_remote_log_segment_metadata(update(m, S.DELETE_SEGMENT_STARTED))
+    await manager.update_remote_log_segment_metadata(update(m, S.DELETE_SEGMENT_FINISHED))
+    await log.append(p, encode(update(m, S.DELETE_SEGMENT_FINISHED)))  # redelivered
+    await copy(manager, segment(TP0, 101, 200, {0: 101}))  # a barrier: all applied
+    assert manager.stats.skipped_duplicates == 2
+    assert manager.stats.skipped_invalid == 0
+    # a different segment content under an existing id is still refused
+    clash = RemoteLogSegmentMetadata(
+        **{f: getattr(m, f) for f in m.__dataclass_fields__} | {"end_offset": 999}
+    )
+    m2 = segment(TP0, 300, 400, {0: 300})
+    await manager.add_remote_log_segment_metadata(m2)
+    await log.append(
+        p,
+        encode(
+            RemoteLogSegmentMetadata(
+                **{f: getattr(m2, f) for f in m2.__dataclass_fields__} | {"end_offset": 999}
+            )
+        ),
+    )
+    await copy(manager, segment(TP0, 401, 500, {0: 401}))
+    assert manager.stats.skipped_invalid == 1
+    assert clash.end_offset == 999
+    await manager.close()
+
+
+async def test_event_log_failures_surface_as_remote_storage_errors(log: MemoryEventLog) -> None:
+    manager = await new_manager(log, TP0)
+    await log.close()  # the transport is gone
+    with pytest.raises(RemoteStorageError, match="metadata partition") as err:
+        await manager.add_remote_log_segment_metadata(segment(TP0, 0, 1, {0: 0}))
+    assert err.value.__cause__ is not None
+    await manager.close()
