@@ -73,7 +73,7 @@ class RlmmConfig:
         return Path(self.snapshot.get("dir", self.data_dir / "snapshots"))
 
 
-def _parse_scalar(text: str) -> Any:
+def parse_scalar(text: str) -> Any:
     lowered = text.strip().lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -127,12 +127,12 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
             continue
         rest = name[5:].lower()
         if rest in DEFAULTS and not isinstance(DEFAULTS[rest], dict):
-            out[rest] = _parse_scalar(raw)
+            out[rest] = parse_scalar(raw)
             continue
         section, _, key = rest.partition("_")
         if section not in DEFAULTS or not key:
             raise ConfigError(f"unknown environment setting {name}")
-        out[f"{section}.{key}"] = _parse_scalar(raw)
+        out[f"{section}.{key}"] = parse_scalar(raw)
     return out
 
 
@@ -172,7 +172,7 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
     eventlog = dict(merged["eventlog"])
     for kafka_name, ours in _KAFKA_NAMES.items():
         if kafka_name in kafka_properties:
-            eventlog[ours] = _parse_scalar(kafka_properties.pop(kafka_name))
+            eventlog[ours] = parse_scalar(kafka_properties.pop(kafka_name))
     if kafka_properties and eventlog.get("type") == "kafka":
         eventlog["properties"] = dict(kafka_properties)
     elif kafka_properties:
