@@ -177,12 +177,17 @@ def write_plans(plans: list[FlushPlan], fsync_always: bool, stats: _Stats) -> No
                 part.dirty = True
         stats.batches += sum(len(w.batches) for w in plan.writes)
         stats.records += sum(len(r.records) for r, _ in plan.results)
-    if len(to_sync) == 1:
-        os.fdatasync(to_sync[0])
-    elif to_sync:
-        # list() re-raises the first failure, after every fsync has been tried.
-        list(_sync_pool().map(os.fdatasync, to_sync))
+    fdatasync_all(to_sync)
     stats.fsyncs += len(to_sync)
+
+
+def fdatasync_all(fds: list[int]) -> None:
+    """fdatasync every file, concurrently: the filesystem folds them into one commit."""
+    if len(fds) == 1:
+        os.fdatasync(fds[0])
+    elif fds:
+        # list() re-raises the first failure, after every fsync has been tried.
+        list(_sync_pool().map(os.fdatasync, fds))
 
 
 _SYNC_POOL: ThreadPoolExecutor | None = None

@@ -36,7 +36,14 @@ from eventlog._partition import Partition, open_for_write, open_read_only, refre
 from eventlog._reader import read_chunk
 from eventlog._records import check_key, check_offset, check_values, to_bytes
 from eventlog._segment import fsync_dir
-from eventlog._writer import FlushPlan, Request, apply_plan, make_plan, write_plans
+from eventlog._writer import (
+    FlushPlan,
+    Request,
+    apply_plan,
+    fdatasync_all,
+    make_plan,
+    write_plans,
+)
 from eventlog.errors import (
     EventLogClosedError,
     EventLogConfigError,
@@ -391,7 +398,7 @@ class FileEventLog(EventLog):
             if not dirty:
                 return
             try:
-                await asyncio.to_thread(_fdatasync_all, [p.fd for p in dirty if p.fd is not None])
+                await asyncio.to_thread(fdatasync_all, [p.fd for p in dirty if p.fd is not None])
             except OSError as e:
                 self._failure = EventLogStorageError(f"fsync in event log {self.dir} failed: {e}")
                 logger.error("%s", self._failure)
@@ -473,8 +480,3 @@ class FileEventLog(EventLog):
             if records:
                 offset = records[-1][0] + 1
                 yield records
-
-
-def _fdatasync_all(fds: list[int]) -> None:
-    for fd in fds:
-        os.fdatasync(fd)
