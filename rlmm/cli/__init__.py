@@ -1,8 +1,9 @@
-"""The `rlmm` command: a thin click layer over the library (more commands follow).
+"""The `rlmm` command: a thin click layer over the library.
 
 Invariant: every command parses, calls one library function and renders; errors of
 the project (RemoteStorageError) are rendered in one place as a clear message and
-exit code 2, never a traceback.
+exit code 2, never a traceback. Each group of commands lives in its own module of
+this package and is registered on ``main`` at the bottom of this file.
 """
 
 from __future__ import annotations
