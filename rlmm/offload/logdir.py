@@ -168,6 +168,13 @@ class LogDirSource(LogSource):
                 raise SegmentCopyError(f"{path}: missing; segment not copied", path=str(path))
         try:
             summary = files.summary(full_scan=self._verify_crc, verify_crc=self._verify_crc)
+            if summary.producer_snapshot_path is None:
+                missing = files.log_path.with_name(f"{segment.next_base_offset:020d}.snapshot")
+                raise SegmentCopyError(
+                    f"{missing}: producer snapshot of {files.log_path.name} is missing;"
+                    " segment not copied",
+                    path=str(missing),
+                )
             data = log_segment_data(files, summary)
         except SegmentFormatError as e:
             raise SegmentCopyError(

@@ -8,7 +8,8 @@ by the unit, kill and S3 fault tests.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -49,19 +50,29 @@ def write_partition(
     if segment_bytes is None:  # compressed batches of generated records are small
         segment_bytes = 16 * 1024 if codec == "none" else 2 * 1024
     with PartitionDirWriter(
-        parent, topic, partition, segment_bytes=segment_bytes, compression=codec,
-        topic_id=topic_id, leader_epoch=epochs[0],
+        parent,
+        topic,
+        partition,
+        segment_bytes=segment_bytes,
+        compression=codec,
+        topic_id=topic_id,
+        leader_epoch=epochs[0],
     ) as w:
         per_epoch = records // len(epochs)
         n = 0
         for i, epoch in enumerate(epochs):
             w.set_leader_epoch(epoch)
-            w.append_records(generate_records(per_epoch, start=n, value_size=value_size), batch_records=10)
+            w.append_records(
+                generate_records(per_epoch, start=n, value_size=value_size), batch_records=10
+            )
             n += per_epoch
             if aborted_txn and i == 0:
                 w.append_records(
-                    generate_records(5, start=n), producer_id=42, producer_epoch=0,
-                    transactional=True, batch_records=5,
+                    generate_records(5, start=n),
+                    producer_id=42,
+                    producer_epoch=0,
+                    transactional=True,
+                    batch_records=5,
                 )
                 w.abort_transaction(producer_id=42, producer_epoch=0)
                 n += 5
@@ -88,9 +99,9 @@ async def rlmm_manager(tmp_path: Path) -> AsyncIterator[TopicBasedRemoteLogMetad
 
 
 @pytest.fixture
-def rsm(tmp_path: Path) -> LocalRemoteStorageManager:
+def rsm(tmp_path: Path) -> Iterator[LocalRemoteStorageManager]:
     store = LocalRemoteStorageManager(tmp_path / "remote", fsync=False)
-    yield store  # type: ignore[misc]
+    yield store
     store.close()
 
 
@@ -100,11 +111,9 @@ async def make_rlm(
 ) -> AsyncIterator[Callable[..., RemoteLogManager]]:
     made: list[RemoteLogManager] = []
 
-    def factory(**options: object) -> RemoteLogManager:
+    def factory(*, store: RemoteStorageManager | None = None, **options: Any) -> RemoteLogManager:
         options.setdefault("retry_backoff_s", 0.0)
-        rlm = RemoteLogManager(
-            options.pop("rlmm", rlmm_manager), options.pop("rsm", rsm), **options  # type: ignore[arg-type]
-        )
+        rlm = RemoteLogManager(rlmm_manager, store or rsm, **options)
         made.append(rlm)
         return rlm
 
@@ -113,7 +122,9 @@ async def make_rlm(
         await rlm.close()
 
 
-def source(pdir: PartitionDir, retention: RetentionSettings = KEEP_ALL, **kw: object) -> LogDirSource:
+def source(
+    pdir: PartitionDir, retention: RetentionSettings = KEEP_ALL, **kw: object
+) -> LogDirSource:
     return LogDirSource(pdir, retention, **kw)  # type: ignore[arg-type]
 
 
@@ -126,7 +137,9 @@ def local_files(pdir: PartitionDir, m: RemoteLogSegmentMetadata) -> dict[object,
         IndexType.TIMESTAMP: seg.time_index_path.read_bytes(),
     }
     assert seg.next_base_offset is not None
-    out[IndexType.PRODUCER_SNAPSHOT] = (pdir.path / f"{seg.next_base_offset:020d}.snapshot").read_bytes()
+    out[IndexType.PRODUCER_SNAPSHOT] = (
+        pdir.path / f"{seg.next_base_offset:020d}.snapshot"
+    ).read_bytes()
     if not m.txn_index_empty:
         out[IndexType.TRANSACTION] = seg.txn_index_path.read_bytes()
     return out
@@ -141,7 +154,9 @@ def check_objects_equal_local(
                 assert stream.read() == data, f"{m.remote_log_segment_id} log differs"
         else:
             assert isinstance(kind, IndexType)
-            assert rsm.fetch_index(m, kind) == data, f"{m.remote_log_segment_id} {kind.name} differs"
+            assert rsm.fetch_index(m, kind) == data, (
+                f"{m.remote_log_segment_id} {kind.name} differs"
+            )
 
 
 def segment_ids_of_keys(keys: list[str]) -> set[str]:
@@ -168,7 +183,9 @@ def check_invariants(
     for pdir in pdirs:
         tp = pdir.topic_id_partition()
         for m in rlmm.list_remote_log_segments(tp):
-            assert m.state == S.COPY_SEGMENT_FINISHED, f"{m.remote_log_segment_id} left {m.state.name}"
+            assert m.state == S.COPY_SEGMENT_FINISHED, (
+                f"{m.remote_log_segment_id} left {m.state.name}"
+            )
             check_objects_equal_local(rsm, pdir, m)
             live.append(m)
     ids = {kafka_uuid_to_str(m.remote_log_segment_id.id) for m in live}

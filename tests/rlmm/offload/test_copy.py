@@ -50,7 +50,9 @@ async def test_copy_round_copies_every_rolled_segment(
     assert rlm.highest_remote_offset(tp) == pdir.segments()[-1].base_offset - 1
     assert (await rlm.copy_round(tp)).copied == []  # nothing new: nothing copied twice
     assert rlm.metrics.copy_lag_segments.labels("orders", "0")._value.get() == 0
-    assert rlm.metrics.copy_bytes.labels("orders")._value.get() == sum(s.size_in_bytes for s in rolled)
+    assert rlm.metrics.copy_bytes.labels("orders")._value.get() == sum(
+        s.size_in_bytes for s in rolled
+    )
 
 
 async def test_open_transaction_holds_back_copies(
@@ -73,7 +75,9 @@ async def test_open_transaction_holds_back_copies(
     result = await rlm.copy_round(src.topic_id_partition)
     assert result.copied
     assert all(m.end_offset < first_open for m in result.copied)
-    held = [s for s in pdir.segments()[:-1] if s.next_base_offset and s.next_base_offset > first_open]
+    held = [
+        s for s in pdir.segments()[:-1] if s.next_base_offset and s.next_base_offset > first_open
+    ]
     assert held, "the test needs rolled segments past the open transaction"
 
 
