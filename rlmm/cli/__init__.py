@@ -74,3 +74,6 @@ def demo() -> None:
     from rlmm.demo import main as run_demo
 
     sys.exit(run_demo())
+
+
+from rlmm.cli import offload as _offload  # noqa: E402,F401  (registers `rlmm offload`)

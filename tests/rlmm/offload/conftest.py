@@ -190,5 +190,5 @@ def check_invariants(
             live.append(m)
     ids = {kafka_uuid_to_str(m.remote_log_segment_id.id) for m in live}
     orphans = segment_ids_of_keys(keys) - ids
-    assert not orphans, f"objects without a live segment: {sorted(orphans)} in {sorted(keys)}"
+    assert not orphans, f"objects without a live segment: {sorted(orphans)}"
     return live
