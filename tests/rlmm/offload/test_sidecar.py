@@ -109,7 +109,7 @@ def test_offload_settings_and_overrides(tmp_path: Path) -> None:
     assert settings.retention_for("a.b").retention_ms == 5
     assert settings.retention_for("a.b").retention_bytes == 1000
     assert not settings.offloads("__consumer_offsets")
-    with pytest.raises(ConfigError, match="offload.retention.typo"):
+    with pytest.raises(ConfigError, match=r"offload\.retention\.typo"):
         load_config(write_config(tmp_path, '"retention.typo" = 1\n'), env={})
     with pytest.raises(ConfigError, match=r"offload.topics.t.retention.ms must be"):
         load_config(write_config(tmp_path, '[offload.topics.t]\n"retention.ms" = "soon"\n'), env={})
