@@ -347,14 +347,10 @@ class RemoteLogManager:
             if not self.rlmm.is_ready(tp):
                 return result
             self.metrics.rounds.labels("expire").inc()
+            # Leftovers of failed cleanups (the RSM delete failed too) go first; no copy
+            # of this partition runs now (we hold its lock), so none of them is live.
+            result.cleaned = await self._cleanup(tp)
             segments = self.rlmm.list_remote_log_segments(tp)
-            for m in segments:
-                if (
-                    m.state == S.DELETE_SEGMENT_STARTED
-                    and m.remote_log_segment_id not in self._ops.in_flight
-                ):
-                    await self._ops.delete(m)
-                    result.cleaned += 1
             view = await run_blocking(self._file_slots, _view, leader.source)
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
             local_only = sum(size for next_base, size in view.local_sizes if next_base > copied + 1)
