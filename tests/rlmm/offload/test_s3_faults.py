@@ -104,7 +104,7 @@ async def test_copy_and_expire_under_s3_faults(
     await rlm.on_leadership_changes([source(p, retention) for p in pdirs], start_tasks=False)
     for operation, hook in FAULTS[fault]:
         register(s3, operation, hook)
-    register(s3, "DeleteObjects", failing(3, error(503, "SlowDown")))
+    register(s3, "DeleteObjects", failing(8, error(503, "SlowDown")))
     await rlm.run_round()  # faults: some copies and deletions fail, are cleaned, retried
     assert rlm.metrics.copy_errors.labels("orders")._value.get() >= 1
     assert rlm.metrics.delete_errors.labels("orders")._value.get() >= 1
@@ -142,6 +142,7 @@ async def test_crash_between_parts_of_a_multipart_upload(
     assert result.error is not None and result.copied == []
     assert "00000000000000000000.log" in str(result.error)
     assert keys(s3) == [] and s3.open_uploads() == []
+    assert isinstance(s3.rsm, S3RemoteStorageManager)
     s3.rsm.client.meta.events.unregister("before-send.s3.UploadPart", part_two_dies)
     await _settle(rlm, rlmm_manager, s3, [pdir])
 
