@@ -270,9 +270,11 @@ def main() -> None:
                 client.create_bucket(Bucket=BUCKET)
 
                 def upload(i: int, group: list[Path]) -> Any:
-                    return lambda: [
-                        client.upload_file(str(f), BUCKET, f"plain/{i}/{f.name}") for f in group
-                    ]
+                    def run() -> None:
+                        for f in group:
+                            client.upload_file(str(f), BUCKET, f"plain/{i}/{f.name}")
+
+                    return run
 
                 base = parallel(args.concurrency, [upload(i, g) for i, g in enumerate(files)])
                 urllib.request.urlopen(
