@@ -92,6 +92,13 @@ def _view(source: LogSource) -> _LogView:
     )
 
 
+def _read_range(
+    rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, start: int, end: int | None
+) -> bytes:
+    with rsm.fetch_log_segment(metadata, start, end) as stream:
+        return stream.read()
+
+
 @dataclass
 class _Leader:
     source: LogSource
@@ -409,6 +416,29 @@ class RemoteLogManager:
             else:
                 out[tp] = r
         return out
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    async def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> bytes:
+        """Bytes ``start_position..end_position`` (inclusive) of a remote segment, counted in
+        the fetch metrics (Kafka's RemoteFetch*); the RSM call runs in a worker thread."""
+        self._check_open()
+        topic = metadata.topic_id_partition.topic
+        self.metrics.fetch_requests.labels(topic).inc()
+        try:
+            data = await run_blocking(
+                self._ops.io_slots, _read_range, self.rsm, metadata, start_position, end_position
+            )
+        except BaseException:
+            self.metrics.fetch_errors.labels(topic).inc()
+            raise
+        self.metrics.fetch_bytes.labels(topic).inc(len(data))
+        return data
 
     # ---- partition deletion ------------------------------------------------------------------
 

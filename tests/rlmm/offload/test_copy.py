@@ -49,6 +49,9 @@ async def test_copy_round_copies_every_rolled_segment(
     assert any(not m.txn_index_empty for m in live)
     assert rlm.highest_remote_offset(tp) == pdir.segments()[-1].base_offset - 1
     assert (await rlm.copy_round(tp)).copied == []  # nothing new: nothing copied twice
+    data = await rlm.fetch_log_segment(live[1], 10, 109)
+    assert data == rolled[1].log_path.read_bytes()[10:110]
+    assert rlm.metrics.fetch_bytes.labels("orders")._value.get() == 100
     assert rlm.metrics.copy_lag_segments.labels("orders", "0")._value.get() == 0
     assert rlm.metrics.copy_bytes.labels("orders")._value.get() == sum(
         s.size_in_bytes for s in rolled
