@@ -129,3 +129,19 @@ async def test_task_copies_and_close_stops_it(
     live = check_invariants(rlmm_manager, rsm, [pdir], local_keys(rsm.root))
     assert len(live) == len(pdir.segments()) - 1
     assert all(m.state == S.COPY_SEGMENT_FINISHED for m in live)
+
+
+async def test_becoming_follower_stops_the_task(
+    tmp_path: Path, make_rlm: Callable[..., RemoteLogManager]
+) -> None:
+    pdir = write_partition(tmp_path, "orders", 0)
+    tp = pdir.topic_id_partition()
+    rlm = make_rlm(task_interval_s=3600)
+    await rlm.on_leadership_changes([source(pdir)])
+    assert rlm.leaders == [tp]
+    await rlm.on_leadership_changes([], [tp])
+    assert rlm.leaders == []
+    with pytest.raises(RemoteResourceNotFoundError, match="not led"):
+        rlm.highest_remote_offset(tp)
+    await rlm.stop_partitions([tp])
+    assert tp not in rlm.rlmm.assigned_partitions

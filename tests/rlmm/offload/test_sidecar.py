@@ -195,3 +195,21 @@ def test_cli_once_plain_output(tmp_path: Path) -> None:
         main, ["offload", "--config", str(path), "--log-dir", str(tmp_path / "nope"), "--once"]
     )
     assert missing.exit_code == 2 and "nope" in missing.output
+
+
+async def test_rich_progress_on_a_terminal(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    logs, pdirs, _audit = log_dir(tmp_path)
+    buffer = io.StringIO()
+    display = Display(console=Console(file=buffer, force_terminal=True, width=120))
+    assert display.rich
+    config = load_config(write_config(tmp_path), env={})
+    report = await run_sidecar(config, [logs], once=True, display=display)
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", buffer.getvalue())
+    assert f"offload {report.tally.copied} segments" in text
+    assert "round over 4 partitions" in text
