@@ -202,7 +202,7 @@ async def test_rich_progress_on_a_terminal(tmp_path: Path) -> None:
 
     from rich.console import Console
 
-    logs, pdirs, _audit = log_dir(tmp_path)
+    logs, _pdirs, _audit = log_dir(tmp_path)
     buffer = io.StringIO()
     display = Display(console=Console(file=buffer, force_terminal=True, width=120))
     assert display.rich
