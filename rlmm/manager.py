@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from eventlog import EventLog, EventLogError
+from eventlog import EventLog, EventLogError, OffsetBeforeLogStartError
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.codec import decode, encode
 from rlmm.errors import (
@@ -65,6 +65,7 @@ class ManagerStats:
     snapshots_written: int = 0
     snapshot_failures: int = 0
     restored_from_snapshot: bool = False
+    partitions_restored: int = 0  # restarted from a snapshot after retention (see _consume)
     last_errors: list[str] = field(default_factory=list)
 
     def note(self, message: str) -> None:
@@ -101,7 +102,9 @@ class TopicBasedRemoteLogMetadataManager:
         self._seq = itertools.count()
         self._rejections: OrderedDict[tuple[int, int], RemoteStorageError] = OrderedDict()
         self._snapshotter = (
-            Snapshotter(snapshot_policy, self._n) if snapshot_policy is not None else None
+            Snapshotter(snapshot_policy, self._n, event_log)
+            if snapshot_policy is not None
+            else None
         )
         self.stats = ManagerStats()
         self._started = False
@@ -148,6 +151,8 @@ class TopicBasedRemoteLogMetadataManager:
         if self._snapshotter is not None and self._started:
             await self._snapshotter.wait_idle()
             await self._snapshot_now()
+        if self._snapshotter is not None:
+            self._snapshotter.close()
         self._fail_waiters(None, RemoteStorageError("the remote log metadata manager was closed"))
         if self._close_log:
             await self._log.close()
@@ -331,6 +336,8 @@ class TopicBasedRemoteLogMetadataManager:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the loop never dies: log, back off, resume
+                if isinstance(e, OffsetBeforeLogStartError) and await self._restore_partition(p, e):
+                    continue
                 self.stats.read_errors += 1
                 self.stats.note(f"read of metadata partition {p} from {start}: {e!r}")
                 log.warning("reading metadata partition %d from offset %d failed: %r", p, start, e)
@@ -399,6 +406,35 @@ class TopicBasedRemoteLogMetadataManager:
             self.stats.snapshot_failures += 1
             self.stats.note(f"snapshot failed: {e!r}")
             log.warning("writing a snapshot failed: %r", e)
+
+    async def _restore_partition(self, p: int, error: OffsetBeforeLogStartError) -> bool:
+        """Restart metadata partition ``p`` from a snapshot the log can continue from.
+
+        Retention deleted the offsets ``p`` would replay next: the partition's state is
+        replaced by a published snapshot's (its applied offset is at or past the log
+        start) and the tail is replayed from there. False if no snapshot qualifies.
+        """
+        if self._snapshotter is None:
+            return False
+        snap = await self._snapshotter.find({p: error.log_start})
+        if snap is None:
+            return False
+        staged = RemotePartitionMetadataStore()
+        staged.load_state(snap.state)
+        tps = [tp for tp in staged.partitions() if metadata_partition_for(tp, self._n) == p]
+        self._forget_partition(p)
+        self._store.load_state(staged.to_state(tps))
+        self._applied[p] = snap.applied_offsets[p]
+        self.stats.partitions_restored += 1
+        log.warning(
+            "metadata partition %d: the log starts at %d (retention), restarted from a"
+            " snapshot at offset %d",
+            p,
+            error.log_start,
+            snap.applied_offsets[p],
+        )
+        self._wake_waiters(p)
+        return True
 
     async def snapshot(self) -> None:
         """Take a snapshot now (in addition to the policy's schedule)."""
