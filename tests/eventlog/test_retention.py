@@ -138,7 +138,7 @@ async def test_retention_survives_restart_and_the_log_keeps_working(tmp_path: Pa
         assert (await log.start_offsets([0]))[0] == start
         assert await log.append(0, b"after restart") == 300
         records = await collect(log, 0, start, 301 - start)
-        assert [v for _, v in records] == values[start:] + [b"after restart"]
+        assert [v for _, v in records] == [*values[start:], b"after restart"]
 
 
 async def test_claims_written_while_closed_apply_on_start(tmp_path: Path) -> None:
