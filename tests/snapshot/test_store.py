@@ -1,4 +1,4 @@
-"""LocalSnapshotStore (via the SnapshotStore name): atomic writes, naming, pruning, fallback on bad files, leftovers."""
+"""LocalSnapshotStore (built by the SnapshotStore name): atomic writes, pruning, fallback."""
 
 from __future__ import annotations
 
