@@ -14,6 +14,7 @@ decode instead of raising.
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -95,6 +96,28 @@ class SnapshotStore(ABC):
         ``all_owners``: also those published by other owners sharing the store (a
         store that has no other owners yields its own).
         """
+
+    def _decode_or_skip(self, data: bytes, source: str, log: logging.Logger) -> Snapshot | None:
+        """The snapshot in ``data``, or None after logging and counting why it is unusable."""
+        try:
+            snapshot = decode_snapshot(data, source)
+        except SnapshotVersionError as exc:
+            self.stats.skipped_newer_version += 1
+            log.warning(
+                "skipping snapshot %s: format version %d is newer than %d "
+                "(written by a newer rlmm)",
+                source,
+                exc.version,
+                exc.supported,
+            )
+            return None
+        except SnapshotCorruptError as exc:
+            self.stats.skipped_corrupt += 1
+            log.warning("skipping corrupt snapshot %s: %s", source, exc.reason)
+            return None
+        self.stats.loaded += 1
+        log.info("loaded snapshot %s", source)
+        return snapshot
 
     def close(self) -> None:  # noqa: B027 - only stores holding connections need it
         """Release resources; idempotent."""

@@ -28,12 +28,10 @@ from pathlib import Path
 from snapshot import SnapshotStore, SnapshotStoreStats
 from snapshot.errors import (
     SnapshotConfigError,
-    SnapshotCorruptError,
     SnapshotError,
     SnapshotStoreError,
-    SnapshotVersionError,
 )
-from snapshot.format import Snapshot, decode_snapshot, encode_snapshot_parts, verify_snapshot
+from snapshot.format import Snapshot, encode_snapshot_parts, verify_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -281,24 +279,8 @@ class LocalSnapshotStore(SnapshotStore):
                 self.stats.skipped_unreadable += 1
                 log.warning("skipping unreadable snapshot %s: %s", path, exc)
                 continue
-            try:
-                snapshot = decode_snapshot(data, str(path))
-            except SnapshotVersionError as exc:
-                self.stats.skipped_newer_version += 1
-                log.warning(
-                    "skipping snapshot %s: format version %d is newer than %d "
-                    "(written by a newer rlmm)",
-                    path,
-                    exc.version,
-                    exc.supported,
-                )
+            snapshot = self._decode_or_skip(data, str(path), log)
+            del data
+            if snapshot is None:
                 continue
-            except SnapshotCorruptError as exc:
-                self.stats.skipped_corrupt += 1
-                log.warning("skipping corrupt snapshot %s: %s", path, exc.reason)
-                continue
-            finally:
-                del data
-            self.stats.loaded += 1
-            log.info("loaded snapshot %s", path)
             yield str(path), snapshot

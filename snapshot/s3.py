@@ -35,12 +35,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from snapshot import SnapshotStore, SnapshotStoreStats
 from snapshot.errors import (
     SnapshotConfigError,
-    SnapshotCorruptError,
     SnapshotError,
     SnapshotStoreError,
-    SnapshotVersionError,
 )
-from snapshot.format import Snapshot, decode_snapshot, encode_snapshot_parts, verify_snapshot
+from snapshot.format import Snapshot, encode_snapshot_parts, verify_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -327,28 +325,12 @@ class S3SnapshotStore(SnapshotStore):
                 continue
             if data is None:
                 continue
-            try:
-                snapshot = decode_snapshot(data, url)
-            except SnapshotVersionError as exc:
-                self.stats.skipped_newer_version += 1
-                log.warning(
-                    "skipping snapshot %s: format version %d is newer than %d "
-                    "(written by a newer rlmm)",
-                    url,
-                    exc.version,
-                    exc.supported,
-                )
+            snapshot = self._decode_or_skip(data, url, log)
+            del data
+            if snapshot is None:
                 continue
-            except SnapshotCorruptError as exc:
-                self.stats.skipped_corrupt += 1
-                log.warning("skipping corrupt snapshot %s: %s", url, exc.reason)
-                continue
-            finally:
-                del data
             if entry.owner == self.owner:
                 self._known_valid.add(entry.key)
-            self.stats.loaded += 1
-            log.info("loaded snapshot %s", url)
             yield url, snapshot
 
     # ----------------------------------------------------------------- lifecycle

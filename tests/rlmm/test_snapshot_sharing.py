@@ -19,6 +19,7 @@ from rlmm.snapshotting import newest_snapshot, open_snapshot_source
 from snapshot import S3SnapshotStore
 from tests.rlmm.factories import tp
 from tests.rlmm.helpers import sequential_replay
+from tests.rlmm.test_manager_retention import run
 from tests.rlmm.test_manager_snapshots import Workload
 
 pytestmark = pytest.mark.s3
@@ -66,14 +67,6 @@ async def start(cfg: RlmmConfig) -> TopicBasedRemoteLogMetadataManager:
     await manager.on_partition_leadership_changes(TPS, [])
     await manager.wait_until_ready(TPS, 20)
     return manager
-
-
-async def run(manager: TopicBasedRemoteLogMetadataManager, work: Workload, steps: int) -> None:
-    for i in range(steps):
-        await work.step(manager)
-        if i % 20 == 19:
-            await manager._snapshotter.wait_idle()  # type: ignore[union-attr]
-    await manager._snapshotter.wait_idle()  # type: ignore[union-attr]
 
 
 async def test_fresh_manager_on_another_data_dir_starts_from_s3(
