@@ -103,9 +103,15 @@ class Snapshotter:
         With none of its own (a new broker, a new data dir), a shared store's newest
         valid snapshot of any owner is the starting point instead.
         """
-        snap = await self._store.load_latest_async()
-        if snap is None:
-            snap = await self.find({})
+        try:
+            snap = await self._store.load_latest_async()
+            if snap is None:
+                snap = await self.find({})
+        except SnapshotError as e:
+            # The store itself is unreachable (a bucket that is gone, no network): the
+            # log is still the source of truth, so replay it rather than fail to start.
+            log.warning("cannot read snapshots from %r, replaying the log: %s", self._store, e)
+            return None
         if snap is None:
             return None
         if snap.partition_count != self._partition_count:

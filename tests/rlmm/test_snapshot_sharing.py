@@ -156,3 +156,23 @@ def test_s3_snapshots_need_s3_remote_settings(tmp_path: Path) -> None:
     cfg = load_config(env={}, overrides={"broker_id": 7, "snapshot.owner": "edge-7"})
     assert cfg.snapshot_owner() == "edge-7"
     assert load_config(env={}, overrides={"broker_id": 7}).snapshot_owner() == "broker-7"
+
+
+async def test_unreachable_snapshot_bucket_means_a_full_replay(
+    tmp_path: Path, s3_endpoint: str, bucket: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    work = Workload(TPS, 3)
+    cfg = config(tmp_path, s3_endpoint, "a", **{"snapshot.retention": False})
+    a = await start(cfg)
+    await run(a, work, 50)
+    expected = a.fingerprint()
+    await a.close()
+    gone = config(
+        tmp_path, s3_endpoint, "a", **{"snapshot.retention": False, "remote.bucket": "gone"}
+    )
+    again = await start(gone)
+    assert not again.stats.restored_from_snapshot
+    assert "cannot read snapshots" in caplog.text and "gone" in caplog.text
+    assert again.fingerprint() == expected
+    await again.close()
+    assert again.stats.snapshot_failures >= 1  # snapshots have nowhere to go: counted
