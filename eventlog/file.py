@@ -525,14 +525,7 @@ class FileEventLog(EventLog):
 
     async def start_offsets(self, partitions: Iterable[int]) -> dict[int, int]:
         """Log start offset (first offset still stored) of each partition."""
-        wanted = list(partitions)
-        for p in wanted:
-            self._check_partition(p)
-        for p in wanted:
-            await self._ensure_open(p)
-            if self.read_only:
-                await self._refresh(p)
-        return {p: self._parts[p].segments[0].base_offset for p in wanted}
+        return {p: part.segments[0].base_offset for p, part in (await self._current(partitions))}
 
     async def _before_start(self, partition: int, offset: int) -> OffsetBeforeLogStartError:
         claims = await asyncio.to_thread(self.retention.load)
@@ -542,6 +535,10 @@ class FileEventLog(EventLog):
     # -- reads -----------------------------------------------------------------------
 
     async def end_offsets(self, partitions: Iterable[int]) -> dict[int, int]:
+        return {p: part.next_offset for p, part in (await self._current(partitions))}
+
+    async def _current(self, partitions: Iterable[int]) -> list[tuple[int, Partition]]:
+        """The given partitions, checked, opened and (read-only) refreshed from disk."""
         wanted = list(partitions)
         for p in wanted:
             self._check_partition(p)
@@ -549,7 +546,7 @@ class FileEventLog(EventLog):
             await self._ensure_open(p)
             if self.read_only:
                 await self._refresh(p)
-        return {p: self._parts[p].next_offset for p in wanted}
+        return [(p, self._parts[p]) for p in wanted]
 
     async def _refresh(self, partition: int) -> None:
         async with self._refresh_locks[partition]:
