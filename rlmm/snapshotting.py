@@ -105,7 +105,7 @@ class Snapshotter:
         """
         try:
             snap = await self._store.load_latest_async()
-            if snap is None:
+            if snap is None and self._store.shared:
                 snap = await self.find({})
         except SnapshotError as e:
             # The store itself is unreachable (a bucket that is gone, no network): the

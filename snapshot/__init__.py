@@ -67,6 +67,8 @@ class SnapshotStore(ABC):
     keep: int
     read_only: bool
     stats: SnapshotStoreStats
+    # True if other owners publish into the same store (iter_valid(all_owners=True)).
+    shared: bool = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> SnapshotStore:
         if cls is SnapshotStore:

@@ -75,6 +75,8 @@ def _status(e: ClientError) -> tuple[str, Any]:
 class S3SnapshotStore(SnapshotStore):
     """Keeps the newest ``keep`` valid snapshots of ``owner`` under ``prefix/__snapshots/``."""
 
+    shared = True
+
     def __init__(
         self,
         client: Any,
