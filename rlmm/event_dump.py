@@ -15,7 +15,6 @@ rlmm.errors.RemoteStorageError naming the log.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,11 +25,11 @@ from eventlog import EventLog, EventLogError
 from remote.errors import SegmentFormatError
 from remote.segments.batch import RecordBatchReader, parse_batch_header
 from remote.segments.records import decode_batch
+from rlmm.archive.view import open_read_only_event_log
 from rlmm.codec import decode
 from rlmm.config import RlmmConfig
 from rlmm.describe import event_fields
 from rlmm.errors import CodecError, ConfigError, RemoteStorageError
-from rlmm.factory import open_event_log
 from rlmm.model import RemoteLogMetadata, RemoteLogSegmentId, TopicIdPartition
 from rlmm.partitioning import metadata_partition_for
 
@@ -102,18 +101,11 @@ def dump_segment_file(path: Path) -> Iterator[DumpedEvent]:
 
 def reading_event_log(config: RlmmConfig) -> EventLog:
     """The configured event log, opened so that reading it changes nothing."""
-    options = dict(config.eventlog)
-    kind = options.get("type", "file")
-    if kind == "file":
+    if config.eventlog.get("type", "file") == "file":
         directory = Path(config.event_log_options()["dir"])
         if not directory.is_dir():
             raise ConfigError(f"event log directory {directory} does not exist")
-        options["read_only"] = True
-    elif kind == "kafka":
-        options["create_topic"] = False
-    else:
-        raise ConfigError(f"eventlog.type {kind!r} keeps no events outside one process")
-    return open_event_log(dataclasses.replace(config, eventlog=options))
+    return open_read_only_event_log(config)
 
 
 async def _read_partition(

@@ -21,9 +21,10 @@ from remote.storage import (
     object_name,
 )
 from rlmm.archive import MetadataView
+from rlmm.config import RlmmConfig
 from rlmm.describe import partition_fields, segment_fields
 from rlmm.errors import RemoteResourceNotFoundError
-from rlmm.event_dump import DumpedEvent
+from rlmm.event_dump import DumpedEvent, segment_history
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -150,6 +151,16 @@ def stored_objects(rsm: RemoteStorageManager, m: RemoteLogSegmentMetadata) -> li
     return out
 
 
+def describe_segment(
+    config: RlmmConfig, view: MetadataView, rsm: RemoteStorageManager, segment_id: str
+) -> SegmentDetail:
+    """One segment in full: its metadata, stored objects and metadata events."""
+    m = find_segment(view, segment_id)
+    return SegmentDetail(
+        m, stored_objects(rsm, m), segment_history(config, m.remote_log_segment_id)
+    )
+
+
 # --- partitions -------------------------------------------------------------------------------
 
 
@@ -230,6 +241,7 @@ __all__ = [
     "SegmentDetail",
     "SegmentFilter",
     "StoredObject",
+    "describe_segment",
     "find_segment",
     "highest_offset_per_epoch",
     "list_segments",
