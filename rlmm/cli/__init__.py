@@ -65,11 +65,16 @@ def _is_library_error(e: Exception) -> bool:
 def main() -> None:
     """Kafka tiered storage (KIP-405): metadata manager, remote storage, tools."""
     s = session()
+    # The library's retry warnings would repeat the one error line the command prints.
     logging.basicConfig(
-        level=logging.DEBUG if s.debug else logging.WARNING,
+        level=logging.DEBUG if s.debug else logging.ERROR,
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if not s.debug:
+        # aiokafka logs every failed connection attempt at ERROR; the command's own
+        # error line names the broker once.
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 @main.command("config")

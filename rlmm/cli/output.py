@@ -123,7 +123,6 @@ class ConsoleOutput(Output):
         # Piped output is not cut to 80 columns: a table row stays one line for grep/awk.
         width = None if sys.stdout.isatty() else 1000
         self.out = Console(highlight=False, soft_wrap=False, width=width)
-        self.err = Console(stderr=True, highlight=False)
 
     def _table(self, *columns: str, right: tuple[str, ...] = ()) -> Table:
         table = Table(box=None, pad_edge=False, header_style="bold")
@@ -132,7 +131,8 @@ class ConsoleOutput(Output):
         return table
 
     def error(self, message: str, kind: str) -> None:
-        self.err.print(f"error: {message}", markup=False)
+        # Plain write: one line, never wrapped to the terminal width.
+        sys.stderr.write(f"error: {message}\n")
 
     def config(self, data: dict[str, Any]) -> None:
         self.out.print(json.dumps(data, indent=2, default=str), markup=False)
