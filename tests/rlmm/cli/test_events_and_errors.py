@@ -86,6 +86,9 @@ def test_snapshot_inspect(store: Store, tmp_path: Path) -> None:
     assert "Traceback" not in result.stdout + result.stderr
 
 
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
 def one_error_line(result: object, *needles: str) -> None:
     assert result.returncode == 2, (result.stdout, result.stderr)  # type: ignore[attr-defined]
     err: str = result.stderr  # type: ignore[attr-defined]
@@ -112,7 +115,7 @@ def test_bad_input_is_one_clear_line(store: Store, tmp_path: Path) -> None:
         "verify", "--set", "remote.type=s3", "--set", "remote.bucket=b",
         "--set", "remote.endpoint_url=http://127.0.0.1:9", "--set", "remote.max_attempts=1",
         "--set", "remote.connect_timeout=2",
-        env={"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"},
+        env=AWS_ENV,
     )  # fmt: skip
     one_error_line(unreachable, "127.0.0.1:9")
     kafka = tmp_path / "kafka.toml"
