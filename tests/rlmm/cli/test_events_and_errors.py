@@ -86,7 +86,11 @@ def test_snapshot_inspect(store: Store, tmp_path: Path) -> None:
     assert "Traceback" not in result.stdout + result.stderr
 
 
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "x",
+    "AWS_SECRET_ACCESS_KEY": "x",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 def one_error_line(result: object, *needles: str) -> None:
