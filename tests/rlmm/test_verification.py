@@ -65,7 +65,7 @@ def test_repair_leaves_a_segment_whose_state_changed(tmp_path: Path) -> None:
                     None,
                     RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
                     0,
-                )  # fmt: skip
+                )
             )
 
         asyncio.run(with_manager(store.config, [started.topic_id_partition], finish))
