@@ -103,11 +103,12 @@ def demo() -> None:
 
 
 # --- command groups, one module each ----------------------------------------------------
-from rlmm.cli import events, inspect, snapshots, verify  # noqa: E402
+from rlmm.cli import events, inspect, records, snapshots, verify  # noqa: E402
 
 inspect.register(main)
 events.register(main)
 snapshots.register(main)
 verify.register(main)
+records.register(main)
 
 __all__ = ["main"]

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from remote import iter_records
 from remote.storage import OBJECT_KINDS, SegmentManifest, object_name
 from rlmm.archive import open_metadata_view
 from rlmm.describe import segment_fields
 from rlmm.inventory import summarize_partitions
-from tests.rlmm.cli.store import Store, build_store, sid
+from tests.rlmm.cli.store import Store, build_store, run_cli, sid
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
@@ -84,3 +85,39 @@ def test_verify_is_clean_on_a_healthy_store(store: Store) -> None:
     report = json.loads(deep.stdout)
     assert report["ok"] is True and report["problems"] == []
     assert report["segments_checked"] == total and report["bytes_read"] > 0
+
+
+def test_records_come_from_remote_storage(store: Store) -> None:
+    tp = next(iter(store.segments))
+    local = [
+        r
+        for seg in store.pdirs[tp].segments()[:-1]
+        for r in iter_records(seg.log_path)
+        if not r.is_control
+    ]
+    got = store.run("records", "orders", "--partition", "0", "--from-offset", "5", "--limit", "7")
+    assert got.returncode == 0, got.stderr
+    rows = [json.loads(line) for line in got.stdout.splitlines()]
+    want = [r for r in local if r.offset >= 5][:7]
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == [
+        (r.offset, r.key.decode(), r.value.decode()) for r in want if r.key and r.value
+    ]
+    assert all(r["topic"] == "orders" and r["partition"] == 0 for r in rows)
+    raw = run_cli(
+        "records",
+        "orders",
+        "--partition",
+        "1",
+        "--format",
+        "raw",
+        "--config",
+        str(store.config_path),
+    )
+    assert raw.returncode == 0, raw.stderr
+    tp1 = list(store.segments)[1]
+    copied = [r for seg in store.pdirs[tp1].segments()[:-1] for r in iter_records(seg.log_path)]
+    assert raw.stdout.splitlines() == [r.value.decode() for r in copied if r.value]
+    unknown = store.run("records", "nope")
+    assert (
+        unknown.returncode == 2 and "topic 'nope' has nothing in remote storage" in unknown.stderr
+    )
