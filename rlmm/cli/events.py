@@ -47,10 +47,15 @@ def events(
                 if item.offset is None or item.offset >= from_offset:
                     emit(item)
     else:
-        dump_event_log(
-            session().config, emit, partitions=partitions or None, from_offset=from_offset,
-            follow=follow,
-        )  # fmt: skip
+        try:
+            dump_event_log(
+                session().config, emit, partitions=partitions or None, from_offset=from_offset,
+                follow=follow,
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            if not follow:
+                raise
+            # Ctrl-C is how a follow ends: a clean stop, not an error.
     if errors:
         click.get_current_context().exit(1)
 
