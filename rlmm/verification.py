@@ -26,6 +26,7 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from remote.errors import SegmentFormatError
@@ -152,6 +153,10 @@ def _segment_problem(
     )
 
 
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def expected_objects(m: RemoteLogSegmentMetadata) -> dict[ObjectKind, ObjectChecksum | None]:
     """The objects a finished copy of ``m`` must have, with what the manifest recorded."""
     manifest = SegmentManifest.of(m)
@@ -218,7 +223,7 @@ class _Verifier:
                     _segment_problem(
                         ProblemKind.STUCK_COPY_STARTED,
                         m,
-                        f"{m.state.name} since event_timestamp_ms {m.event_timestamp_ms}",
+                        f"{m.state.name} since {_utc(m.event_timestamp_ms)}",
                     )
                 )
             return
@@ -228,7 +233,7 @@ class _Verifier:
                     _segment_problem(
                         ProblemKind.STUCK_DELETE_STARTED,
                         m,
-                        f"{m.state.name} since event_timestamp_ms {m.event_timestamp_ms}",
+                        f"{m.state.name} since {_utc(m.event_timestamp_ms)}",
                     )
                 )
             return
@@ -299,13 +304,9 @@ class _Verifier:
                 pass
             error: SegmentFormatError | None = reader.error
             if error is not None:
+                detail = str(error).removeprefix(f"{name}: ")  # the object is its own column
                 self.report.problems.append(
-                    _segment_problem(
-                        ProblemKind.BATCH_CRC_ERROR,
-                        m,
-                        f"at byte position {error.position}: {error}",
-                        name,
-                    )
+                    _segment_problem(ProblemKind.BATCH_CRC_ERROR, m, detail, name)
                 )
 
     def orphans(self, listing: dict[str, RemoteObject], live: set[str]) -> None:
@@ -327,7 +328,7 @@ class _Verifier:
                     ProblemKind.ORPHAN_OBJECT,
                     parsed.topic,
                     parsed.partition,
-                    f"{why} ({obj.size} bytes, last modified {obj.last_modified_ms})",
+                    f"{why} ({obj.size} bytes, last modified {_utc(obj.last_modified_ms)})",
                     segment_id=parsed.segment_id,
                     object_name=obj.name,
                 )
@@ -344,7 +345,7 @@ class _Verifier:
                     ProblemKind.STALE_MULTIPART_UPLOAD,
                     topic,
                     parsed.partition if parsed is not None else None,
-                    f"open since initiated_ms {upload.initiated_ms}",
+                    f"open since {_utc(upload.initiated_ms)}",
                     segment_id=parsed.segment_id if parsed is not None else None,
                     object_name=upload.name,
                     upload_id=upload.upload_id,

@@ -245,21 +245,26 @@ class ConsoleOutput(Output):
             self.out.print(f"{summary}: OK")
             return
         self._problems([p.to_dict() for p in report.problems])
-        self.out.print(f"{summary}: {len(report.problems)} problems")
+        self.out.print(f"{summary}: {len(report.problems)} problem(s)")
 
     def repair(self, plan: RepairPlan) -> None:
         if plan.actions:
             self._problems([a.to_dict() for a in plan.actions], extra="action")
-        verb = "done" if plan.applied else "would do (dry run; --apply to repair)"
-        self.out.print(
-            f"gc: {len(plan.actions)} actions {verb}"
-            + (f", {len(plan.done)} done" if plan.applied else "")
-            + (f", {len(plan.skipped)} skipped" if plan.skipped else "")
-        )
+        if not plan.actions:
+            self.out.print("gc: no garbage to remove")
+        elif plan.applied:
+            skipped = f", {len(plan.skipped)} skipped" if plan.skipped else ""
+            self.out.print(f"gc: {len(plan.done)} of {len(plan.actions)} action(s) done{skipped}")
+        else:
+            self.out.print(
+                f"gc: dry run, {len(plan.actions)} action(s) planned (--apply to repair)"
+            )
         for action, why in plan.skipped:
             self.out.print(f"  skipped {action.problem.segment_id}: {why}", markup=False)
         if plan.left_alone:
-            self.out.print(f"{len(plan.left_alone)} problems are not garbage and need an operator:")
+            self.out.print(
+                f"{len(plan.left_alone)} problem(s) are not garbage and need an operator:"
+            )
             self._problems([p.to_dict() for p in plan.left_alone])
 
 
