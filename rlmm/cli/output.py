@@ -124,6 +124,12 @@ class ConsoleOutput(Output):
         width = None if sys.stdout.isatty() else 1000
         self.out = Console(highlight=False, soft_wrap=False, width=width)
 
+    def _print_table(self, table: Table) -> None:
+        # Rich pads the last column; trailing blanks only get in the way of grep and diff.
+        with self.out.capture() as captured:
+            self.out.print(table)
+        sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
     def _table(self, *columns: str, right: tuple[str, ...] = ()) -> Table:
         table = Table(box=None, pad_edge=False, header_style="bold")
         for col in columns:
@@ -150,7 +156,7 @@ class ConsoleOutput(Output):
                 str(m.start_offset), str(m.end_offset), _epochs(m.segment_leader_epochs),
                 human_bytes(m.segment_size_in_bytes), m.state.name, human_time(m.max_timestamp_ms),
             )  # fmt: skip
-        self.out.print(table)
+        self._print_table(table)
         total = sum(m.segment_size_in_bytes for m in segments)
         self.out.print(f"{len(segments)} segments, {human_bytes(total)}")
 
@@ -175,7 +181,7 @@ class ConsoleOutput(Output):
                 human_bytes(o.recorded_size), d["recorded_crc32c"] or "-",
                 human_time(o.last_modified_ms),
             )  # fmt: skip
-        self.out.print(objects)
+        self._print_table(objects)
         self.out.print()
         events = self._table(
             "metadata_partition", "offset", "type", "state", "event_time", "broker_id"
@@ -186,7 +192,7 @@ class ConsoleOutput(Output):
                 str(e.metadata_partition), str(e.offset), d.get("type", "-"), d.get("state", "-"),
                 human_time(d.get("event_timestamp_ms")), str(d.get("broker_id", "-")),
             )  # fmt: skip
-        self.out.print(events)
+        self._print_table(events)
 
     def partitions(self, summaries: list[PartitionSummary]) -> None:
         table = self._table(
@@ -203,7 +209,7 @@ class ConsoleOutput(Output):
                 " ".join(f"{k}={v}" for k, v in s.state_counts.items()) or "-",
                 s.delete_state or "-", str(len(s.gaps)),
             )  # fmt: skip
-        self.out.print(table)
+        self._print_table(table)
 
     def snapshots(self, reports: list[SnapshotReport]) -> None:
         if not reports:
@@ -233,7 +239,7 @@ class ConsoleOutput(Output):
         table = self._table(*columns, "detail")
         for row in rows:
             table.add_row(*(str(row.get(c, "-")) for c in columns), str(row["detail"]))
-        self.out.print(table)
+        self._print_table(table)
 
     def verification(self, report: VerifyReport) -> None:
         mode = "deep" if report.deep else "quick"
