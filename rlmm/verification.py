@@ -23,11 +23,12 @@ and the objects prove.
 from __future__ import annotations
 
 import enum
+import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from remote.errors import SegmentFormatError
 from remote.segments.batch import RecordBatchReader
@@ -282,32 +283,37 @@ class _Verifier:
         recorded: ObjectChecksum | None,
         name: str,
     ) -> None:
+        # One streaming pass per object (segments are up to a GiB): the CRC-32C of every
+        # byte, and for the log object each batch's own CRC on the way.
         with self.rsm.open_object(name) as stream:
-            data = stream.read()
-        self.report.bytes_read += len(data)
-        if recorded is not None:
-            crc = crc32c_of(data)
-            if crc != recorded.crc32c:
-                self.report.problems.append(
-                    _segment_problem(
-                        ProblemKind.CHECKSUM_MISMATCH,
-                        m,
-                        f"CRC-32C {crc:08x}, recorded {recorded.crc32c:08x}",
-                        name,
+            reading = _Checksummed(stream)
+            if kind is None:
+                reader = RecordBatchReader(
+                    cast(BinaryIO, reading),
+                    name=name,
+                    verify_crc=True,
+                    strict=False,
+                    allow_truncated_tail=False,
+                )
+                for _ in reader:
+                    pass
+                error: SegmentFormatError | None = reader.error
+                if error is not None:
+                    detail = str(error).removeprefix(f"{name}: ")  # the object has its column
+                    self.report.problems.append(
+                        _segment_problem(ProblemKind.BATCH_CRC_ERROR, m, detail, name)
                     )
+            reading.drain()
+        self.report.bytes_read += reading.size
+        if recorded is not None and reading.crc != recorded.crc32c:
+            self.report.problems.append(
+                _segment_problem(
+                    ProblemKind.CHECKSUM_MISMATCH,
+                    m,
+                    f"CRC-32C {reading.crc:08x}, recorded {recorded.crc32c:08x}",
+                    name,
                 )
-        if kind is None:
-            reader = RecordBatchReader(
-                data, name=name, verify_crc=True, strict=False, allow_truncated_tail=False
             )
-            for _ in reader:
-                pass
-            error: SegmentFormatError | None = reader.error
-            if error is not None:
-                detail = str(error).removeprefix(f"{name}: ")  # the object is its own column
-                self.report.problems.append(
-                    _segment_problem(ProblemKind.BATCH_CRC_ERROR, m, detail, name)
-                )
 
     def orphans(self, listing: dict[str, RemoteObject], live: set[str]) -> None:
         for obj in listing.values():
@@ -351,6 +357,39 @@ class _Verifier:
                     upload_id=upload.upload_id,
                 )
             )
+
+
+class _Checksummed(io.RawIOBase):
+    """Passes a stream's bytes through, keeping their count and CRC-32C."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        super().__init__()
+        self._stream = stream
+        self.crc = 0
+        self.size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        # The batch reader seeks to its start position once; only "stay at 0" is real.
+        if offset == 0 and whence == io.SEEK_SET and self.size == 0:
+            return 0
+        raise io.UnsupportedOperation("a checksummed stream only reads forward")
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self._stream.read(len(view))
+        n = len(data)
+        view[:n] = data
+        self.crc = crc32c_of(data, self.crc)
+        self.size += n
+        return n
+
+    def drain(self) -> None:
+        chunk = bytearray(_READ_CHUNK)
+        while self.readinto(chunk):
+            pass
 
 
 def verify(
