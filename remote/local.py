@@ -264,13 +264,7 @@ class LocalRemoteStorageManager(RemoteStorageManager):
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         self._check_open()
         paths = [self.path_of(metadata, kind) for kind in OBJECT_KINDS]
-        for path in paths:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise RemoteStorageError(f"cannot delete {path}: {e}") from e
+        _unlink_all(paths)
         directory = paths[0].parent
         # Temp files of copies that crashed before publishing belong to this segment too.
         stem = paths[0].name.removesuffix(".log")
@@ -336,18 +330,23 @@ class LocalRemoteStorageManager(RemoteStorageManager):
     def delete_objects(self, names: Iterable[str]) -> None:
         self._check_open()
         paths = [self._path_of_name(name) for name in names]
-        for path in paths:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise RemoteStorageError(f"cannot delete {path}: {e}") from e
+        _unlink_all(paths)
         for directory in sorted({p.parent for p in paths}, reverse=True):
             self._remove_empty_dirs(directory)
 
     def close(self) -> None:
         self._closed = True
+
+
+def _unlink_all(paths: list[Path]) -> None:
+    """Delete each file; one already gone is fine (deletes are idempotent)."""
+    for path in paths:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise RemoteStorageError(f"cannot delete {path}: {e}") from e
 
 
 def _write_all(fd: int, tmp: Path, data: bytes) -> None:

@@ -71,6 +71,11 @@ class ProblemKind(enum.StrEnum):
     STALE_MULTIPART_UPLOAD = "stale_multipart_upload"
 
 
+_STUCK = {
+    _S.COPY_SEGMENT_STARTED: ProblemKind.STUCK_COPY_STARTED,
+    _S.DELETE_SEGMENT_STARTED: ProblemKind.STUCK_DELETE_STARTED,
+}
+
 GARBAGE = frozenset(
     {
         ProblemKind.ORPHAN_OBJECT,
@@ -217,26 +222,12 @@ class _Verifier:
         return self.report
 
     def segment(self, m: RemoteLogSegmentMetadata, listing: dict[str, RemoteObject]) -> None:
-        old = m.event_timestamp_ms < self.cutoff_ms
-        if m.state == _S.COPY_SEGMENT_STARTED:
-            if old:
-                self.report.problems.append(
-                    _segment_problem(
-                        ProblemKind.STUCK_COPY_STARTED,
-                        m,
-                        f"{m.state.name} since {_utc(m.event_timestamp_ms)}",
-                    )
-                )
-            return
-        if m.state == _S.DELETE_SEGMENT_STARTED:
-            if old:
-                self.report.problems.append(
-                    _segment_problem(
-                        ProblemKind.STUCK_DELETE_STARTED,
-                        m,
-                        f"{m.state.name} since {_utc(m.event_timestamp_ms)}",
-                    )
-                )
+        stuck = _STUCK.get(m.state)
+        if stuck is not None:
+            # Objects of a copy or delete in progress are not checked: they come and go.
+            if m.event_timestamp_ms < self.cutoff_ms:
+                since = f"{m.state.name} since {_utc(m.event_timestamp_ms)}"
+                self.report.problems.append(_segment_problem(stuck, m, since))
             return
         if m.state != _S.COPY_SEGMENT_FINISHED:
             return
