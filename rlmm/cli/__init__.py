@@ -103,9 +103,9 @@ def demo() -> None:
 
 
 # --- command groups, one module each ----------------------------------------------------
-from rlmm.cli import events, inspect, records, snapshots, verify  # noqa: E402
+from rlmm.cli import events, records, segments, snapshots, verify  # noqa: E402
 
-inspect.register(main)
+segments.register(main)
 events.register(main)
 snapshots.register(main)
 verify.register(main)
