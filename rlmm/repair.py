@@ -10,8 +10,9 @@ as Kafka's RemoteLogManager deletes a segment. Problems that are not garbage
 Invariant: a segment is only moved through the DELETE path if a writing manager,
 caught up with the metadata log, still sees it in the STARTED state the plan found
 (a copy that finished meanwhile is left alone), and its DELETE_SEGMENT_STARTED event is
-acknowledged before any of its objects is deleted, so a crash mid-way leaves a state
-the next ``gc`` finishes.
+acknowledged before any of its objects is deleted, so a crash mid-way leaves the
+segment in DELETE_SEGMENT_STARTED, which a later ``gc`` finishes once that event is
+older than the safety window.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ exactly the garbage, after which a second verify shows only what needs an operat
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from remote.segments.batch import RecordBatchReader
 from remote.storage import IndexType, object_name
 from tests.rlmm.cli.store import (
+    ROOT,
     build_store,
     open_stale_upload,
     read,
@@ -143,3 +146,31 @@ def test_gc_repairs_garbage_on_s3_and_verify_is_clean(tmp_path: Path, s3_endpoin
     clean = store.run("verify", "--deep", "--json", *window)
     assert clean.returncode == 0, clean.stdout
     assert json.loads(clean.stdout)["problems"] == []
+
+
+def test_gc_apply_next_to_a_running_writer(tmp_path: Path) -> None:
+    """Read-only commands work beside a process holding the file log's writer lock;
+    gc --apply, which must write the DELETE events, stops with one line naming it."""
+    store = build_store(tmp_path)
+    started = stuck_started(store)
+    with subprocess.Popen(
+        [sys.executable, "-m", "tests.rlmm.archive._writer_child", str(store.config.data_dir)],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    ) as writer:  # fmt: skip
+        try:
+            assert writer.stdout is not None and writer.stdin is not None
+            assert writer.stdout.readline().strip() == "ready"
+            listed = store.run("segments", "list", "--topic", "orders", "--json")
+            assert listed.returncode == 0, listed.stderr
+            assert sid(started) in {s["segment_id"] for s in json.loads(listed.stdout)["segments"]}
+            blocked = store.run("gc", "--apply", "--topic", "orders")
+            assert blocked.returncode == 2, blocked.stdout + blocked.stderr
+            assert "Traceback" not in blocked.stderr
+            (line,) = blocked.stderr.strip().splitlines()
+            assert "locked by another writer" in line and f"pid {writer.pid}" in line
+        finally:
+            if writer.stdin is not None:
+                writer.stdin.close()
+            writer.wait(timeout=60)
+    still = store.run("verify", "--topic", "orders", "--json")
+    assert problems(still) == {("stuck_copy_started", sid(started), None)}
