@@ -4,18 +4,28 @@ exactly the garbage, after which a second verify shows only what needs an operat
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from remote.segment_data import log_segment_data
 from remote.segments.batch import RecordBatchReader
 from remote.storage import IndexType, object_name
+from rlmm.archive import open_metadata_view
+from rlmm.model import RemoteLogSegmentMetadata
+from rlmm.model import RemoteLogSegmentState as S
+from tests.rlmm.archive.archive_data import segment_metadata
 from tests.rlmm.cli.store import (
+    HOUR_MS,
     ROOT,
+    Store,
     build_store,
     open_stale_upload,
     read,
@@ -24,6 +34,7 @@ from tests.rlmm.cli.store import (
     sid,
     stuck_deleting,
     stuck_started,
+    with_manager,
 )
 
 
@@ -174,3 +185,72 @@ def test_gc_apply_next_to_a_running_writer(tmp_path: Path) -> None:
             writer.wait(timeout=60)
     still = store.run("verify", "--topic", "orders", "--json")
     assert problems(still) == {("stuck_copy_started", sid(started), None)}
+
+
+def _seed_stuck(store: Store, count: int) -> list[str]:
+    """``count`` segments of orders-0 left in COPY_SEGMENT_STARTED two hours ago, each
+    with a full copy of its objects."""
+    tp = next(iter(store.segments))
+    seg = store.pdirs[tp].segments()[-1]
+
+    async def work(manager: Any, rsm: Any) -> list[str]:
+        out = []
+        for _ in range(count):
+            metadata, summary = segment_metadata(tp, seg)
+            old = RemoteLogSegmentMetadata(
+                metadata.remote_log_segment_id, metadata.start_offset, metadata.end_offset,
+                metadata.max_timestamp_ms, 0, int(time.time() * 1000) - 2 * HOUR_MS,
+                metadata.segment_size_in_bytes, metadata.segment_leader_epochs,
+                txn_index_empty=metadata.txn_index_empty,
+            )  # fmt: skip
+            await manager.add_remote_log_segment_metadata(old)
+            rsm.copy_log_segment_data(old, log_segment_data(seg, summary))
+            out.append(sid(old))
+        return out
+
+    result: list[str] = asyncio.run(with_manager(store.config, [tp], work))
+    return result
+
+
+def test_gc_killed_mid_repair_is_finished_by_the_next_gc(tmp_path: Path) -> None:
+    store = build_store(tmp_path)
+    stuck = _seed_stuck(store, 60)
+    gc = subprocess.Popen(
+        [sys.executable, "-m", "rlmm.cli", "gc", "--apply", "--config", str(store.config_path)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with open_metadata_view(store.config) as view:
+                states = {
+                    sid(m): m.state for tp in view.topic_partitions() for m in view.segments(tp)
+                }
+            if sum(s not in states for s in stuck) >= 5:
+                break  # some segments fully deleted: gc is mid-way
+            time.sleep(0.05)
+        gc.send_signal(signal.SIGKILL)
+    finally:
+        gc.wait(timeout=30)
+    with open_metadata_view(store.config) as view:
+        states = {sid(m): m.state for tp in view.topic_partitions() for m in view.segments(tp)}
+    left = [s for s in stuck if s in states]
+    assert 0 < len(left) < len(stuck), "gc was not killed mid-way"
+    assert {states[s] for s in left} <= {S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED}
+    rsm = store.rsm()
+    try:
+        names = {o.name for o in rsm.list_objects()}
+    finally:
+        rsm.close()
+    for s in stuck:
+        if s not in states:  # DELETE_SEGMENT_FINISHED only after its objects were deleted
+            assert not any(s in n for n in names)
+        elif states[s] == S.COPY_SEGMENT_STARTED:  # untouched
+            assert sum(s in n for n in names) == 5
+    # A later gc finishes the job (DELETE_SEGMENT_STARTED is new: past a zero window).
+    again = store.run("gc", "--apply", "--safety-window", "0s")
+    assert again.returncode == 0, again.stdout + again.stderr
+    clean = store.run("verify", "--deep", "--json", "--safety-window", "0s")
+    assert json.loads(clean.stdout)["problems"] == []
+    listed = json.loads(store.run("segments", "list", "--json").stdout)["segments"]
+    assert not {x["segment_id"] for x in listed} & set(stuck)
