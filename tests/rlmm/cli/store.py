@@ -187,29 +187,39 @@ def _age(store: Store, name: str, age_ms: int) -> None:
         os.utime(path, (t, t))
 
 
-def stuck_started(store: Store, age_ms: int = 2 * HOUR_MS) -> RemoteLogSegmentMetadata:
-    """orders-0's active segment: COPY_SEGMENT_STARTED long ago, objects copied, never
-    FINISHED (a broker that died mid-copy)."""
+def stuck_started(
+    store: Store, age_ms: int = 2 * HOUR_MS, count: int = 1
+) -> RemoteLogSegmentMetadata:
+    """orders-0's active segment, ``count`` times: COPY_SEGMENT_STARTED ``age_ms`` ago,
+    objects copied, never FINISHED (a broker that died mid-copy). Returns the last."""
+    return started_copies(store, age_ms, count)[-1]
+
+
+def started_copies(
+    store: Store, age_ms: int = 2 * HOUR_MS, count: int = 1
+) -> list[RemoteLogSegmentMetadata]:
     tp = next(tp for tp in store.pdirs if tp.partition == 0)
     seg = store.pdirs[tp].segments()[-1]
+    from remote.segment_data import log_segment_data
 
     async def work(
         manager: TopicBasedRemoteLogMetadataManager, rsm: RemoteStorageManager
-    ) -> RemoteLogSegmentMetadata:
-        metadata, summary = segment_metadata(tp, seg)
-        old = RemoteLogSegmentMetadata(
-            metadata.remote_log_segment_id, metadata.start_offset, metadata.end_offset,
-            metadata.max_timestamp_ms, 0, int(time.time() * 1000) - age_ms,
-            metadata.segment_size_in_bytes, metadata.segment_leader_epochs,
-            txn_index_empty=metadata.txn_index_empty,
-        )  # fmt: skip
-        await manager.add_remote_log_segment_metadata(old)
-        from remote.segment_data import log_segment_data
+    ) -> list[RemoteLogSegmentMetadata]:
+        out = []
+        for _ in range(count):
+            metadata, summary = segment_metadata(tp, seg)
+            old = RemoteLogSegmentMetadata(
+                metadata.remote_log_segment_id, metadata.start_offset, metadata.end_offset,
+                metadata.max_timestamp_ms, 0, int(time.time() * 1000) - age_ms,
+                metadata.segment_size_in_bytes, metadata.segment_leader_epochs,
+                txn_index_empty=metadata.txn_index_empty,
+            )  # fmt: skip
+            await manager.add_remote_log_segment_metadata(old)
+            await asyncio.to_thread(rsm.copy_log_segment_data, old, log_segment_data(seg, summary))
+            out.append(old)
+        return out
 
-        await asyncio.to_thread(rsm.copy_log_segment_data, old, log_segment_data(seg, summary))
-        return old
-
-    result: RemoteLogSegmentMetadata = asyncio.run(with_manager(store.config, [tp], work))
+    result: list[RemoteLogSegmentMetadata] = asyncio.run(with_manager(store.config, [tp], work))
     return result
 
 
@@ -274,6 +284,7 @@ __all__ = [
     "run_cli",
     "seed_orphan",
     "sid",
+    "started_copies",
     "stuck_deleting",
     "stuck_started",
 ]

@@ -4,7 +4,6 @@ exactly the garbage, after which a second verify shows only what needs an operat
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import subprocess
@@ -15,26 +14,21 @@ from typing import Any
 
 import pytest
 
-from remote.segment_data import log_segment_data
 from remote.segments.batch import RecordBatchReader
 from remote.storage import IndexType, object_name
 from rlmm.archive import open_metadata_view
-from rlmm.model import RemoteLogSegmentMetadata
 from rlmm.model import RemoteLogSegmentState as S
-from tests.rlmm.archive.archive_data import segment_metadata
 from tests.rlmm.cli.store import (
-    HOUR_MS,
     ROOT,
-    Store,
     build_store,
     open_stale_upload,
     read,
     rewrite,
     seed_orphan,
     sid,
+    started_copies,
     stuck_deleting,
     stuck_started,
-    with_manager,
 )
 
 
@@ -187,34 +181,9 @@ def test_gc_apply_next_to_a_running_writer(tmp_path: Path) -> None:
     assert problems(still) == {("stuck_copy_started", sid(started), None)}
 
 
-def _seed_stuck(store: Store, count: int) -> list[str]:
-    """``count`` segments of orders-0 left in COPY_SEGMENT_STARTED two hours ago, each
-    with a full copy of its objects."""
-    tp = next(iter(store.segments))
-    seg = store.pdirs[tp].segments()[-1]
-
-    async def work(manager: Any, rsm: Any) -> list[str]:
-        out = []
-        for _ in range(count):
-            metadata, summary = segment_metadata(tp, seg)
-            old = RemoteLogSegmentMetadata(
-                metadata.remote_log_segment_id, metadata.start_offset, metadata.end_offset,
-                metadata.max_timestamp_ms, 0, int(time.time() * 1000) - 2 * HOUR_MS,
-                metadata.segment_size_in_bytes, metadata.segment_leader_epochs,
-                txn_index_empty=metadata.txn_index_empty,
-            )  # fmt: skip
-            await manager.add_remote_log_segment_metadata(old)
-            rsm.copy_log_segment_data(old, log_segment_data(seg, summary))
-            out.append(sid(old))
-        return out
-
-    result: list[str] = asyncio.run(with_manager(store.config, [tp], work))
-    return result
-
-
 def test_gc_killed_mid_repair_is_finished_by_the_next_gc(tmp_path: Path) -> None:
     store = build_store(tmp_path)
-    stuck = _seed_stuck(store, 60)
+    stuck = [sid(m) for m in started_copies(store, count=60)]
     gc = subprocess.Popen(
         [sys.executable, "-m", "rlmm.cli", "gc", "--apply", "--config", str(store.config_path)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
