@@ -110,30 +110,39 @@ class ColumnBuilder:
         records = DefaultRecordBatch(data)
         keys, values, timestamps = self.keys, self.values, self.timestamps
         ka, va, ta = keys.append, values.append, timestamps.append
-        dense = header.record_count == last - base + 1
-        if lo <= base and last < hi and dense and not self.include_headers:
-            # The hot path: every record wanted, offsets base..last, no headers.
+        pairs = self.header_pairs
+        he, hp = self.header_ends.append, pairs.extend
+        with_headers = self.include_headers
+        if lo <= base and last < hi and header.record_count == last - base + 1:
+            # The hot path: every record wanted and offsets are base..last, so no
+            # per-record offset work; one loop per case keeps the loop body minimal.
             n = len(keys)
-            if log_append:
+            if with_headers:
                 for r in records:
                     ka(r.key)
                     va(r.value)
-                timestamps.extend([header.max_timestamp] * (len(keys) - n))
+                    ta(r.timestamp)
+                    hp(r.headers)
+                    he(len(pairs))
+            elif log_append:
+                for r in records:
+                    ka(r.key)
+                    va(r.value)
             else:
                 for r in records:
                     ka(r.key)
                     va(r.value)
                     ta(r.timestamp)
-            if len(keys) - n != header.record_count:
-                raise ValueError(
-                    f"batch declares {header.record_count} records but holds {len(keys) - n}"
-                )
+            added = len(keys) - n
+            if added != header.record_count:
+                raise ValueError(f"batch declares {header.record_count} records but holds {added}")
+            if log_append:
+                # LogAppendTime: the broker's time, the batch max timestamp, for every record.
+                del timestamps[n:]
+                timestamps.extend([header.max_timestamp] * added)
             self.offsets.extend(range(base, last + 1))
             return
         oa = self.offsets.append
-        with_headers = self.include_headers
-        he, hp = self.header_ends.append, self.header_pairs.extend
-        pairs = self.header_pairs
         max_ts = header.max_timestamp
         for r in records:
             o = r.offset
