@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
+from rlmm.archive import load_metadata_view
 from rlmm.config import RlmmConfig, load_config
 from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log
@@ -138,6 +139,13 @@ async def test_partition_below_the_log_start_restarts_from_another_owners_snapsh
     assert found.location.startswith(f"s3://{BUCKET}/cluster-a/__snapshots/broker-")
     assert all(found.snapshot.applied_offsets[p] + 1 >= starts[p] for p in range(N))
     assert newest_snapshot(cfg_view, [0], log_starts={0: 10**9}) is None
+    # The read-only metadata view starts from it too, and replays only the tail.
+    view = await load_metadata_view(cfg_view)
+    try:
+        assert view.stats.restored_from_snapshot
+        assert view.fingerprint() == expected
+    finally:
+        view.close()
     source = open_snapshot_source(cfg_view)
     try:
         assert isinstance(source, S3SnapshotStore) and source.read_only
