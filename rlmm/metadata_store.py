@@ -18,6 +18,7 @@ means exactly what the hot one would (the state equals a replay of the log).
 
 from __future__ import annotations
 
+import gc
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
@@ -146,6 +147,11 @@ class RemotePartitionMetadataStore:
     def _materialize(self, tp: TopicIdPartition) -> RemoteLogMetadataCache:
         """Decode a cold partition's block and apply its pending events, in order."""
         cold = self.caches.cold[tp]
+        # Thousands of new long-lived objects with no reference cycles: a cyclic GC
+        # pass in the middle would only add latency to this first read, and later full
+        # passes would walk them again and again, so they go out of its sight.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
             cache = RemoteLogMetadataCache.from_state(
                 tp, msgpack.unpackb(cold.block, raw=False, strict_map_key=False)
@@ -154,6 +160,10 @@ class RemotePartitionMetadataStore:
             raise SnapshotBlockError(
                 tp, f"the cache block of {tp} in snapshot {cold.source} cannot be decoded: {e!r}"
             ) from e
+        finally:
+            gc.freeze()
+            if gc_was_enabled:
+                gc.enable()
         del self.caches.cold[tp]
         self.caches.hot[tp] = cache
         for event in cold.pending:
