@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import heapq
 import itertools
 import logging
@@ -34,6 +33,7 @@ from rlmm.errors import (
     RemoteStorageError,
     RemoteStorageNotReadyError,
     RemoteStorageTimeoutError,
+    SnapshotBlockError,
 )
 from rlmm.metadata_store import RemotePartitionMetadataStore
 from rlmm.model import (
@@ -124,17 +124,8 @@ class TopicBasedRemoteLogMetadataManager:
             restored = await self._snapshotter.load()
             if restored is not None:
                 applied, state = restored
-                # Millions of new long-lived objects: a cyclic GC pass per few thousand
-                # of them would triple the load time, and none of them is garbage.
-                gc.disable()
-                try:
-                    self._store.load_state(state)
-                finally:
-                    # ... and the first collection after it would walk them all (seconds
-                    # at a million segments): move them out of the collector's sight.
-                    # They hold no reference cycles, so refcounting still frees them.
-                    gc.freeze()
-                    gc.enable()
+                # Lazy: each partition's block is decoded when first needed.
+                self._store.load_state(state, source="the snapshot loaded at start")
                 self._applied.update(applied)
                 self.stats.restored_from_snapshot = True
         self._started = True
@@ -229,6 +220,34 @@ class TopicBasedRemoteLogMetadataManager:
         self._applied.pop(p, None)
         self._store.drop(lambda tp: metadata_partition_for(tp, self._n) != p)
 
+    def _reset_partition(self, p: int, error: SnapshotBlockError) -> None:
+        """Drop metadata partition ``p``'s restored state: it is replayed from offset 0."""
+        log.error("%s; replaying metadata partition %d from offset 0", error, p)
+        self.stats.note(str(error))
+        self.stats.full_replays += 1
+        self._forget_partition(p)
+        self._applied[p] = -1
+
+    def _replay_from_log(self, p: int, error: SnapshotBlockError) -> None:
+        """:meth:`_reset_partition` from outside the apply loop: restart its consumer.
+
+        Runs synchronously in a caller's task while the consumer task of ``p`` waits at
+        an await, so the old consumer applies nothing after the reset.
+        """
+        old = self._consumers.pop(p, None)
+        if old is not None:
+            old.cancel()
+        self._reset_partition(p, error)
+        if old is not None:
+            self._consumers[p] = asyncio.create_task(
+                self._consume_after(old, p), name=f"rlmm-apply-{p}"
+            )
+
+    async def _consume_after(self, old: asyncio.Task[None], p: int) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await old
+        await self._consume(p)
+
     def is_ready(self, tp: TopicIdPartition) -> bool:
         a = self._assigned.get(tp)
         return a is not None and self._applied.get(a.metadata_partition, -1) >= a.ready_offset
@@ -280,7 +299,11 @@ class TopicBasedRemoteLogMetadataManager:
                 f" for {event.remote_log_segment_id}"
             )
         p = self._ready_assignment(tp).metadata_partition
-        self._store.check(event)
+        try:
+            self._store.check(event)
+        except SnapshotBlockError as e:
+            self._replay_from_log(p, e)
+            raise
         try:
             offset = await self._log.append(p, encode(event))
         except EventLogError as e:
@@ -331,11 +354,18 @@ class TopicBasedRemoteLogMetadataManager:
         backoff = 0.05
         while True:
             start = self._applied.get(p, -1) + 1
+            batches = self._log.read_batches(p, start)
             try:
-                async for batch in self._log.read_batches(p, start):
-                    self._apply_batch(p, batch)
+                async for batch in batches:
+                    try:
+                        self._apply_batch(p, batch)
+                    except SnapshotBlockError as e:
+                        self._reset_partition(p, e)
+                        break  # read again from offset 0
                     backoff = 0.05
-                return  # the log was closed
+                else:
+                    return  # the log was closed
+                continue
             except asyncio.CancelledError:
                 raise
             except EventLogClosedError:
@@ -352,6 +382,10 @@ class TopicBasedRemoteLogMetadataManager:
                 log.warning("reading metadata partition %d from offset %d failed: %r", p, start, e)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+            finally:
+                aclose = getattr(batches, "aclose", None)
+                if aclose is not None:
+                    await aclose()
 
     def _apply_batch(self, p: int, batch: list[tuple[int, bytes]]) -> None:
         applied = self._applied.get(p, -1)
@@ -377,6 +411,8 @@ class TopicBasedRemoteLogMetadataManager:
             return
         try:
             self._store.apply(event)
+        except SnapshotBlockError:
+            raise  # not the event's fault: the partition is replayed from the log
         except RemoteStorageError as e:
             self._reject(p, offset, e, "illegal event")
             self.stats.skipped_invalid += 1
@@ -465,7 +501,11 @@ class TopicBasedRemoteLogMetadataManager:
         self._ready_assignment(tp)
         if self._store.is_deleted(tp):
             raise RemoteResourceNotFoundError(f"{tp} was deleted from remote storage")
-        return self._store.caches.get(tp)
+        try:
+            return self._store.caches.get(tp)
+        except SnapshotBlockError as e:
+            self._replay_from_log(metadata_partition_for(tp, self._n), e)
+            raise
 
     def remote_log_segment_metadata(
         self, tp: TopicIdPartition, leader_epoch: int, offset: int
