@@ -148,7 +148,7 @@ class FileEventLog(EventLog):
         *,
         fsync: str = "always",
         fsync_interval_ms: int = 1000,
-        segment_bytes: int = 64 * MiB,
+        segment_bytes: int = 4 * MiB,
         index_interval_bytes: int = 4096,
         max_batch_bytes: int = MiB,
         group_commit: bool = True,
