@@ -198,3 +198,11 @@ def test_view_does_not_create_a_missing_kafka_topic(kafka_bootstrap: str, tmp_pa
     with pytest.raises(ArchiveError, match="rlmm-missing-") as caught:
         open_metadata_view(config)
     assert "does not exist" in str(caught.value)
+
+
+async def test_the_sync_view_works_inside_a_running_loop(tmp_path: Path) -> None:
+    config = make_config(tmp_path / "rlmm")
+    copied = await offload(config, [write_dir(tmp_path / "logs", "inloop", 0)])
+    view = open_metadata_view(config)  # loads on a private thread: no nested-loop error
+    ((tp, segments),) = copied.items()
+    assert view.lineage(tp) == segments
