@@ -13,7 +13,7 @@ from remote import RemoteStorageManager, load_remote_storage_manager
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
-from rlmm.snapshotting import SnapshotPolicy
+from rlmm.snapshotting import snapshot_policy
 
 
 def open_event_log(config: RlmmConfig) -> EventLog:
@@ -30,7 +30,14 @@ def open_event_log(config: RlmmConfig) -> EventLog:
                     "eventlog.type = 'kafka' needs eventlog.bootstrap_servers (or Kafka's"
                     " remote.log.metadata.common.client.bootstrap.servers)"
                 )
-            return KafkaEventLog.from_properties(properties or {}, **options)
+            props = dict(properties or {})
+            # from_properties validates that Kafka's bootstrap property is present.
+            servers = options["bootstrap_servers"]
+            props.setdefault(
+                "remote.log.metadata.common.client.bootstrap.servers",
+                servers if isinstance(servers, str) else ",".join(servers),
+            )
+            return KafkaEventLog.from_properties(props, **options)
         return load_event_log(options)
     except (EventLogConfigError, TypeError) as e:
         raise ConfigError(f"bad event log settings {sorted(options)}: {e}") from e
@@ -44,17 +51,9 @@ def create_manager(
     config: RlmmConfig, event_log: EventLog, *, close_event_log: bool = True
 ) -> TopicBasedRemoteLogMetadataManager:
     """A manager over ``event_log`` with the configured snapshot policy (not started)."""
-    policy = None
-    if config.snapshot["enabled"]:
-        policy = SnapshotPolicy(
-            config.snapshot_dir(),
-            every_events=int(config.snapshot["every_events"]),
-            interval_s=float(config.snapshot["interval_s"]),
-            keep=int(config.snapshot["keep"]),
-        )
     return TopicBasedRemoteLogMetadataManager(
         event_log,
         write_timeout_s=float(config.manager["write_timeout_s"]),
-        snapshot_policy=policy,
+        snapshot_policy=snapshot_policy(config),
         close_event_log=close_event_log,
     )
