@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import heapq
 import itertools
 import logging
@@ -34,6 +33,7 @@ from rlmm.errors import (
     RemoteStorageError,
     RemoteStorageNotReadyError,
     RemoteStorageTimeoutError,
+    SnapshotBlockError,
 )
 from rlmm.metadata_store import RemotePartitionMetadataStore
 from rlmm.model import (
@@ -121,17 +121,13 @@ class TopicBasedRemoteLogMetadataManager:
             restored = await self._snapshotter.load()
             if restored is not None:
                 applied, state = restored
-                # Millions of new long-lived objects: a cyclic GC pass per few thousand
-                # of them would triple the load time, and none of them is garbage.
-                gc.disable()
-                try:
-                    self._store.load_state(state)
-                finally:
-                    # ... and the first collection after it would walk them all (seconds
-                    # at a million segments): move them out of the collector's sight.
-                    # They hold no reference cycles, so refcounting still frees them.
-                    gc.freeze()
-                    gc.enable()
+                # Lazy restore: this only indexes each user partition's encoded block;
+                # a block is decoded on the partition's first use (metadata_store).
+                source = (
+                    f"the snapshot in {self._snapshotter.policy.directory} restored at start"
+                    f" (applied offsets {dict(sorted(applied.items()))})"
+                )
+                self._store.load_state(state, source=source)
                 self._applied.update(applied)
                 self.stats.restored_from_snapshot = True
         self._started = True
@@ -275,7 +271,11 @@ class TopicBasedRemoteLogMetadataManager:
                 f" for {event.remote_log_segment_id}"
             )
         p = self._ready_assignment(tp).metadata_partition
-        self._store.check(event)
+        try:
+            self._store.check(event)
+        except SnapshotBlockError as e:
+            self._replay_after_corrupt_block(e)
+            raise
         try:
             offset = await self._log.append(p, encode(event))
         except EventLogError as e:
@@ -370,6 +370,11 @@ class TopicBasedRemoteLogMetadataManager:
             return
         try:
             self._store.apply(event)
+        except SnapshotBlockError as e:
+            # Not the event's fault: the whole metadata partition is replayed instead
+            # (raising out of the batch makes _consume resume at the forgotten offset 0).
+            self._replay_after_corrupt_block(e)
+            raise
         except RemoteStorageError as e:
             self._reject(p, offset, e, "illegal event")
             self.stats.skipped_invalid += 1
@@ -409,6 +414,26 @@ class TopicBasedRemoteLogMetadataManager:
             self.stats.note(f"snapshot failed: {e!r}")
             log.warning("writing a snapshot failed: %r", e)
 
+    def _replay_after_corrupt_block(self, error: SnapshotBlockError) -> None:
+        """Distrust the snapshot for the metadata partition holding a corrupt block.
+
+        The partition's state is dropped and its apply loop restarted from offset 0 (a
+        full replay of that partition, as without a snapshot); its user partitions
+        are not ready until it catches up. Runs on the event loop.
+        """
+        p = metadata_partition_for(error.partition, self._n)
+        if not self._store.is_cold(error.partition):
+            return  # already dropped: a replay is under way
+        message = f"{error}; replaying metadata partition {p} from offset 0"
+        log.error(message)
+        self.stats.note(message)
+        self.stats.full_replays += 1
+        self._forget_partition(p)
+        task = self._consumers.get(p)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()  # it cannot apply anything more: it is not running now
+            self._consumers[p] = asyncio.create_task(self._consume(p), name=f"rlmm-apply-{p}")
+
     async def snapshot(self) -> None:
         """Take a snapshot now (in addition to the policy's schedule)."""
         self._ensure_open()
@@ -429,7 +454,11 @@ class TopicBasedRemoteLogMetadataManager:
         self._ready_assignment(tp)
         if self._store.is_deleted(tp):
             raise RemoteResourceNotFoundError(f"{tp} was deleted from remote storage")
-        return self._store.caches.get(tp)
+        try:
+            return self._store.caches.get(tp)
+        except SnapshotBlockError as e:
+            self._replay_after_corrupt_block(e)
+            raise
 
     def remote_log_segment_metadata(
         self, tp: TopicIdPartition, leader_epoch: int, offset: int
