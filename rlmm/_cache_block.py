@@ -26,6 +26,7 @@ codec's builders are used.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgpack
 
 from rlmm import _codec_build as _build
-from rlmm._codec_wire import uuid_from_int
+from rlmm._codec_wire import FAST_UUID, uuid_from_int
 from rlmm.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -135,6 +136,11 @@ class _SegmentShadow:
 
 
 def _fast_segments(tp: TopicIdPartition, items: list[Any]) -> tuple[list[Any], list[Any]]:
+    # uuid.UUID built as _codec_wire's fast path does (FAST_UUID is part of the check).
+    new = object.__new__
+    set_slot = object.__setattr__
+    uuid_cls = uuid.UUID
+    unknown = uuid.SafeUUID.unknown
     sid_cls = RemoteLogSegmentId
     meta_cls = RemoteLogSegmentMetadata
     states = _STATES
@@ -144,9 +150,12 @@ def _fast_segments(tp: TopicIdPartition, items: list[Any]) -> tuple[list[Any], l
     metas = []
     for raw, start, end, max_ts, broker, event_ts, size, flat, state, custom, txn in items:
         n = from_bytes(raw, "big")
+        u = new(uuid_cls)
+        set_slot(u, "int", n)
+        set_slot(u, "is_safe", unknown)
         sid = _SegmentIdShadow()
         sid.topic_id_partition = tp  # type: ignore[attr-defined]
-        sid.id = uuid_from_int(n)  # type: ignore[attr-defined]
+        sid.id = u  # type: ignore[attr-defined]
         sid._hash = hash(n)  # type: ignore[attr-defined]  # as RemoteLogSegmentId.__post_init__
         sid.__class__ = sid_cls  # type: ignore[assignment]
         m = _SegmentShadow()
@@ -177,6 +186,7 @@ def _fast_path_works() -> bool:
         _SegmentIdShadow.__slots__ != RemoteLogSegmentId.__slots__
         or _SegmentShadow.__slots__ != RemoteLogSegmentMetadata.__slots__
         or not _build.FAST_BUILD
+        or not FAST_UUID
     ):
         return False
     tp = TopicIdPartition(uuid_from_int(1 << 100), "probe", 3)
