@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
@@ -146,6 +147,9 @@ class RemotePartitionMetadataStore:
         # Recently finished deletes, to recognise a redelivered DELETE_SEGMENT_FINISHED.
         self._deleted: OrderedDict[RemoteLogSegmentId, None] = OrderedDict()
         self.late_rejections = 0  # queued events that decoding a cold partition skipped
+        # Readers of a loaded store (a shared read-only view) may decode from several
+        # threads: one decodes a partition, the others then find it decoded.
+        self._decode_lock = threading.Lock()
 
     def is_redelivery(self, event: RemoteLogMetadata) -> bool:
         """True for a second copy of an event that already took effect.
@@ -248,7 +252,13 @@ class RemotePartitionMetadataStore:
 
     def _materialize(self, tp: TopicIdPartition) -> RemoteLogMetadataCache:
         """Decode cold ``tp`` and apply its queued events in order; all or nothing."""
-        cold = self._cold[tp]
+        with self._decode_lock:
+            cache = self._live.get(tp)
+            if cache is not None:
+                return cache  # decoded by another thread meanwhile
+            return self._decode(tp, self._cold[tp])
+
+    def _decode(self, tp: TopicIdPartition, cold: _Cold) -> RemoteLogMetadataCache:
         # Decoding makes thousands of long-lived objects at once: no collection may
         # run midway, and afterwards they are moved out of the collector's sight (as
         # start() did for a whole snapshot before restores were lazy), or collections

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 from collections.abc import Iterator
 
 import msgpack
@@ -269,3 +270,23 @@ def test_dropped_partition_replays_its_deletes_again() -> None:
     full = RemotePartitionMetadataStore()
     replay(full, events)
     assert store.fingerprint() == full.fingerprint()
+
+
+def test_first_reads_from_several_threads_decode_once() -> None:
+    head = RemotePartitionMetadataStore()
+    replay(head, list(traffic(13, 600, illegal=False)))
+    lazy = restored(head)
+    victims = sorted(lazy.cold_partitions(), key=lambda t: t.partition)
+    seen: list[list[object]] = []
+
+    def read_all() -> None:
+        seen.append([lazy.caches.get(t) for t in victims])
+
+    threads = [threading.Thread(target=read_all) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 4 and all(row == seen[0] for row in seen)
+    assert all(a is b for row in seen for a, b in zip(row, seen[0], strict=True))
+    assert lazy.fingerprint() == head.fingerprint()
