@@ -116,9 +116,23 @@ class TopicBasedRemoteLogMetadataManager:
         """Start the event log and seed the cache from the newest valid snapshot."""
         if self._started:
             return
-        await self._log.start()
-        if self._snapshotter is not None:
-            restored = await self._snapshotter.load()
+        # Reading the snapshot and recovering the log are independent I/O: overlap them.
+        loading = (
+            asyncio.ensure_future(self._snapshotter.load())
+            if self._snapshotter is not None
+            else None
+        )
+        try:
+            await self._log.start()
+        except BaseException:
+            if loading is not None:
+                loading.cancel()
+                await asyncio.wait([loading])
+                if not loading.cancelled():
+                    loading.exception()  # retrieved: the log's error is the one to raise
+            raise
+        if self._snapshotter is not None and loading is not None:
+            restored = await loading
             if restored is not None:
                 applied, state = restored
                 # Lazy restore: this only indexes each user partition's encoded block;

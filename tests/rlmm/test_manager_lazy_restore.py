@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from pathlib import Path
@@ -9,12 +10,14 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from eventlog import EventLogError
 from eventlog.memory import MemoryEventLog
 from rlmm import metadata_store
 from rlmm.errors import RemoteStorageNotReadyError, SnapshotBlockError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
 from rlmm.partitioning import metadata_partition_for
+from rlmm.snapshotting import SnapshotPolicy
 from snapshot import Snapshot, SnapshotStore
 from tests.rlmm.factories import S, segment, tp, update
 from tests.rlmm.helpers import sequential_replay
@@ -197,4 +200,21 @@ async def test_corrupt_block_in_the_apply_loop(
     assert manager.stats.full_replays == 1 and not manager._store.is_cold(victim)
     assert m in manager.list_remote_log_segments(victim)
     assert manager.fingerprint() == (await sequential_replay(log)).fingerprint()
+    await manager.close()
+
+
+class FailingStartLog(MemoryEventLog):
+    async def start(self) -> None:
+        await asyncio.sleep(0.01)  # the snapshot load is under way meanwhile
+        raise EventLogError("the log cannot start")
+
+
+async def test_log_start_failure_while_loading_the_snapshot(tmp_path: Path) -> None:
+    await worked(MemoryEventLog(N), tmp_path, 50, 8)
+    manager = TopicBasedRemoteLogMetadataManager(
+        FailingStartLog(N), snapshot_policy=SnapshotPolicy(tmp_path), close_event_log=False
+    )
+    with pytest.raises(EventLogError, match="cannot start"):
+        await manager.start()
+    assert not manager.stats.restored_from_snapshot
     await manager.close()
