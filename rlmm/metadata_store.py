@@ -81,72 +81,74 @@ class _Cold:
         self.source = source
 
 
-class CacheMap(MutableMapping[TopicIdPartition, RemoteLogMetadataCache]):
+class PartitionCaches(MutableMapping[TopicIdPartition, RemoteLogMetadataCache]):
     """``store.caches``: a mapping whose cold entries are decoded when they are read.
 
     Membership, iteration and ``len`` do not decode anything; ``[tp]``, ``get``,
     ``values()`` and ``items()`` do (SnapshotBlockError if a block is corrupt).
     """
 
-    __slots__ = ("_cold", "_live", "_store")
+    __slots__ = ("_store", "cold", "hot")
 
     def __init__(self, store: RemotePartitionMetadataStore) -> None:
         self._store = store
-        self._live: dict[TopicIdPartition, RemoteLogMetadataCache] = {}
-        self._cold: dict[TopicIdPartition, _Cold] = {}
+        self.hot: dict[TopicIdPartition, RemoteLogMetadataCache] = {}  # decoded
+        self.cold: dict[TopicIdPartition, _Cold] = {}  # restored, not decoded yet
 
     def __getitem__(self, tp: TopicIdPartition) -> RemoteLogMetadataCache:
-        cache = self._live.get(tp)
+        cache = self.hot.get(tp)
         if cache is not None:
             return cache
-        if tp in self._cold:
+        if tp in self.cold:
             return self._store._materialize(tp)
         raise KeyError(tp)
 
     def get(self, tp: TopicIdPartition, default: Any = None) -> Any:
         # The hot path of every read: one dict lookup when the partition is decoded.
-        cache = self._live.get(tp)
+        cache = self.hot.get(tp)
         if cache is not None:
             return cache
-        if tp in self._cold:
+        if tp in self.cold:
             return self._store._materialize(tp)
         return default
 
     def __contains__(self, tp: object) -> bool:
-        return tp in self._live or tp in self._cold
+        return tp in self.hot or tp in self.cold
 
     def __iter__(self) -> Iterator[TopicIdPartition]:
-        yield from list(self._live)
-        yield from list(self._cold)
+        yield from list(self.hot)
+        yield from list(self.cold)
 
     def __len__(self) -> int:
-        return len(self._live) + len(self._cold)
+        return len(self.hot) + len(self.cold)
 
     def __setitem__(self, tp: TopicIdPartition, cache: RemoteLogMetadataCache) -> None:
-        self._cold.pop(tp, None)
-        self._live[tp] = cache
+        self.cold.pop(tp, None)
+        self.hot[tp] = cache
 
     def __delitem__(self, tp: TopicIdPartition) -> None:
-        if self._live.pop(tp, None) is None and self._cold.pop(tp, None) is None:
+        if self.hot.pop(tp, None) is None and self.cold.pop(tp, None) is None:
             raise KeyError(tp)
 
     def discard(self, tp: TopicIdPartition) -> None:
         """Forget ``tp`` without decoding it."""
-        self._live.pop(tp, None)
-        self._cold.pop(tp, None)
+        self.hot.pop(tp, None)
+        self.cold.pop(tp, None)
 
 
 class RemotePartitionMetadataStore:
     """Caches of all user partitions known to one manager, keyed by TopicIdPartition."""
 
     def __init__(self) -> None:
-        self.caches = CacheMap(self)
-        self._live = self.caches._live
-        self._cold = self.caches._cold
+        self.caches = PartitionCaches(self)
+        self._live = self.caches.hot
+        self._cold = self.caches.cold
         self.delete_states: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
         # Recently finished deletes, to recognise a redelivered DELETE_SEGMENT_FINISHED.
         self._deleted: OrderedDict[RemoteLogSegmentId, None] = OrderedDict()
-        self.late_rejections = 0  # queued events that decoding a cold partition skipped
+        # Queued events skipped when their cold partition was decoded (redelivered
+        # copies, illegal events): what the apply loop would have skipped on arrival.
+        self.deferred_skips = 0
         # Readers of a loaded store (a shared read-only view) may decode from several
         # threads: one decodes a partition, the others then find it decoded.
         self._decode_lock = threading.Lock()
@@ -276,12 +278,13 @@ class RemotePartitionMetadataStore:
             self._live[tp] = cache
             for event in pending:
                 if self.is_redelivery(event):
+                    self.deferred_skips += 1
                     continue
                 try:
                     self._apply_live(tp, event)
                 except RemoteStorageError as exc:
                     # The apply loop skips an illegal event; so does its delayed apply.
-                    self.late_rejections += 1
+                    self.deferred_skips += 1
                     log.warning("%s: skipped illegal queued event: %s", tp, exc)
         finally:
             gc.freeze()
@@ -291,6 +294,10 @@ class RemotePartitionMetadataStore:
 
     def is_cold(self, tp: TopicIdPartition) -> bool:
         return tp in self._cold
+
+    @property
+    def cold_count(self) -> int:
+        return len(self._cold)
 
     def cold_partitions(self) -> set[TopicIdPartition]:
         """Partitions restored from a snapshot and not decoded yet."""
