@@ -20,6 +20,7 @@ from rlmm.errors import RemoteStorageNotReadyError, SnapshotBlockError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
 from rlmm.partitioning import metadata_partition_for
+from rlmm.snapshot_report import inspect_snapshot
 from rlmm.snapshotting import SnapshotPolicy
 from snapshot import Snapshot, SnapshotStore
 from tests.rlmm.factories import S, segment, tp, update
@@ -315,3 +316,13 @@ async def test_log_start_failure_while_loading_the_snapshot(tmp_path: Path) -> N
         await manager.start()
     assert not manager.stats.restored_from_snapshot
     await manager.close()
+
+
+async def test_snapshot_report_names_a_corrupt_block(tmp_path: Path) -> None:
+    log = MemoryEventLog(N)
+    await worked(log, tmp_path, 120, 9)
+    corrupt_newest_block(tmp_path, TPS[3])
+    newest = SnapshotStore(tmp_path).paths()[0]
+    report = inspect_snapshot(newest)
+    assert not report.ok and report.partition_count == N
+    assert str(TPS[3]) in (report.problem or "") and "corrupt" in (report.problem or "")
