@@ -1,0 +1,93 @@
+"""The PySpark data source ``kafka-archive``: Spark's Kafka-source columns, read from the archive.
+
+Job: a thin layer over ``rlmm.archive``. ``__init__`` (at ``load()``, on the driver)
+parses and validates the options into a ``KafkaArchiveOptions`` and checks the
+subscription against the archive; ``partitions()`` (on the driver) plans one input
+partition per archive slice; ``read()`` (on an executor) fetches and decodes one
+slice into Arrow batches.
+
+Invariants: an input partition carries everything its reader needs (the slice:
+segment metadata, byte and offset range, aborted transactions, remote storage
+options) and never a path to the driver's event log or snapshots, so executors on
+other machines only need to reach remote storage; this module imports neither
+pyarrow, boto3 nor the archive reader at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from rlmm.spark.options import KafkaArchiveOptions, parse_options
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from rlmm.archive import Slice
+
+NAME = "kafka-archive"
+# Spark's Kafka source (org.apache.spark.sql.kafka010.KafkaRecordToRowConverter).
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long,"
+    " timestamp timestamp, timestampType int"
+)
+HEADERS = "headers array<struct<key:string,value:binary>>"
+
+
+def schema_ddl(include_headers: bool) -> str:
+    return f"{SCHEMA}, {HEADERS}" if include_headers else SCHEMA
+
+
+class SlicePartition(InputPartition):
+    """One Spark input partition: one archive slice (a small picklable value)."""
+
+    def __init__(self, piece: Slice | None) -> None:
+        super().__init__(None if piece is None else str(piece))
+        self.slice = piece
+
+
+class KafkaArchiveReader(DataSourceReader):
+    """Plans on the driver (``partitions``), fetches and decodes on executors (``read``)."""
+
+    def __init__(self, options: KafkaArchiveOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        from rlmm.spark.planning import plan
+
+        return [SlicePartition(piece) for piece in plan(self.options)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        piece = getattr(partition, "slice", None)
+        if piece is None:  # Spark's stand-in when there is nothing to read
+            return iter(())
+        from rlmm.archive import read_slice
+
+        return read_slice(piece)
+
+
+class KafkaArchiveDataSource(DataSource):
+    """``spark.read.format("kafka-archive")``: register with ``rlmm.spark.register(spark)``."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self.parsed = parse_options(dict(options))
+        from rlmm.spark.planning import check_subscription
+
+        check_subscription(self.parsed)
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return schema_ddl(self.parsed.include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaArchiveReader(self.parsed)
+
+
+__all__ = ["NAME", "KafkaArchiveDataSource", "KafkaArchiveReader", "SlicePartition", "schema_ddl"]

@@ -1,0 +1,266 @@
+"""``spark.read.format("kafka-archive")`` on local[2], record by record against what was
+written: every codec, both isolation levels, offset and timestamp ranges, slices
+inside segments, leader changes, S3 through moto's server, real broker segments."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from remote import available_codecs
+from rlmm.archive import open_metadata_view
+from rlmm.config import RlmmConfig
+from tests.remote.segments._data import TIMEINDEX_TEST, TOPIC_A, TOPIC_B
+from tests.rlmm.archive.archive_data import (
+    Expected,
+    archived,
+    expected_rows,
+    make_config,
+    offload,
+    rows,
+    write_history,
+)
+from tests.rlmm.archive.test_real_segments import as_partition_dir, kafka_python_rows
+from tests.rlmm.spark.spark_data import write_leader_change
+
+pytestmark = pytest.mark.spark
+
+CODECS = available_codecs()
+KAFKA_COLUMNS = [
+    ("key", "binary"),
+    ("value", "binary"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "bigint"),
+    ("timestamp", "timestamp"),
+    ("timestampType", "int"),
+]
+
+
+def overrides(config: RlmmConfig) -> dict[str, str]:
+    """The ``rlmm.*`` options that name ``config`` inline (no TOML file)."""
+    out = {"rlmm.data_dir": str(config.data_dir)}
+    out["rlmm.eventlog.partitions"] = str(config.eventlog["partitions"])
+    for key, value in config.remote.items():
+        out[f"rlmm.remote.{key}"] = str(value)
+    return out
+
+
+def read(spark: Any, **options: str) -> Any:
+    reader = spark.read.format("kafka-archive")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def spark_rows(df: Any) -> dict[tuple[str, int], list[tuple[Any, ...]]]:
+    """(topic, partition) -> rows as archive_data.rows gives them, in offset order."""
+    table = df.toArrow()
+    out: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+    topics = table.column("topic").to_pylist()
+    partitions = table.column("partition").to_pylist()
+    for key, row in zip(
+        zip(topics, partitions, strict=True), rows(table.to_batches()), strict=True
+    ):
+        out.setdefault(key, []).append(row)
+    for got in out.values():
+        assert [r[0] for r in got] == sorted(r[0] for r in got)  # slices come in order
+    return out
+
+
+@pytest.fixture(scope="module")
+def registered(spark: Any) -> Any:
+    import rlmm.spark
+
+    rlmm.spark.register(spark)
+    return spark
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Topic ``h-<codec>`` partition 0 per codec, offloaded, and a TOML naming it."""
+    tmp = tmp_path_factory.mktemp("spark")
+    config = make_config(tmp / "rlmm")
+    written: dict[str, list[Expected]] = {}
+    dirs = []
+    for codec in CODECS:
+        pdir, expected = write_history(tmp / "logs", f"h-{codec}", 0, codec)
+        written[codec] = archived(pdir, expected)
+        dirs.append(pdir)
+    asyncio.run(offload(config, dirs))
+    toml = tmp / "rlmm.toml"
+    toml.write_text(f'data_dir = "{config.data_dir}"\n[eventlog]\npartitions = 4\n')
+    yield toml, written
+
+
+def test_every_codec_record_by_record_with_spark_s_kafka_schema(
+    registered: Any, history: Any
+) -> None:
+    toml, written = history
+    df = read(registered, config=str(toml), subscribePattern="h-.*", includeHeaders="true")
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        *KAFKA_COLUMNS,
+        ("headers", "array<struct<key:string,value:binary>>"),
+    ]
+    got = spark_rows(df)
+    assert sorted(got) == sorted((f"h-{codec}", 0) for codec in CODECS)
+    for codec in CODECS:
+        expected = written[codec]  # read_uncommitted: aborted records too
+        assert got[(f"h-{codec}", 0)] == expected_rows(expected), codec
+        assert any(e.aborted for e in expected) and any(e.key is None for e in expected)
+    # Without includeHeaders: exactly Spark's Kafka columns.
+    plain = read(registered, config=str(toml), subscribe="h-none")
+    assert [(f.name, f.dataType.simpleString()) for f in plain.schema.fields] == KAFKA_COLUMNS
+    # One Spark partition per slice: here one per archived segment.
+    config = make_config(toml.parent / "rlmm")
+    with open_metadata_view(config) as view:
+        segments = len(view.lineage(view.find("h-none", 0)))  # type: ignore[arg-type]
+    assert plain.rdd.getNumPartitions() == segments > 4
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_both_isolation_levels(registered: Any, history: Any, codec: str) -> None:
+    toml, written = history
+    topic = f"h-{codec}"
+    committed = [e for e in written[codec] if not e.aborted]
+    df = read(registered, config=str(toml), subscribe=topic, isolationLevel="read_committed")
+    assert spark_rows(df)[(topic, 0)] == expected_rows(committed, headers=False)
+    # Spark's Kafka-source spelling (a consumer property) means the same.
+    df = read(
+        registered, config=str(toml), subscribe=topic, **{"kafka.isolation.level": "read_committed"}
+    )
+    assert spark_rows(df)[(topic, 0)] == expected_rows(committed, headers=False)
+    df = read(registered, config=str(toml), subscribe=topic, isolationLevel="read_uncommitted")
+    assert spark_rows(df)[(topic, 0)] == expected_rows(written[codec], headers=False)
+
+
+def test_offset_ranges(registered: Any, history: Any) -> None:
+    toml, written = history
+    expected = written["gzip"]
+    start, end = 17, 233
+    df = read(
+        registered,
+        config=str(toml),
+        assign=json.dumps({"h-gzip": [0]}),
+        startingOffsets=json.dumps({"h-gzip": {"0": start}}),
+        endingOffsets=json.dumps({"h-gzip": {"0": end}}),
+    )
+    wanted = [e for e in expected if start <= e.offset < end]
+    assert spark_rows(df)[("h-gzip", 0)] == expected_rows(wanted, headers=False)
+    # -2 / -1 are earliest / latest, as in Spark's JSON.
+    df = read(
+        registered,
+        config=str(toml),
+        subscribe="h-gzip",
+        startingOffsets=json.dumps({"h-gzip": {"0": -2}}),
+        endingOffsets=json.dumps({"h-gzip": {"0": -1}}),
+    )
+    assert spark_rows(df)[("h-gzip", 0)] == expected_rows(expected, headers=False)
+
+
+def test_timestamp_ranges(registered: Any, history: Any) -> None:
+    toml, written = history
+    expected = written["none"]
+    lo_ts, hi_ts = expected[30].timestamp, expected[300].timestamp
+    first = next(e.offset for e in expected if e.timestamp >= lo_ts)
+    last = next(e.offset for e in expected if e.timestamp >= hi_ts)
+    wanted = expected_rows([e for e in expected if first <= e.offset < last], headers=False)
+    df = read(
+        registered,
+        config=str(toml),
+        subscribe="h-none",
+        startingTimestamp=str(lo_ts),
+        endingTimestamp=str(hi_ts),
+    )
+    assert spark_rows(df)[("h-none", 0)] == wanted
+    df = read(
+        registered,
+        config=str(toml),
+        subscribe="h-none",
+        startingOffsetsByTimestamp=json.dumps({"h-none": {"0": lo_ts}}),
+        endingOffsetsByTimestamp=json.dumps({"h-none": {"0": hi_ts}}),
+        startingOffsets="earliest",  # Spark: *OffsetsByTimestamp wins over *Offsets
+    )
+    assert spark_rows(df)[("h-none", 0)] == wanted
+
+
+def test_slice_boundaries_inside_segments(registered: Any, history: Any) -> None:
+    """maxRecordsPerPartition and minPartitions cut segments into several input
+    partitions (inside transactions too); together they read each record once."""
+    toml, written = history
+    committed = [e for e in written["none"] if not e.aborted]
+    whole = read(registered, config=str(toml), subscribe="h-none").rdd.getNumPartitions()
+    df = read(
+        registered,
+        config=str(toml),
+        subscribe="h-none",
+        includeHeaders="true",
+        maxRecordsPerPartition="37",
+        isolationLevel="read_committed",
+    )
+    assert df.rdd.getNumPartitions() > 2 * whole
+    assert spark_rows(df)[("h-none", 0)] == expected_rows(committed)
+    df = read(registered, config=str(toml), subscribe="h-none", minPartitions=str(4 * whole))
+    assert df.rdd.getNumPartitions() >= 4 * whole
+    assert spark_rows(df)[("h-none", 0)] == expected_rows(written["none"], headers=False)
+
+
+def test_leader_changes_and_superseded_segments(registered: Any, tmp_path: Path) -> None:
+    config, expected_keys = write_leader_change(tmp_path)
+    df = read(registered, subscribe="t", **overrides(config))
+    got = spark_rows(df)[("t", 0)]
+    assert [r[0] for r in got] == list(range(len(expected_keys)))
+    assert [r[1] for r in got] == expected_keys
+
+
+@pytest.mark.s3
+def test_s3_through_the_moto_server(registered: Any, s3_endpoint: str, tmp_path: Path) -> None:
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="spark-archive")
+    config = make_config(
+        tmp_path / "rlmm",
+        **{
+            "remote.type": "s3",
+            "remote.bucket": "spark-archive",
+            "remote.endpoint_url": s3_endpoint,
+        },
+    )
+    pdir, expected = write_history(tmp_path / "logs", "s3t", 0, "zstd")
+    asyncio.run(offload(config, [pdir]))
+    expected = archived(pdir, expected)
+    df = read(
+        registered,
+        subscribe="s3t",
+        includeHeaders="true",
+        maxRecordsPerPartition="50",  # ranged GETs inside segments
+        **overrides(config),
+    )
+    assert df.rdd.getNumPartitions() > len(pdir.segments())
+    assert spark_rows(df)[("s3t", 0)] == expected_rows(expected)
+
+
+def test_real_broker_segments_match_kafka_python(registered: Any, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    dirs = [
+        as_partition_dir(TIMEINDEX_TEST, logs / "timeindex_test-0"),
+        as_partition_dir(TOPIC_A, logs / "test_topic_a-0"),
+        as_partition_dir(TOPIC_B, logs / "test_topic_b-0"),
+    ]
+    config = make_config(tmp_path / "rlmm")
+    asyncio.run(offload(config, dirs, skip_active=False))
+    df = read(
+        registered,
+        subscribe=",".join(p.topic for p in dirs),
+        includeHeaders="true",
+        maxRecordsPerPartition="5000",
+        **overrides(config),
+    )
+    got = spark_rows(df)
+    for pdir in dirs:
+        assert [r[:5] for r in got[(pdir.topic, 0)]] == kafka_python_rows(pdir), pdir.topic
+    assert len(got[("timeindex_test", 0)]) == 15363
