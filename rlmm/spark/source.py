@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from rlmm.spark.errors import KafkaArchiveOptionError
 from rlmm.spark.options import KafkaArchiveOptions, parse_options
 
 if TYPE_CHECKING:
@@ -29,16 +30,34 @@ if TYPE_CHECKING:
     from rlmm.archive import Slice
 
 NAME = "kafka-archive"
-# Spark's Kafka source (org.apache.spark.sql.kafka010.KafkaRecordToRowConverter).
-SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long,"
-    " timestamp timestamp, timestampType int"
-)
-HEADERS = "headers array<struct<key:string,value:binary>>"
 
 
-def schema_ddl(include_headers: bool) -> str:
-    return f"{SCHEMA}, {HEADERS}" if include_headers else SCHEMA
+def kafka_struct(include_headers: bool) -> StructType:
+    """Spark's Kafka-source schema (``KafkaRecordToRowConverter``), headers when asked."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)
 
 
 class SlicePartition(InputPartition):
@@ -83,11 +102,18 @@ class KafkaArchiveDataSource(DataSource):
     def name(cls) -> str:
         return NAME
 
-    def schema(self) -> str:
-        return schema_ddl(self.parsed.include_headers)
+    def schema(self) -> StructType:
+        return kafka_struct(self.parsed.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        expected = kafka_struct(self.parsed.include_headers)
+        if schema != expected:  # a user-given .schema(...): the columns are fixed
+            raise KafkaArchiveOptionError(
+                "schema",
+                f"kafka-archive has the fixed schema {expected.simpleString()}"
+                f" (includeHeaders picks the headers column), got {schema.simpleString()}",
+            )
         return KafkaArchiveReader(self.parsed)
 
 
-__all__ = ["NAME", "KafkaArchiveDataSource", "KafkaArchiveReader", "SlicePartition", "schema_ddl"]
+__all__ = ["NAME", "KafkaArchiveDataSource", "KafkaArchiveReader", "SlicePartition", "kafka_struct"]

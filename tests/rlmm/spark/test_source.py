@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -264,3 +265,44 @@ def test_real_broker_segments_match_kafka_python(registered: Any, tmp_path: Path
     for pdir in dirs:
         assert [r[:5] for r in got[(pdir.topic, 0)]] == kafka_python_rows(pdir), pdir.topic
     assert len(got[("timeindex_test", 0)]) == 15363
+
+
+@pytest.mark.parametrize(
+    ("options", "option", "match"),
+    [
+        ({"subscribe": "nope"}, "subscribe", "topic 'nope' is not in the archive"),
+        ({"assign": '{"h-none": [0, 3]}'}, "assign", r"partitions \[3\] of topic 'h-none'"),
+        ({"subscribe": "h-none", "assign": '{"h-none": [0]}'}, "assign", "exactly one of"),
+        (
+            {"subscribe": "h-none", "startingOffsets": '{"h-none": {"0": 1'},
+            "startingOffsets",
+            "JSON",
+        ),
+        (
+            {"subscribePattern": "h-.*", "endingOffsets": '{"h-x": {"0": 9}}'},
+            "endingOffsets",
+            "h-x-0",
+        ),
+        ({"subscribe": "h-none", "config": "/nonexistent/rlmm.toml"}, "config", "does not exist"),
+        ({"subscribe": "h-none", "rlmm.manager.typo": "1"}, "rlmm.manager.typo", "unknown setting"),
+    ],
+)
+def test_bad_options_fail_at_load_naming_the_option(
+    registered: Any, history: Any, options: dict[str, str], option: str, match: str
+) -> None:
+    from pyspark.errors import AnalysisException
+
+    toml, _ = history
+    with pytest.raises(AnalysisException) as caught:
+        read(registered, **{"config": str(toml), **options})
+    message = str(caught.value)
+    assert f"kafka-archive option '{option}'" in message
+    assert re.search(match, message), message
+
+
+def test_a_user_schema_other_than_kafka_s_is_refused(registered: Any, history: Any) -> None:
+    toml, _ = history
+    df = registered.read.format("kafka-archive").schema("value string")
+    df = df.option("config", str(toml)).option("subscribe", "h-none").load()
+    with pytest.raises(Exception, match="kafka-archive option 'schema'"):
+        df.count()
