@@ -1,4 +1,6 @@
-"""A partition whose archive has a leader change and a superseded copy, for the Spark tests.
+"""Helpers of the Spark tests: reading through ``format("kafka-archive")`` into the rows
+``tests.rlmm.archive.archive_data.rows`` gives, and a partition whose archive has a
+leader change and a superseded copy.
 
 The old leader (epoch 0) wrote offsets 0..100; the new leader took over at 50,
 truncated the old leader's uncommitted tail at 80 (epoch 1 from there) and went on
@@ -12,11 +14,43 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 from remote import PartitionDir, PartitionDirWriter, ProducerRecord
 from rlmm.config import RlmmConfig
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
-from tests.rlmm.archive.archive_data import copy_segment, make_config
+from tests.rlmm.archive.archive_data import copy_segment, make_config, rows
+
+
+def overrides(config: RlmmConfig) -> dict[str, str]:
+    """The ``rlmm.*`` options that name ``config`` inline (no TOML file)."""
+    out = {"rlmm.data_dir": str(config.data_dir)}
+    out["rlmm.eventlog.partitions"] = str(config.eventlog["partitions"])
+    for key, value in config.remote.items():
+        out[f"rlmm.remote.{key}"] = str(value)
+    return out
+
+
+def read(spark: Any, **options: str) -> Any:
+    reader = spark.read.format("kafka-archive")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def spark_rows(df: Any) -> dict[tuple[str, int], list[tuple[Any, ...]]]:
+    """(topic, partition) -> rows as archive_data.rows gives them, in offset order."""
+    table = df.toArrow()
+    out: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+    topics = table.column("topic").to_pylist()
+    partitions = table.column("partition").to_pylist()
+    for key, row in zip(
+        zip(topics, partitions, strict=True), rows(table.to_batches()), strict=True
+    ):
+        out.setdefault(key, []).append(row)
+    for got in out.values():
+        assert [r[0] for r in got] == sorted(r[0] for r in got)  # slices come in order
+    return out
 
 
 def _records(keys: range, prefix: str) -> list[ProducerRecord]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,16 @@ import pytest
 
 from remote import available_codecs
 from rlmm.archive import open_metadata_view
-from rlmm.config import RlmmConfig
 from tests.remote.segments._data import TIMEINDEX_TEST, TOPIC_A, TOPIC_B
 from tests.rlmm.archive.archive_data import (
-    Expected,
     archived,
     expected_rows,
     make_config,
     offload,
-    rows,
     write_history,
 )
 from tests.rlmm.archive.test_real_segments import as_partition_dir, kafka_python_rows
-from tests.rlmm.spark.spark_data import write_leader_change
+from tests.rlmm.spark.spark_data import overrides, read, spark_rows, write_leader_change
 
 pytestmark = pytest.mark.spark
 
@@ -42,62 +38,6 @@ KAFKA_COLUMNS = [
     ("timestamp", "timestamp"),
     ("timestampType", "int"),
 ]
-
-
-def overrides(config: RlmmConfig) -> dict[str, str]:
-    """The ``rlmm.*`` options that name ``config`` inline (no TOML file)."""
-    out = {"rlmm.data_dir": str(config.data_dir)}
-    out["rlmm.eventlog.partitions"] = str(config.eventlog["partitions"])
-    for key, value in config.remote.items():
-        out[f"rlmm.remote.{key}"] = str(value)
-    return out
-
-
-def read(spark: Any, **options: str) -> Any:
-    reader = spark.read.format("kafka-archive")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
-
-
-def spark_rows(df: Any) -> dict[tuple[str, int], list[tuple[Any, ...]]]:
-    """(topic, partition) -> rows as archive_data.rows gives them, in offset order."""
-    table = df.toArrow()
-    out: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
-    topics = table.column("topic").to_pylist()
-    partitions = table.column("partition").to_pylist()
-    for key, row in zip(
-        zip(topics, partitions, strict=True), rows(table.to_batches()), strict=True
-    ):
-        out.setdefault(key, []).append(row)
-    for got in out.values():
-        assert [r[0] for r in got] == sorted(r[0] for r in got)  # slices come in order
-    return out
-
-
-@pytest.fixture(scope="module")
-def registered(spark: Any) -> Any:
-    import rlmm.spark
-
-    rlmm.spark.register(spark)
-    return spark
-
-
-@pytest.fixture(scope="module")
-def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Topic ``h-<codec>`` partition 0 per codec, offloaded, and a TOML naming it."""
-    tmp = tmp_path_factory.mktemp("spark")
-    config = make_config(tmp / "rlmm")
-    written: dict[str, list[Expected]] = {}
-    dirs = []
-    for codec in CODECS:
-        pdir, expected = write_history(tmp / "logs", f"h-{codec}", 0, codec)
-        written[codec] = archived(pdir, expected)
-        dirs.append(pdir)
-    asyncio.run(offload(config, dirs))
-    toml = tmp / "rlmm.toml"
-    toml.write_text(f'data_dir = "{config.data_dir}"\n[eventlog]\npartitions = 4\n')
-    yield toml, written
 
 
 def test_every_codec_record_by_record_with_spark_s_kafka_schema(
