@@ -15,6 +15,7 @@ error: the range's end is where the planner said the wanted batches end.
 from __future__ import annotations
 
 import logging
+import struct
 import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -27,9 +28,12 @@ from rlmm.archive.errors import CorruptBatchError
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 8 << 20
+# Reads of 1 MiB measured fastest (bigger ones cost fresh pages on every read); a batch
+# bigger than that is read whole in one go (its length is known from its first 12 bytes).
+CHUNK_BYTES = 1 << 20
 _V2_CRC_FROM = 21  # the CRC covers attributes .. end of batch
 _LEGACY_CRC_FROM = 16  # magic .. end of message
+_LENGTH = struct.Struct(">i")
 
 
 def _check_crc(header: RecordBatchHeader, view: memoryview) -> int | None:
@@ -70,7 +74,11 @@ def iter_batches(
             log.warning("%s; skipping the rest of the range", error)
             return
         if header is None:
-            data = stream.read(chunk_bytes)
+            want = chunk_bytes
+            if len(buf) - pos >= 12:
+                (length,) = _LENGTH.unpack_from(buf, pos + 8)
+                want = max(want, 12 + length - (len(buf) - pos))
+            data = stream.read(want)
             if not data:
                 return
             if pos < len(buf):

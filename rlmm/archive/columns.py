@@ -66,7 +66,9 @@ class ColumnBuilder:
     def _reset(self) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
+        # Offsets in row order: (base, count) runs for whole dense batches (built with
+        # one vectorised add, not a Python int per row) and lists for filtered ones.
+        self.offset_parts: list[tuple[int, int] | list[int]] = []
         self.timestamps: list[int] = []
         self.type_runs: list[tuple[int, int]] = []  # (timestampType, row count)
         self.header_ends: list[int] = []
@@ -74,24 +76,36 @@ class ColumnBuilder:
 
     def truncate(self, rows: int) -> None:
         """Forget rows from ``rows`` on (what a batch that failed half-way added)."""
-        del self.keys[rows:], self.values[rows:], self.offsets[rows:], self.timestamps[rows:]
+        del self.keys[rows:], self.values[rows:], self.timestamps[rows:]
+        parts = self.offset_parts
+        excess = sum(p[1] if type(p) is tuple else len(p) for p in parts) - rows
+        while excess > 0:
+            last = parts[-1]
+            count = last[1] if type(last) is tuple else len(last)
+            if count <= excess:
+                parts.pop()
+            elif isinstance(last, tuple):
+                parts[-1] = (last[0], count - excess)
+            else:
+                del last[count - excess :]
+            excess -= min(count, excess)
         if self.include_headers:
             del self.header_ends[rows:]
             del self.header_pairs[self.header_ends[-1] if self.header_ends else 0 :]
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self.keys)
 
     # ---- decoding ----------------------------------------------------------------------
 
     def add(self, header: RecordBatchHeader, data: memoryview) -> int:
         """Append the in-range records of one data batch; the number of rows added."""
-        before = len(self.offsets)
+        before = len(self.keys)
         if header.magic >= 2:
             self._add_v2(header, data)
         else:
             self._add_legacy(header, data)
-        added = len(self.offsets) - before
+        added = len(self.keys) - before
         if added:
             ts_type = 1 if header.attributes & _LOG_APPEND_TIME else 0
             if header.magic == 0:
@@ -110,30 +124,44 @@ class ColumnBuilder:
         records = DefaultRecordBatch(data)
         keys, values, timestamps = self.keys, self.values, self.timestamps
         ka, va, ta = keys.append, values.append, timestamps.append
-        dense = header.record_count == last - base + 1
-        if lo <= base and last < hi and dense and not self.include_headers:
-            # The hot path: every record wanted, offsets base..last, no headers.
+        pairs = self.header_pairs
+        he, hp = self.header_ends.append, pairs.extend
+        with_headers = self.include_headers
+        if lo <= base and last < hi and header.record_count == last - base + 1:
+            # The hot path: every record wanted and offsets are base..last, so no
+            # per-record offset work; one loop per case keeps the loop body minimal.
             n = len(keys)
-            if log_append:
+            if with_headers:
                 for r in records:
                     ka(r.key)
                     va(r.value)
-                timestamps.extend([header.max_timestamp] * (len(keys) - n))
+                    ta(r.timestamp)
+                    hp(r.headers)
+                    he(len(pairs))
+            elif log_append:
+                for r in records:
+                    ka(r.key)
+                    va(r.value)
             else:
                 for r in records:
                     ka(r.key)
                     va(r.value)
                     ta(r.timestamp)
-            if len(keys) - n != header.record_count:
-                raise ValueError(
-                    f"batch declares {header.record_count} records but holds {len(keys) - n}"
-                )
-            self.offsets.extend(range(base, last + 1))
+            added = len(keys) - n
+            if added != header.record_count:
+                raise ValueError(f"batch declares {header.record_count} records but holds {added}")
+            if log_append:
+                # LogAppendTime: the broker's time, the batch max timestamp, for every record.
+                del timestamps[n:]
+                timestamps.extend([header.max_timestamp] * added)
+            parts = self.offset_parts
+            run = parts[-1] if parts else None
+            if type(run) is tuple and run[0] + run[1] == base:
+                parts[-1] = (run[0], run[1] + added)
+            else:
+                parts.append((base, added))
             return
-        oa = self.offsets.append
-        with_headers = self.include_headers
-        he, hp = self.header_ends.append, self.header_pairs.extend
-        pairs = self.header_pairs
+        oa = self._explicit_offsets().append
         max_ts = header.max_timestamp
         for r in records:
             o = r.offset
@@ -147,8 +175,17 @@ class ColumnBuilder:
                 hp(r.headers)
                 he(len(pairs))
 
+    def _explicit_offsets(self) -> list[int]:
+        parts = self.offset_parts
+        if parts and isinstance(parts[-1], list):
+            return parts[-1]
+        explicit: list[int] = []
+        parts.append(explicit)
+        return explicit
+
     def _add_legacy(self, header: RecordBatchHeader, data: memoryview) -> None:
         lo, hi = self.from_offset, self.until_offset
+        oa = self._explicit_offsets().append
         with_headers = self.include_headers
         for r in LegacyRecordBatch(bytes(data), header.magic):
             o = r.offset
@@ -156,7 +193,7 @@ class ColumnBuilder:
                 continue
             self.keys.append(r.key)
             self.values.append(r.value)
-            self.offsets.append(o)
+            oa(o)
             self.timestamps.append(-1 if r.timestamp is None else r.timestamp)
             if with_headers:
                 self.header_ends.append(len(self.header_pairs))
@@ -165,14 +202,14 @@ class ColumnBuilder:
 
     def build(self) -> pa.RecordBatch:
         """The accumulated rows as one RecordBatch; the builder is empty afterwards."""
-        n = len(self.offsets)
+        n = len(self.keys)
         millis = pa.array(self.timestamps, pa.int64())
         arrays: list[pa.Array] = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.partition, pa.int32()), n),
-            pa.array(self.offsets, pa.int64()),
+            _offsets(self.offset_parts),
             pc.multiply(millis, 1000).cast(TIMESTAMP_TYPE),
             _runs(self.type_runs, n),
         ]
@@ -180,6 +217,24 @@ class ColumnBuilder:
             arrays.append(_headers(self.header_ends, self.header_pairs))
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=kafka_schema(self.include_headers))
+
+
+_IOTA = [pa.array(range(1 << 16), pa.int64())]
+
+
+def _offsets(parts: list[tuple[int, int] | list[int]]) -> pa.Array:
+    arrays = []
+    for part in parts:
+        if type(part) is tuple:
+            base, count = part
+            if count > len(_IOTA[0]):
+                _IOTA[0] = pa.array(range(count), pa.int64())
+            arrays.append(pc.add(_IOTA[0].slice(0, count), base))
+        elif part:
+            arrays.append(pa.array(part, pa.int64()))
+    if len(arrays) == 1:
+        return arrays[0]
+    return pa.concat_arrays(arrays) if arrays else pa.array([], pa.int64())
 
 
 def _runs(runs: list[tuple[int, int]], n: int) -> pa.Array:

@@ -36,6 +36,7 @@ from remote.segments import (
     OffsetIndexEntry,
     lookup_offset,
     read_offset_index,
+    read_producer_snapshot,
     read_time_index,
     read_txn_index,
 )
@@ -189,6 +190,20 @@ class _Planner:
             return None
         return int(offset)
 
+    def last_stable_offset(self, segment: RemoteLogSegmentMetadata) -> int | None:
+        """First offset of the earliest transaction still open at the end of ``segment``
+        (from the producer snapshot copied with it), or None when none is open."""
+        self.fetched.append((str(segment.remote_log_segment_id.id), IndexType.PRODUCER_SNAPSHOT))
+        try:
+            data = self.rsm.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT)
+        except RemoteResourceNotFoundError:
+            return None
+        entries = read_producer_snapshot(
+            data, name=object_name(segment, IndexType.PRODUCER_SNAPSHOT)
+        )
+        open_txns = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
+        return min(open_txns) if open_txns else None
+
     # ---- timestamps ---------------------------------------------------------------------
 
     def offset_for_timestamp(self, ranges: list[LineageRange], timestamp: int) -> int | None:
@@ -239,6 +254,13 @@ class _Planner:
         request = self.request
         key = (tp.topic, tp.partition)
         earliest, latest = ranges[0].first_offset, ranges[-1].last_offset + 1
+        stable = latest  # where "latest" is for this isolation level
+        if request.isolation_level == READ_COMMITTED:
+            # Kafka's read_committed consumer stops at the last stable offset: records of
+            # a transaction still open at the archive's end (and all after) are undecided.
+            lso = self.last_stable_offset(ranges[-1].segment)
+            if lso is not None and lso < latest:
+                stable = max(lso, earliest)
         start_ts = _for_partition(request.starting_timestamp_ms, key)
         end_ts = _for_partition(request.ending_timestamp_ms, key)
         if start_ts is not None:
@@ -248,17 +270,27 @@ class _Planner:
                     f"{tp.topic}-{tp.partition}: no record with a timestamp >= {start_ts}"
                     f" (starting timestamp) in the archive"
                 )
-            start = latest if found is None else found
+            start = stable if found is None else found
         else:
             start = (request.starting_offsets or {}).get(key, EARLIEST)
             start = earliest if start == EARLIEST else start
         if end_ts is not None:
             found = self.offset_for_timestamp(ranges, end_ts)
-            end = latest if found is None else found
+            end = stable if found is None else found
         else:
             end = (request.ending_offsets or {}).get(key, LATEST)
-            end = latest if end == LATEST else end
+            end = stable if end == LATEST else end
         where = f"{tp.topic}-{tp.partition}"
+        if stable < end <= latest:
+            log.info(
+                "%s: read_committed stops at the last stable offset %d, not %d: a transaction"
+                " is still open at the end of the archive",
+                where,
+                stable,
+                end,
+            )
+            end = stable
+            start = min(start, end)
         if start > end:
             raise ArchiveError(f"{where}: starting offset {start} is after ending offset {end}")
         if start < earliest:
