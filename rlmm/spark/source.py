@@ -15,6 +15,7 @@ pyarrow, boto3 nor the archive reader at import time.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from rlmm.archive import Slice
 
 NAME = "kafka-archive"
+log = logging.getLogger(__name__)
 
 
 def kafka_struct(include_headers: bool) -> StructType:
@@ -77,7 +79,9 @@ class KafkaArchiveReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         from rlmm.spark.planning import plan
 
-        return [SlicePartition(piece) for piece in plan(self.options)]
+        slices = plan(self.options)
+        log.info("kafka-archive: %d input partitions (one per slice)", len(slices))
+        return [SlicePartition(piece) for piece in slices]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         piece = getattr(partition, "slice", None)
@@ -94,6 +98,8 @@ class KafkaArchiveDataSource(DataSource):
     def __init__(self, options: Any) -> None:
         super().__init__(options)
         self.parsed = parse_options(dict(options))
+        if self.parsed.ignored:
+            log.info("kafka-archive: ignoring live-consumer options %s", self.parsed.ignored)
         from rlmm.spark.planning import check_subscription
 
         check_subscription(self.parsed)

@@ -19,6 +19,7 @@ from typing import Any
 from remote import PartitionDir, PartitionDirWriter, ProducerRecord
 from rlmm.config import RlmmConfig
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
+from rlmm.model import TopicIdPartition
 from tests.rlmm.archive.archive_data import copy_segment, make_config, rows
 
 
@@ -53,6 +54,23 @@ def spark_rows(df: Any) -> dict[tuple[str, int], list[tuple[Any, ...]]]:
     return out
 
 
+def copy_segments(config: RlmmConfig, tp: TopicIdPartition, segments: list[Any]) -> None:
+    """Copy ``segments`` in this order (STARTED -> RSM copy -> FINISHED each)."""
+
+    async def copy() -> None:
+        rsm = open_remote_storage(config)
+        try:
+            async with create_manager(config, open_event_log(config)) as manager:
+                await manager.on_partition_leadership_changes([tp], [])
+                await manager.wait_until_ready([tp], 30)
+                for seg in segments:
+                    await copy_segment(manager, rsm, tp, seg)
+        finally:
+            rsm.close()
+
+    asyncio.run(copy())
+
+
 def _records(keys: range, prefix: str) -> list[ProducerRecord]:
     return [ProducerRecord(f"{prefix}{n}".encode(), b"v", (), 1000 + n) for n in keys]
 
@@ -70,19 +88,9 @@ def write_leader_change(tmp: Path) -> tuple[RlmmConfig, list[bytes]]:
         w.append_records(_records(range(80, 201), "new"), batch_records=5)
     old, new = PartitionDir(tmp / "old" / "t-0"), PartitionDir(tmp / "new" / "t-0")
     config = make_config(tmp / "rlmm")
-    tp = old.topic_id_partition()
-
-    async def copy() -> None:
-        rsm = open_remote_storage(config)
-        try:
-            async with create_manager(config, open_event_log(config)) as manager:
-                await manager.on_partition_leadership_changes([tp], [])
-                await manager.wait_until_ready([tp], 30)
-                for seg in (old.segments()[0], new.segments()[0], *[new.segments()[1]] * 2):
-                    await copy_segment(manager, rsm, tp, seg)
-        finally:
-            rsm.close()
-
-    asyncio.run(copy())
+    retried = new.segments()[1]
+    copy_segments(
+        config, old.topic_id_partition(), [old.segments()[0], new.segments()[0], retried, retried]
+    )
     keys = [f"{'old' if n < 80 else 'new'}{n}".encode() for n in range(201)]
     return config, keys

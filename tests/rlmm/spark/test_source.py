@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 import re
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ import pytest
 
 from remote import available_codecs
 from rlmm.archive import open_metadata_view
+from rlmm.spark import parse_options
+from rlmm.spark.planning import plan
 from tests.remote.segments._data import TIMEINDEX_TEST, TOPIC_A, TOPIC_B
 from tests.rlmm.archive.archive_data import (
     archived,
@@ -24,7 +27,13 @@ from tests.rlmm.archive.archive_data import (
     write_history,
 )
 from tests.rlmm.archive.test_real_segments import as_partition_dir, kafka_python_rows
-from tests.rlmm.spark.spark_data import overrides, read, spark_rows, write_leader_change
+from tests.rlmm.spark.spark_data import (
+    copy_segments,
+    overrides,
+    read,
+    spark_rows,
+    write_leader_change,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -160,6 +169,22 @@ def test_leader_changes_and_superseded_segments(registered: Any, tmp_path: Path)
     assert [r[1] for r in got] == expected_keys
 
 
+def test_fail_on_data_loss(registered: Any, tmp_path: Path) -> None:
+    """A segment never copied: the read fails naming the missing offsets, or with
+    failOnDataLoss=false reads around them."""
+    pdir, expected = write_history(tmp_path / "logs", "g", 0)
+    config = make_config(tmp_path / "rlmm")
+    rolled = pdir.segments()[:-1]
+    missing = rolled[2]
+    copy_segments(config, pdir.topic_id_partition(), [s for s in rolled if s is not missing])
+    gap = (missing.base_offset, rolled[3].base_offset)
+    with pytest.raises(Exception, match=rf"offsets \[{gap[0]}, {gap[1]}\) are missing"):
+        read(registered, subscribe="g", **overrides(config)).count()
+    df = read(registered, subscribe="g", failOnDataLoss="false", **overrides(config))
+    kept = [e for e in archived(pdir, expected) if not gap[0] <= e.offset < gap[1]]
+    assert spark_rows(df)[("g", 0)] == expected_rows(kept, headers=False)
+
+
 @pytest.mark.s3
 def test_s3_through_the_moto_server(registered: Any, s3_endpoint: str, tmp_path: Path) -> None:
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="spark-archive")
@@ -183,6 +208,12 @@ def test_s3_through_the_moto_server(registered: Any, s3_endpoint: str, tmp_path:
     )
     assert df.rdd.getNumPartitions() > len(pdir.segments())
     assert spark_rows(df)[("s3t", 0)] == expected_rows(expected)
+    # What an executor gets names the bucket, never the driver's disk.
+    from rlmm.spark.source import SlicePartition
+
+    slices = plan(parse_options({"subscribe": "s3t", **overrides(config)}))
+    blob = pickle.dumps([SlicePartition(s) for s in slices])
+    assert b"spark-archive" in blob and str(tmp_path).encode() not in blob
 
 
 def test_real_broker_segments_match_kafka_python(registered: Any, tmp_path: Path) -> None:
