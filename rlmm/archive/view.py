@@ -206,6 +206,14 @@ async def _replay_partition(
     batches = event_log.read_batches(p, start)
     async with contextlib.aclosing(batches):  # type: ignore[type-var]
         async for batch in batches:
+            if last == start - 1 and batch and batch[0][0] > start:
+                # Events the replay needs are gone (log retention): the state would be
+                # silently incomplete, so refuse (a newer snapshot would cover them).
+                raise ArchiveError(
+                    f"metadata partition {p}: the event log starts at offset {batch[0][0]}"
+                    f" but the replay needs offsets from {start} (deleted by retention?);"
+                    " no snapshot covers them"
+                )
             for offset, value in batch:
                 if offset >= end:
                     return last

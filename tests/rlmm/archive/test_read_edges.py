@@ -118,3 +118,36 @@ def test_bad_pattern_and_reversed_bounds(tmp_path: Path) -> None:
         )
         with pytest.raises(ArchiveError, match="b-0: starting offset 30 is after ending offset"):
             plan_slices(view, reversed_bounds, config.remote_options())
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip"])
+def test_records_that_cannot_be_decoded(tmp_path: Path, codec: str, caplog: Any) -> None:
+    """A batch whose CRC is right but whose records are not (it declares one record more
+    than it holds): named with its position, or skipped whole, never half-read."""
+    import logging
+
+    from rlmm.archive import CorruptBatchError
+
+    with PartitionDirWriter(tmp_path / "logs", "u", 0, segment_records=50, compression=codec) as w:
+        w.append_records(generate_records(120), batch_records=10)
+    pdir = PartitionDir(tmp_path / "logs" / "u-0")
+    log = pdir.segments()[1].log_path
+    data = bytearray(log.read_bytes())
+    bad = RecordBatchReader(bytes(data)).headers()[2]
+    (count,) = struct.unpack_from(">i", data, bad.position + 57)
+    struct.pack_into(">i", data, bad.position + 57, count + 1)
+    crc = crc32c.crc32c(bytes(data[bad.position + 21 : bad.position + bad.size_in_bytes]))
+    struct.pack_into(">I", data, bad.position + 17, crc)
+    log.write_bytes(bytes(data))
+    config = make_config(tmp_path / "rlmm")
+    asyncio.run(offload(config, [pdir], skip_active=False))
+    with pytest.raises(CorruptBatchError, match=f"byte position {bad.position}"):
+        read_all(config, ReadRequest(topics=("u",), include_headers=True))
+    lost = range(bad.base_offset, bad.last_offset + 1)
+    for headers in (False, True):  # rows() checks that every column has every row
+        with caplog.at_level(logging.WARNING):
+            request = ReadRequest(topics=("u",), fail_on_data_loss=False, include_headers=headers)
+            got = read_all(config, request)
+        assert [r[0] for r in got] == [o for o in range(120) if o not in lost]
+        assert [r[1] for r in got] == [str(o).encode() for o in range(120) if o not in lost]
+        assert "batch skipped" in caplog.text
