@@ -14,10 +14,16 @@ pyspark is an error naming the ``spark`` extra.
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import sys
 from typing import Any
 
 from rlmm.spark.errors import KafkaArchiveOptionError
 from rlmm.spark.options import KafkaArchiveOptions, parse_options
+
+log = logging.getLogger(__name__)
 
 
 def _source_module() -> Any:
@@ -33,6 +39,17 @@ def _source_module() -> Any:
 def register(spark: Any) -> None:
     """Register ``format("kafka-archive")`` with a SparkSession (idempotent)."""
     spark.dataSource.register(_source_module().KafkaArchiveDataSource)
+    worker = os.environ.get("PYSPARK_PYTHON") or shutil.which("python3")
+    if worker is None or os.path.realpath(worker) != os.path.realpath(sys.executable):
+        # Spark's workers run PYSPARK_PYTHON (default: python3 on PATH), which may lack
+        # rlmm and pyarrow; say so now rather than with a worker's ImportError later.
+        log.warning(
+            "kafka-archive: Spark's Python workers will run %s, not this interpreter (%s);"
+            " if it lacks rlmm[spark], set PYSPARK_PYTHON=%s before the session starts",
+            worker or "python3",
+            sys.executable,
+            sys.executable,
+        )
 
 
 def __getattr__(name: str) -> Any:

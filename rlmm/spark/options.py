@@ -236,6 +236,19 @@ def _by_timestamp(options: Mapping[str, str], name: str) -> dict[PartitionKey, i
     return out
 
 
+def _bound(
+    options: Mapping[str, str], prefix: str
+) -> tuple[int | dict[PartitionKey, int] | None, dict[PartitionKey, int] | None]:
+    """(timestamp, offsets) of the ``starting`` or ``ending`` bound; Spark's precedence:
+    ``*Timestamp`` > ``*OffsetsByTimestamp`` > ``*Offsets`` (all are validated)."""
+    ts: int | dict[PartitionKey, int] | None = _timestamp(options, f"{prefix}Timestamp")
+    by_ts = _by_timestamp(options, f"{prefix}OffsetsByTimestamp")
+    offsets = _offsets(options, f"{prefix}Offsets", start=prefix == "starting")
+    if ts is None:
+        ts = by_ts
+    return ts, None if ts is not None else offsets
+
+
 def _subscription(options: Mapping[str, str]) -> dict[str, Any]:
     given = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in options]
     if len(given) != 1:
@@ -322,23 +335,15 @@ def parse_options(options: Mapping[str, str]) -> KafkaArchiveOptions:
     strategy = str(options.get(strategy_name.lower(), "error")).strip().lower()
     if strategy not in ("error", "latest"):
         raise KafkaArchiveOptionError(strategy_name, f"must be error or latest, got {strategy!r}")
-    starting: dict[str, Any] = {}
-    ending: dict[str, Any] = {}
-    # Spark's precedence: *Timestamp > *OffsetsByTimestamp > *Offsets.
-    for bound, prefix, is_start in ((starting, "starting", True), (ending, "ending", False)):
-        ts: int | dict[PartitionKey, int] | None = _timestamp(options, f"{prefix}Timestamp")
-        if ts is None:
-            ts = _by_timestamp(options, f"{prefix}OffsetsByTimestamp")
-        offsets = _offsets(options, f"{prefix}Offsets", start=is_start)
-        bound["timestamp"] = ts
-        bound["offsets"] = None if ts is not None else offsets
+    starting_ts, starting_offsets = _bound(options, "starting")
+    ending_ts, ending_offsets = _bound(options, "ending")
     parsed = KafkaArchiveOptions(
         config_path=config_path,
         config_overrides=overrides,
-        starting_offsets=starting["offsets"],
-        ending_offsets=ending["offsets"],
-        starting_timestamp_ms=starting["timestamp"],
-        ending_timestamp_ms=ending["timestamp"],
+        starting_offsets=starting_offsets,
+        ending_offsets=ending_offsets,
+        starting_timestamp_ms=starting_ts,
+        ending_timestamp_ms=ending_ts,
         starting_timestamp_strategy=strategy,
         include_headers=_bool(options, "includeHeaders", False),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),

@@ -42,6 +42,7 @@ def test_every_option(toml: str) -> None:
             "minpartitions": "8",
             "maxrecordsperpartition": "1000",
             "isolationlevel": "read_committed",
+            "maxbytesperpartition": "1048576",
             "kafka.bootstrap.servers": "broker:9092",  # accepted, ignored
             "maxoffsetspertrigger": "10",
         }
@@ -52,6 +53,7 @@ def test_every_option(toml: str) -> None:
     assert parsed.include_headers and not parsed.fail_on_data_loss
     assert (parsed.min_partitions, parsed.max_records_per_partition) == (8, 1000)
     assert parsed.isolation_level == "read_committed"
+    assert parsed.max_bytes_per_partition == 1 << 20
     assert parsed.ignored == ("kafka.bootstrap.servers", "maxoffsetspertrigger")
 
 
