@@ -4,6 +4,8 @@ meanings, ours, precedence, and an error naming the option for each bad one."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,17 @@ def test_a_missing_config_is_named(tmp_path: Path) -> None:
         parse_options({"config": str(missing), "subscribe": "t"})
     with pytest.raises(KafkaArchiveOptionError, match="option 'config': is required"):
         parse_options({"subscribe": "t"})
+
+
+def test_nothing_heavy_at_import() -> None:
+    """``import rlmm.spark`` needs no pyspark; the source module loads pyspark's base
+    classes only: the archive reader, pyarrow and boto3 load when a read needs them."""
+    code = (
+        "import sys, rlmm.spark\n"
+        "assert 'pyspark' not in sys.modules, 'pyspark'\n"
+        "import rlmm.spark.source\n"
+        "heavy = [m for m in ('pyarrow', 'boto3', 'rlmm.archive') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
