@@ -27,10 +27,19 @@ DEFAULTS: dict[str, Any] = {
     "data_dir": "data/rlmm",
     "manager": {"write_timeout_s": 30.0, "ready_timeout_s": 120.0},
     "eventlog": {"type": "file", "partitions": 50},
-    "snapshot": {"enabled": True, "every_events": 100_000, "interval_s": 300.0, "keep": 2},
+    "snapshot": {
+        "enabled": True,
+        "every_events": 100_000,
+        "interval_s": 300.0,
+        "keep": 2,
+        "store": "local",
+        "retention": True,
+    },
     "remote": {"type": "local"},
 }
 _OPEN_SECTIONS = ("eventlog", "remote")
+# [snapshot] keys without a default: dir (data_dir/snapshots), owner (broker-<broker_id>).
+_SNAPSHOT_OPTIONAL = ("dir", "owner")
 _KAFKA_PREFIX = "remote.log.metadata."
 # Kafka's RLMM property names that map straight onto our event log settings.
 _KAFKA_NAMES = {
@@ -72,6 +81,10 @@ class RlmmConfig:
     def snapshot_dir(self) -> Path:
         return Path(self.snapshot.get("dir", self.data_dir / "snapshots"))
 
+    def snapshot_owner(self) -> str:
+        """Who publishes this process's snapshots (and holds the metadata log back)."""
+        return str(self.snapshot.get("owner", f"broker-{self.broker_id}"))
+
 
 def parse_scalar(text: str) -> Any:
     lowered = text.strip().lower()
@@ -100,7 +113,7 @@ def _merge(target: dict[str, Any], key: str, value: Any, origin: str) -> None:
         raise ConfigError(f"unknown section {section!r} in setting {key!r} (from {origin})")
     if section not in _OPEN_SECTIONS and section != "snapshot" and name not in DEFAULTS[section]:
         raise ConfigError(f"unknown setting {key!r} (from {origin})")
-    if section == "snapshot" and name not in (*DEFAULTS["snapshot"], "dir"):
+    if section == "snapshot" and name not in (*DEFAULTS["snapshot"], *_SNAPSHOT_OPTIONAL):
         raise ConfigError(f"unknown setting {key!r} (from {origin})")
     target.setdefault(section, {})[name] = value
 
@@ -192,6 +205,16 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
     if not isinstance(snapshot.get("enabled"), bool):
         enabled = snapshot.get("enabled")
         raise ConfigError(f"snapshot.enabled must be true or false, got {enabled!r}")
+    if not isinstance(snapshot.get("retention"), bool):
+        retention = snapshot.get("retention")
+        raise ConfigError(f"snapshot.retention must be true or false, got {retention!r}")
+    if snapshot.get("store") not in ("local", "s3"):
+        raise ConfigError(f"snapshot.store must be local or s3, got {snapshot.get('store')!r}")
+    if snapshot["store"] == "s3" and merged["remote"].get("type") != "s3":
+        raise ConfigError(
+            "snapshot.store = 's3' uses the [remote] S3 bucket: it needs remote.type = 's3'"
+            f" (it is {merged['remote'].get('type')!r})"
+        )
     broker_id = merged["broker_id"]
     if isinstance(broker_id, bool) or not isinstance(broker_id, int):
         raise ConfigError(f"broker_id must be an int, got {broker_id!r}")

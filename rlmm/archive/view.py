@@ -39,7 +39,8 @@ from rlmm.model import (
     TopicIdPartition,
 )
 from rlmm.partitioning import metadata_partition_for
-from snapshot import Snapshot, SnapshotStore
+from rlmm.snapshotting import newest_snapshot
+from snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,11 +55,21 @@ class SnapshotSource(Protocol):
 def snapshot_source(config: RlmmConfig) -> SnapshotSource | None:
     """The configured snapshot store, opened read-only; None when snapshots are off.
 
-    The one place that knows where snapshots live: another store (S3) plugs in here.
+    The one place that knows where snapshots live: rlmm.snapshotting picks the newest
+    published snapshot (local dir or S3, any owner) that the log can continue from.
     """
     if not config.snapshot.get("enabled", True):
         return None
-    return SnapshotStore(config.snapshot_dir(), keep=int(config.snapshot["keep"]), read_only=True)
+    return _PublishedSnapshots(config)
+
+
+class _PublishedSnapshots:
+    def __init__(self, config: RlmmConfig) -> None:
+        self._config = config
+
+    def load_latest(self) -> Snapshot | None:
+        found = newest_snapshot(self._config, partitions=())
+        return None if found is None else found.snapshot
 
 
 def open_read_only_event_log(config: RlmmConfig) -> EventLog:
