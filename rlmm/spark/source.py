@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 
 NAME = "kafka-archive"
 # Rows per Arrow batch handed to the JVM. Each batch is a hand-off between the Python
-# worker and the JVM; measured on local[2] (bench/spark_read.py), 128Ki-row batches
-# took a quarter of the wall time of 8Ki-row ones for the same CPU time.
-ARROW_BATCH_ROWS = 128 * 1024
+# worker and the JVM: on a loaded machine 8Ki-row batches stalled (4x the wall time of
+# 128Ki-row ones on local[2]), while 128Ki rows cost the worker ~0.1 us/record more
+# CPU; 32Ki rows had 8Ki's CPU cost and most of 128Ki's wall time (bench/spark_read.py).
+ARROW_BATCH_ROWS = 32 * 1024
 log = logging.getLogger(__name__)
 
 
