@@ -22,10 +22,12 @@ import logging
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, TypeVar
 
 from eventlog import EventLog, EventLogError
+from eventlog.file import stored_start_offsets
 from rlmm.archive.errors import ArchiveError
 from rlmm.archive.lineage import Gap, LineageRange, gaps, lineage_ranges
 from rlmm.codec import decode
@@ -68,7 +70,14 @@ class _PublishedSnapshots:
         self._config = config
 
     def load_latest(self) -> Snapshot | None:
-        found = newest_snapshot(self._config, partitions=())
+        # Partitions whose log no longer starts at 0 (retention) must be covered by the
+        # snapshot; the others can be replayed from 0 if it leaves them out.
+        options = self._config.event_log_options()
+        starts: dict[int, int] = {}
+        if options.get("type", "file") == "file":
+            starts = stored_start_offsets(Path(options["dir"]), int(options["partitions"]))
+        needed = [p for p, start in starts.items() if start > 0]
+        found = newest_snapshot(self._config, partitions=needed, log_starts=starts)
         return None if found is None else found.snapshot
 
 
