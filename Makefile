@@ -19,10 +19,14 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest -q -ra
 
+# The offloader over Kafka log dirs, the ops CLI on what it archived, then a Spark
+# read of the archive (Spark's workers must run this venv's python).
 demo: $(STAMP)
 	$(BIN)/python -m rlmm.demo
-	RLMM_CONFIG=config/embedded.toml RLMM_DATA_DIR=demo-data $(BIN)/rlmm segments list
-	RLMM_CONFIG=config/embedded.toml RLMM_DATA_DIR=demo-data $(BIN)/rlmm verify --deep
+	$(BIN)/rlmm --config demo-data/demo.toml segments list
+	$(BIN)/rlmm --config demo-data/demo.toml verify --deep
+	PYSPARK_PYTHON=$(abspath $(BIN))/python PYSPARK_DRIVER_PYTHON=$(abspath $(BIN))/python \
+		$(BIN)/python examples/spark_read.py --config demo-data/demo.toml --expected demo-data/expected.json
 
 bench: $(STAMP)
 	mkdir -p bench/results
