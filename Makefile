@@ -21,6 +21,8 @@ test: lint
 
 demo: $(STAMP)
 	$(BIN)/python -m rlmm.demo
+	RLMM_CONFIG=config/embedded.toml RLMM_DATA_DIR=demo-data $(BIN)/rlmm segments list
+	RLMM_CONFIG=config/embedded.toml RLMM_DATA_DIR=demo-data $(BIN)/rlmm verify --deep
 
 bench: $(STAMP)
 	mkdir -p bench/results

@@ -22,6 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
+from eventlog._cancellation import raise_if_cancelling
 from eventlog._kafka_admin import translate_error
 from eventlog.errors import EventLogClosedError, EventLogError
 
@@ -179,6 +180,7 @@ class KafkaFanout:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # translated and routed to readers
+                raise_if_cancelling(exc)
                 err = translate_error(exc, f"read topic {self._topic}")
                 if err.retriable:
                     log.warning("fetch from %s failed, retrying: %s", self._topic, err)

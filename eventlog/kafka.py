@@ -24,6 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient
 from aiokafka.producer.message_accumulator import BatchBuilder
 
+from eventlog._cancellation import raise_if_cancelling
 from eventlog._kafka_admin import ensure_topic, fetch_end_offsets, translate_error
 from eventlog._kafka_config import ClientSecurity, map_properties
 from eventlog._kafka_fanout import KafkaFanout
@@ -147,6 +148,7 @@ class KafkaEventLog(EventLog):
         self._control: AIOKafkaClient | None = None
         self._fanout: KafkaFanout | None = None
         self._start_lock = asyncio.Lock()
+        self._guard: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
         self.topic_created = False
@@ -222,6 +224,7 @@ class KafkaEventLog(EventLog):
                     break
                 except Exception as exc:  # translated below
                     await self._close_clients()
+                    raise_if_cancelling(exc)
                     where = f"start kafka log {self.topic} at {self._bootstrap_servers}"
                     err = translate_error(exc, where)
                     if not isinstance(exc, TimeoutError) and not err.retriable:
@@ -236,6 +239,24 @@ class KafkaEventLog(EventLog):
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, self._retry_backoff_max_ms / 1000)
             self._started = True
+            self._guard = asyncio.create_task(self._close_at_shutdown(), name=f"{self.topic}-guard")
+
+    async def _close_at_shutdown(self) -> None:
+        """Close the clients if the event loop shuts down before :meth:`close`.
+
+        ``asyncio.run`` cancels every task at once when its coroutine returns; an
+        aiokafka consumer that is still running may swallow that cancellation in its
+        fetch task and hang the shutdown. This task is cancelled with the others and
+        stops the clients, which cancels aiokafka's tasks a second time.
+        """
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            if not self._closed:
+                log.warning("kafka log %s was not closed; closing it at loop shutdown", self.topic)
+                self._closed = True
+                await self._close_clients()
+            raise
 
     async def _start_once(self) -> None:
         admin = AIOKafkaAdminClient(**self._client_kwargs())
@@ -290,6 +311,9 @@ class KafkaEventLog(EventLog):
         if self._closed:
             return
         self._closed = True
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.cancel()
         async with self._start_lock:
             await self._close_clients()
 
@@ -369,6 +393,7 @@ class KafkaEventLog(EventLog):
             except EventLogError:
                 raise
             except Exception as exc:  # translated at this boundary
+                raise_if_cancelling(exc)
                 if self._closed:
                     raise EventLogClosedError(f"{what}: log closed during the call") from exc
                 err = translate_error(exc, what)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -208,6 +209,28 @@ class S3Calls:
                 f"DeleteObjects in s3://{self.bucket} failed for {len(failures)} key(s): "
                 + "; ".join(failures)
             )
+
+    def list_objects(self, prefix: str) -> Iterator[dict[str, Any]]:
+        """Every object under ``prefix`` (ListObjectsV2, page by page), in key order."""
+        params: dict[str, Any] = {"Prefix": prefix}
+        while True:
+            response = self.call("list_objects_v2", None, **params)
+            yield from response.get("Contents", [])
+            token = response.get("NextContinuationToken")
+            if not response.get("IsTruncated") or not token:
+                return
+            params["ContinuationToken"] = token
+
+    def list_multipart_uploads(self, prefix: str) -> Iterator[dict[str, Any]]:
+        """Every open multipart upload under ``prefix`` (ListMultipartUploads, paged)."""
+        params: dict[str, Any] = {"Prefix": prefix}
+        while True:
+            response = self.call("list_multipart_uploads", None, **params)
+            yield from response.get("Uploads", [])
+            if not response.get("IsTruncated"):
+                return
+            params["KeyMarker"] = response.get("NextKeyMarker", "")
+            params["UploadIdMarker"] = response.get("NextUploadIdMarker", "")
 
     def reader_error(self, key: str) -> Any:
         """A translator for errors raised while streaming the body of ``key``."""

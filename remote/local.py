@@ -13,6 +13,7 @@ import errno
 import logging
 import os
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -31,17 +32,20 @@ from remote.storage import (
     LogSegmentData,
     ObjectChecksum,
     ObjectKind,
+    RemoteObject,
     RemoteStorageManager,
     SegmentManifest,
+    check_object_name,
     check_range,
     crc32c_of,
     kind_label,
     object_name,
+    partition_prefix,
     resolve_range,
     verify_object,
     verifying_stream,
 )
-from rlmm.model import RemoteLogSegmentMetadata
+from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 log = logging.getLogger(__name__)
 
@@ -260,13 +264,7 @@ class LocalRemoteStorageManager(RemoteStorageManager):
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         self._check_open()
         paths = [self.path_of(metadata, kind) for kind in OBJECT_KINDS]
-        for path in paths:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise RemoteStorageError(f"cannot delete {path}: {e}") from e
+        _unlink_all(paths)
         directory = paths[0].parent
         # Temp files of copies that crashed before publishing belong to this segment too.
         stem = paths[0].name.removesuffix(".log")
@@ -288,8 +286,67 @@ class LocalRemoteStorageManager(RemoteStorageManager):
                     return
             directory = directory.parent
 
+    # --- inventory ----------------------------------------------------------------------
+
+    def _path_of_name(self, name: str) -> Path:
+        path = self._root / check_object_name(name)
+        if not path.resolve().is_relative_to(self._root):
+            raise InvalidRemotePathError(f"{path} escapes the remote storage root {self._root}")
+        return path
+
+    def list_objects(
+        self, topic_id_partition: TopicIdPartition | None = None
+    ) -> Iterator[RemoteObject]:
+        self._check_open()
+        top = self._root
+        if topic_id_partition is not None:
+            top = self._root / partition_prefix(topic_id_partition)
+        found: list[RemoteObject] = []
+        # os.walk ignores errors by default; a directory removed meanwhile is simply gone.
+        for directory, _, files in os.walk(top):
+            for file in files:
+                path = Path(directory, file)
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    continue  # deleted between listing and stat
+                except OSError as e:
+                    raise RemoteStorageError(f"cannot stat {path}: {e}") from e
+                name = path.relative_to(self._root).as_posix()
+                found.append(RemoteObject(name, st.st_size, st.st_mtime_ns // 1_000_000))
+        found.sort(key=lambda o: o.name)
+        return iter(found)
+
+    def open_object(self, name: str) -> BinaryIO:
+        self._check_open()
+        path = self._path_of_name(name)
+        try:
+            return open(path, "rb")
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(f"object {name} not found: {path}") from e
+        except OSError as e:
+            raise RemoteStorageError(f"cannot open {path}: {e}") from e
+
+    def delete_objects(self, names: Iterable[str]) -> None:
+        self._check_open()
+        paths = [self._path_of_name(name) for name in names]
+        _unlink_all(paths)
+        for directory in sorted({p.parent for p in paths}, reverse=True):
+            self._remove_empty_dirs(directory)
+
     def close(self) -> None:
         self._closed = True
+
+
+def _unlink_all(paths: list[Path]) -> None:
+    """Delete each file; one already gone is fine (deletes are idempotent)."""
+    for path in paths:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise RemoteStorageError(f"cannot delete {path}: {e}") from e
 
 
 def _write_all(fd: int, tmp: Path, data: bytes) -> None:

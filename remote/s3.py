@@ -15,6 +15,8 @@ import logging
 import re
 import threading
 import warnings
+from collections.abc import Iterable, Iterator
+from datetime import datetime
 from typing import Any, BinaryIO
 
 from remote._s3_client import S3Calls, S3ClientSettings, make_client
@@ -24,20 +26,24 @@ from remote.storage import (
     OBJECT_KINDS,
     IndexType,
     LogSegmentData,
+    MultipartUpload,
     ObjectChecksum,
     ObjectKind,
+    RemoteObject,
     RemoteStorageManager,
     SegmentManifest,
+    check_object_name,
     check_prefix,
     check_range,
     kind_label,
     object_name,
+    partition_prefix,
     segment_base_name,
     verify_object,
     verifying_stream,
 )
 from rlmm.errors import ConfigError
-from rlmm.model import RemoteLogSegmentMetadata
+from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 log = logging.getLogger("remote.s3")
 
@@ -284,6 +290,62 @@ class S3RemoteStorageManager(RemoteStorageManager):
                     "abort_multipart_upload", upload["Key"], UploadId=upload["UploadId"]
                 )
 
+    # --- inventory ----------------------------------------------------------------------
+
+    def _key(self, name: str) -> str:
+        name = check_object_name(name)
+        return f"{self._prefix}/{name}" if self._prefix else name
+
+    def _name(self, key: str) -> str:
+        return key[len(self._prefix) + 1 :] if self._prefix else key
+
+    def _list_prefix(self, topic_id_partition: TopicIdPartition | None) -> str:
+        below = "" if topic_id_partition is None else partition_prefix(topic_id_partition)
+        if self._prefix:
+            return f"{self._prefix}/{below}"
+        return below
+
+    def list_objects(
+        self, topic_id_partition: TopicIdPartition | None = None
+    ) -> Iterator[RemoteObject]:
+        self._check_open()
+        for entry in self._calls.list_objects(self._list_prefix(topic_id_partition)):
+            yield RemoteObject(
+                self._name(entry["Key"]), int(entry["Size"]), _epoch_ms(entry["LastModified"])
+            )
+
+    def open_object(self, name: str) -> BinaryIO:
+        self._check_open()
+        key = self._key(name)
+        response = self._calls.call("get_object", key)
+        body = response["Body"]
+        return verifying_stream(
+            self._calls.url(key),
+            body.read,
+            body.close,
+            int(response["ContentLength"]),
+            None,
+            self._calls.reader_error(key),
+        )
+
+    def delete_objects(self, names: Iterable[str]) -> None:
+        self._check_open()
+        self._calls.delete_keys([self._key(name) for name in names])
+
+    def list_multipart_uploads(self) -> list[MultipartUpload]:
+        self._check_open()
+        return [
+            MultipartUpload(self._name(u["Key"]), u["UploadId"], _epoch_ms(u["Initiated"]))
+            for u in self._calls.list_multipart_uploads(self._list_prefix(None))
+        ]
+
+    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
+        self._check_open()
+        with contextlib.suppress(RemoteResourceNotFoundError):  # already gone: fine
+            self._calls.call(
+                "abort_multipart_upload", self._key(upload.name), UploadId=upload.upload_id
+            )
+
     # --- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
@@ -299,6 +361,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
             warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=1)
+
+
+def _epoch_ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
 
 
 __all__ = ["S3RemoteStorageManager"]

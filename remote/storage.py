@@ -10,7 +10,10 @@ Invariants:
   a topic name that could leave the root raises InvalidRemotePathError before any I/O;
 - a stream never hands out more or fewer bytes than the object holds for the range
   without raising: a short object is a RemoteIntegrityError, and a read of the whole
-  object is checked against the CRC-32C recorded when it was written.
+  object is checked against the CRC-32C recorded when it was written;
+- the listing methods (``list_objects``, ``open_object``, ``delete_objects``,
+  ``list_multipart_uploads``) name objects relative to the root or prefix, exactly as
+  ``object_name`` does, so an inventory can be compared with the metadata.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import enum
 import io
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -36,7 +39,7 @@ from remote.errors import (
     RemoteStorageError,
 )
 from rlmm.errors import ConfigError
-from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
+from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition, kafka_uuid_to_str
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +147,13 @@ def check_prefix(prefix: str) -> str:
     return cleaned
 
 
+def check_object_name(name: str) -> str:
+    """Return ``name`` if it is a clean relative object name (no '..', '.', '//', NUL)."""
+    if not isinstance(name, str) or not name or check_prefix(name) != name:
+        raise InvalidRemotePathError(f"object name {name!r} is not a clean relative path")
+    return name
+
+
 def segment_base_name(metadata: RemoteLogSegmentMetadata) -> str:
     """``<topic>-<topic_id>/<partition>/<start_offset:020>-<segment_id>`` (no suffix)."""
     segment_id = metadata.remote_log_segment_id
@@ -159,6 +169,54 @@ def object_name(metadata: RemoteLogSegmentMetadata, kind: ObjectKind, prefix: st
     """The key (or root-relative path) of one object of ``metadata``'s segment copy."""
     name = segment_base_name(metadata) + SUFFIXES[kind]
     return f"{prefix}/{name}" if prefix else name
+
+
+def partition_prefix(tp: TopicIdPartition) -> str:
+    """``<topic>-<topic_id>/<partition>/``: the names of every object of one partition."""
+    return f"{check_topic_name(tp.topic)}-{kafka_uuid_to_str(tp.topic_id)}/{tp.partition}/"
+
+
+# <topic>-<topic_id 22 chars>/<partition>/[.]<start:020>-<segment_id 22 chars><suffix>[...]
+_OBJECT_NAME = re.compile(
+    r"(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<topic_id>[A-Za-z0-9_-]{22})/(?P<partition>\d+)/"
+    r"(?P<temp>\.)?(?P<start_offset>\d{20})-(?P<segment_id>[A-Za-z0-9_-]{22})"
+    r"(?P<suffix>\.[a-z-]+)(?P<rest>.*)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectName:
+    """The parts of an object name in the layout of ``object_name``."""
+
+    topic: str
+    topic_id: str
+    partition: int
+    start_offset: int
+    segment_id: str
+    kind: ObjectKind
+    temporary: bool  # a temp file of a copy that never published (local backend)
+
+
+_KIND_OF_SUFFIX = {suffix: kind for kind, suffix in SUFFIXES.items()}
+
+
+def parse_object_name(name: str) -> ObjectName | None:
+    """Split ``name`` (relative to the root or prefix); None if it is not in our layout."""
+    match = _OBJECT_NAME.fullmatch(name)
+    if match is None or match["suffix"] not in _KIND_OF_SUFFIX:
+        return None
+    temporary = match["temp"] is not None
+    if temporary != bool(match["rest"]):
+        return None
+    return ObjectName(
+        topic=match["topic"],
+        topic_id=match["topic_id"],
+        partition=int(match["partition"]),
+        start_offset=int(match["start_offset"]),
+        segment_id=match["segment_id"],
+        kind=_KIND_OF_SUFFIX[match["suffix"]],
+        temporary=temporary,
+    )
 
 
 def kind_label(kind: ObjectKind) -> str:
@@ -380,6 +438,27 @@ def verifying_stream(
     return io.BufferedReader(raw, buffer_size=256 * 1024)
 
 
+# --- inventory ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteObject:
+    """One stored object: its name relative to the root or prefix, size, last write."""
+
+    name: str
+    size: int
+    last_modified_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class MultipartUpload:
+    """An open (never completed or aborted) multipart upload of an object store."""
+
+    name: str
+    upload_id: str
+    initiated_ms: int
+
+
 # --- the contract ----------------------------------------------------------------------
 
 
@@ -418,6 +497,32 @@ class RemoteStorageManager(abc.ABC):
     @abc.abstractmethod
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Delete every object of the segment copy (idempotent: absent objects are fine)."""
+
+    # --- inventory (not part of Kafka's interface: for verification and repair) ---------
+
+    @abc.abstractmethod
+    def list_objects(
+        self, topic_id_partition: TopicIdPartition | None = None
+    ) -> Iterator[RemoteObject]:
+        """Every object stored under one partition's directory, or under the whole root or
+        prefix, sorted by name (temp files of unpublished copies included)."""
+
+    @abc.abstractmethod
+    def open_object(self, name: str) -> BinaryIO:
+        """The stored bytes of object ``name`` as they are, unverified (the caller checks
+        them); RemoteResourceNotFoundError if absent. The caller closes the stream."""
+
+    @abc.abstractmethod
+    def delete_objects(self, names: Iterable[str]) -> None:
+        """Delete the named objects (absent ones are fine)."""
+
+    def list_multipart_uploads(self) -> list[MultipartUpload]:
+        """Open multipart uploads under the prefix (object stores only; none by default)."""
+        return []
+
+    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
+        """Abort one open multipart upload (absent ones are fine)."""
+        raise RemoteStorageError(f"{self!r} has no multipart uploads to abort ({upload.name})")
 
     def close(self) -> None:  # noqa: B027 - optional hook, backends override when they hold resources
         """Release resources; idempotent."""
@@ -471,8 +576,14 @@ __all__ = [
     "SUFFIXES",
     "IndexType",
     "LogSegmentData",
+    "MultipartUpload",
     "ObjectChecksum",
+    "ObjectName",
+    "RemoteObject",
     "RemoteStorageManager",
     "SegmentManifest",
     "load_remote_storage_manager",
+    "object_name",
+    "parse_object_name",
+    "partition_prefix",
 ]

@@ -30,7 +30,14 @@ def open_event_log(config: RlmmConfig) -> EventLog:
                     "eventlog.type = 'kafka' needs eventlog.bootstrap_servers (or Kafka's"
                     " remote.log.metadata.common.client.bootstrap.servers)"
                 )
-            return KafkaEventLog.from_properties(properties or {}, **options)
+            props = dict(properties or {})
+            # from_properties validates that Kafka's bootstrap property is present.
+            servers = options["bootstrap_servers"]
+            props.setdefault(
+                "remote.log.metadata.common.client.bootstrap.servers",
+                servers if isinstance(servers, str) else ",".join(servers),
+            )
+            return KafkaEventLog.from_properties(props, **options)
         return load_event_log(options)
     except (EventLogConfigError, TypeError) as e:
         raise ConfigError(f"bad event log settings {sorted(options)}: {e}") from e

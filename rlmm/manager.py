@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from eventlog import EventLog, EventLogError
+from eventlog import EventLog, EventLogClosedError, EventLogError
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.codec import decode, encode
 from rlmm.errors import (
@@ -87,8 +87,11 @@ class TopicBasedRemoteLogMetadataManager:
         *,
         write_timeout_s: float = 30.0,
         snapshot_policy: SnapshotPolicy | None = None,
-        close_event_log: bool = False,
+        close_event_log: bool = True,
     ) -> None:
+        """``close_event_log``: the manager owns the log it starts and closes it in
+        :meth:`close`; pass False for a log shared with other managers (its owner then
+        closes it)."""
         self._log = event_log
         self._n = event_log.partition_count
         self._write_timeout_s = write_timeout_s
@@ -330,7 +333,13 @@ class TopicBasedRemoteLogMetadataManager:
                 return  # the log was closed
             except asyncio.CancelledError:
                 raise
+            except EventLogClosedError:
+                return  # closed under us (its owner closed it): it does not come back
             except Exception as e:  # the loop never dies: log, back off, resume
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # A client turned our cancellation into its own error.
+                    raise asyncio.CancelledError() from e
                 self.stats.read_errors += 1
                 self.stats.note(f"read of metadata partition {p} from {start}: {e!r}")
                 log.warning("reading metadata partition %d from offset %d failed: %r", p, start, e)

@@ -1,70 +1,96 @@
 """The `rlmm` command: a thin click layer over the library.
 
-Invariant: every command parses, calls one library function and renders; errors of
-the project (RemoteStorageError) are rendered in one place as a clear message and
-exit code 2, never a traceback. Each group of commands lives in its own module of
-this package and is registered on ``main`` at the bottom of this file.
+Invariant: every command parses, calls one library function and hands the result to
+the run's Output (rlmm.cli.output); errors are rendered in one place, here: one line
+on stderr (a JSON error object on stdout under --json, a traceback with --debug), never
+a traceback otherwise. Exit codes, as operators' tools use them: 0 clean, 1 problems
+found (verify, gc, an event dump with undecodable records, a corrupt snapshot), 2 a
+usage, configuration or runtime error that stopped the command. Each group of
+commands lives in its own module of this package and is registered at the bottom.
 """
 
 from __future__ import annotations
 
-import json
+import logging
+import os
 import sys
-from collections.abc import Callable
-from functools import wraps
-from pathlib import Path
+import traceback
 from typing import Any
 
 import click
 
-from rlmm.config import load_config, parse_scalar
-from rlmm.errors import RemoteStorageError
+from rlmm.cli.session import Session, common_options, session
 
 
-def _errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
+class RlmmGroup(click.Group):
+    """The root group: renders every error of a command in one place."""
+
+    def invoke(self, ctx: click.Context) -> Any:
         try:
-            return fn(*args, **kwargs)
-        except RemoteStorageError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(2)
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            ctx.exit(130)
+        except BrokenPipeError:
+            # `rlmm events | head`: the reader is gone; stop quietly, as Unix tools do.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            ctx.exit(0)
+        except Exception as e:
+            s = ctx.ensure_object(Session)
+            from rlmm.errors import RemoteStorageError
 
-    return run
+            known = isinstance(e, RemoteStorageError) or _is_library_error(e)
+            message = str(e) if known else f"{type(e).__name__}: {e}"
+            if s.debug:
+                traceback.print_exc(file=sys.stderr)
+            elif not known:
+                message += " (run with --debug for a traceback)"
+            s.output.error(message, type(e).__name__)
+            ctx.exit(2)
 
 
-@click.group()
+def _is_library_error(e: Exception) -> bool:
+    # The leaf packages keep their own bases (they import nothing of rlmm).
+    from eventlog import EventLogError
+    from snapshot import SnapshotError
+
+    return isinstance(e, EventLogError | SnapshotError | OSError)
+
+
+@click.group(cls=RlmmGroup)
 @click.version_option(package_name="rlmm")
+@common_options
 def main() -> None:
     """Kafka tiered storage (KIP-405): metadata manager, remote storage, tools."""
+    s = session()
+    # The library's retry warnings would repeat the one error line the command prints.
+    logging.basicConfig(
+        level=logging.DEBUG if s.debug else logging.ERROR,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not s.debug:
+        # aiokafka logs every failed connection attempt at ERROR; the command's own
+        # error line names the broker once.
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 @main.command("config")
-@click.option("--config", "path", type=click.Path(path_type=Path), help="TOML config file")
-@click.option("--set", "settings", multiple=True, help="override: section.key=value")
-@_errors
-def show_config(path: Path | None, settings: tuple[str, ...]) -> None:
+@common_options
+def show_config() -> None:
     """Print the resolved configuration (flags > RLMM_* env > file > defaults) as JSON."""
-    overrides: dict[str, Any] = {}
-    for item in settings:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"expected section.key=value, got {item!r}")
-        overrides[key] = parse_scalar(value)
-    config = load_config(path, overrides=overrides)
-    click.echo(
-        json.dumps(
-            {
-                "source": config.source,
-                "broker_id": config.broker_id,
-                "eventlog": config.event_log_options(),
-                "snapshot": {**config.snapshot, "dir": str(config.snapshot_dir())},
-                "remote": config.remote_options(),
-                "manager": dict(config.manager),
-            },
-            indent=2,
-            default=str,
-        )
+    config = session().config
+    session().output.config(
+        {
+            "source": config.source,
+            "broker_id": config.broker_id,
+            "eventlog": config.event_log_options(),
+            "snapshot": {**config.snapshot, "dir": str(config.snapshot_dir())},
+            "remote": config.remote_options(),
+            "manager": dict(config.manager),
+        }
     )
 
 
@@ -74,3 +100,15 @@ def demo() -> None:
     from rlmm.demo import main as run_demo
 
     sys.exit(run_demo())
+
+
+# --- command groups, one module each ----------------------------------------------------
+from rlmm.cli import events, records, segments, snapshots, verify  # noqa: E402
+
+segments.register(main)
+events.register(main)
+snapshots.register(main)
+verify.register(main)
+records.register(main)
+
+__all__ = ["main"]

@@ -48,6 +48,8 @@ async def log() -> AsyncIterator[MemoryEventLog]:
 async def new_manager(
     log: MemoryEventLog | GatedEventLog, *tps: TopicIdPartition, **kwargs: object
 ) -> TopicBasedRemoteLogMetadataManager:
+    # The fixture's log outlives its managers (restarts over the same log): shared.
+    kwargs.setdefault("close_event_log", False)
     manager = TopicBasedRemoteLogMetadataManager(log, **kwargs)  # type: ignore[arg-type]
     await manager.start()
     if tps:

@@ -29,7 +29,9 @@ async def start(
     log: MemoryEventLog, directory: Path, tps: list[TopicIdPartition], every: int = 10_000
 ) -> TopicBasedRemoteLogMetadataManager:
     manager = TopicBasedRemoteLogMetadataManager(
-        log, snapshot_policy=SnapshotPolicy(directory, every_events=every, interval_s=3600)
+        log,
+        snapshot_policy=SnapshotPolicy(directory, every_events=every, interval_s=3600),
+        close_event_log=False,  # the log outlives this manager (restarts over it)
     )
     await manager.start()
     await manager.on_partition_leadership_changes(tps, [])

@@ -1,0 +1,56 @@
+"""The archive reader: read-only metadata, slice planning and slice decoding into Arrow.
+
+The one library layer under the Spark source (``rlmm.spark``) and the CLI's
+``records`` and listing commands. Invariant: nothing here writes to the event log,
+the snapshot store or remote storage; the metadata view is the only part that reads
+the event log, and a slice's reader needs only the slice (and remote storage).
+"""
+
+from __future__ import annotations
+
+from rlmm.archive.columns import kafka_schema
+from rlmm.archive.errors import ArchiveError, CorruptBatchError, DataLossError
+from rlmm.archive.lineage import Gap, LineageRange
+from rlmm.archive.planner import plan_slices, select_partitions
+from rlmm.archive.reader import read_slice
+from rlmm.archive.request import (
+    EARLIEST,
+    LATEST,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    ReadRequest,
+    Slice,
+)
+from rlmm.archive.storage import close_remote_storage, remote_storage_for
+from rlmm.archive.view import (
+    MetadataView,
+    ViewStats,
+    load_metadata_view,
+    open_metadata_view,
+    snapshot_source,
+)
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "READ_COMMITTED",
+    "READ_UNCOMMITTED",
+    "ArchiveError",
+    "CorruptBatchError",
+    "DataLossError",
+    "Gap",
+    "LineageRange",
+    "MetadataView",
+    "ReadRequest",
+    "Slice",
+    "ViewStats",
+    "close_remote_storage",
+    "kafka_schema",
+    "load_metadata_view",
+    "open_metadata_view",
+    "plan_slices",
+    "read_slice",
+    "remote_storage_for",
+    "select_partitions",
+    "snapshot_source",
+]

@@ -1,0 +1,258 @@
+"""Spark's Kafka-source schema, and the column-wise builder that fills it batch by batch.
+
+Job: turn decoded Kafka record batches into ``pyarrow.RecordBatch``es with Spark's
+Kafka schema, appending each field to its own Python list (or to run-length lists
+for the per-batch constants) and building each Arrow array in one call, never a
+dict per record. Record bodies are decoded by aiokafka's record module (its C
+extension when installed); the loops here touch each record once.
+
+Invariant: a row is added only for a data record whose offset lies in the builder's
+``[from_offset, until_offset)``; every column of a built batch has the same length;
+timestamps are Kafka's milliseconds as Spark's microseconds (magic 0: -1 ms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from aiokafka.record.default_records import DefaultRecordBatch
+from aiokafka.record.legacy_records import LegacyRecordBatch
+
+from remote.segments.batch import RecordBatchHeader
+
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
+_BASE_FIELDS = [
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", TIMESTAMP_TYPE),
+    pa.field("timestampType", pa.int32()),
+]
+_SCHEMAS = {
+    False: pa.schema(_BASE_FIELDS),
+    True: pa.schema([*_BASE_FIELDS, pa.field("headers", pa.list_(HEADER_TYPE))]),
+}
+_LOG_APPEND_TIME = 0x08
+
+
+def kafka_schema(include_headers: bool = False) -> pa.Schema:
+    """The schema of Spark's Kafka source (``headers`` only when asked for)."""
+    return _SCHEMAS[bool(include_headers)]
+
+
+class ColumnBuilder:
+    """Accumulates the rows of one topic-partition, column by column."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        from_offset: int,
+        until_offset: int,
+        include_headers: bool = False,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.from_offset = from_offset
+        self.until_offset = until_offset
+        self.include_headers = include_headers
+        self._reset()
+
+    def _reset(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        # Offsets in row order: (base, count) runs for whole dense batches (built with
+        # one vectorised add, not a Python int per row) and lists for filtered ones.
+        self.offset_parts: list[tuple[int, int] | list[int]] = []
+        self.timestamps: list[int] = []
+        self.type_runs: list[tuple[int, int]] = []  # (timestampType, row count)
+        self.header_ends: list[int] = []
+        self.header_pairs: list[tuple[str, bytes | None]] = []
+
+    def truncate(self, rows: int) -> None:
+        """Forget rows from ``rows`` on (what a batch that failed half-way added)."""
+        del self.keys[rows:], self.values[rows:], self.timestamps[rows:]
+        parts = self.offset_parts
+        excess = sum(p[1] if type(p) is tuple else len(p) for p in parts) - rows
+        while excess > 0:
+            last = parts[-1]
+            count = last[1] if type(last) is tuple else len(last)
+            if count <= excess:
+                parts.pop()
+            elif isinstance(last, tuple):
+                parts[-1] = (last[0], count - excess)
+            else:
+                del last[count - excess :]
+            excess -= min(count, excess)
+        if self.include_headers:
+            del self.header_ends[rows:]
+            del self.header_pairs[self.header_ends[-1] if self.header_ends else 0 :]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    # ---- decoding ----------------------------------------------------------------------
+
+    def add(self, header: RecordBatchHeader, data: memoryview) -> int:
+        """Append the in-range records of one data batch; the number of rows added."""
+        before = len(self.keys)
+        if header.magic >= 2:
+            self._add_v2(header, data)
+        else:
+            self._add_legacy(header, data)
+        added = len(self.keys) - before
+        if added:
+            ts_type = 1 if header.attributes & _LOG_APPEND_TIME else 0
+            if header.magic == 0:
+                ts_type = -1  # no timestamps at all (Kafka's NO_TIMESTAMP_TYPE)
+            runs = self.type_runs
+            if runs and runs[-1][0] == ts_type:
+                runs[-1] = (ts_type, runs[-1][1] + added)
+            else:
+                runs.append((ts_type, added))
+        return added
+
+    def _add_v2(self, header: RecordBatchHeader, data: memoryview) -> None:
+        lo, hi = self.from_offset, self.until_offset
+        base, last = header.base_offset, header.last_offset
+        log_append = bool(header.attributes & _LOG_APPEND_TIME)
+        records = DefaultRecordBatch(data)
+        keys, values, timestamps = self.keys, self.values, self.timestamps
+        ka, va, ta = keys.append, values.append, timestamps.append
+        pairs = self.header_pairs
+        he, hp = self.header_ends.append, pairs.extend
+        with_headers = self.include_headers
+        if lo <= base and last < hi and header.record_count == last - base + 1:
+            # The hot path: every record wanted and offsets are base..last, so no
+            # per-record offset work; one loop per case keeps the loop body minimal.
+            n = len(keys)
+            if with_headers:
+                for r in records:
+                    ka(r.key)
+                    va(r.value)
+                    ta(r.timestamp)
+                    hp(r.headers)
+                    he(len(pairs))
+            elif log_append:
+                for r in records:
+                    ka(r.key)
+                    va(r.value)
+            else:
+                for r in records:
+                    ka(r.key)
+                    va(r.value)
+                    ta(r.timestamp)
+            added = len(keys) - n
+            if added != header.record_count:
+                raise ValueError(f"batch declares {header.record_count} records but holds {added}")
+            if log_append:
+                # LogAppendTime: the broker's time, the batch max timestamp, for every record.
+                del timestamps[n:]
+                timestamps.extend([header.max_timestamp] * added)
+            parts = self.offset_parts
+            run = parts[-1] if parts else None
+            if type(run) is tuple and run[0] + run[1] == base:
+                parts[-1] = (run[0], run[1] + added)
+            else:
+                parts.append((base, added))
+            return
+        oa = self._explicit_offsets().append
+        max_ts = header.max_timestamp
+        for r in records:
+            o = r.offset
+            if o < lo or o >= hi:
+                continue
+            ka(r.key)
+            va(r.value)
+            oa(o)
+            ta(max_ts if log_append else r.timestamp)
+            if with_headers:
+                hp(r.headers)
+                he(len(pairs))
+
+    def _explicit_offsets(self) -> list[int]:
+        parts = self.offset_parts
+        if parts and isinstance(parts[-1], list):
+            return parts[-1]
+        explicit: list[int] = []
+        parts.append(explicit)
+        return explicit
+
+    def _add_legacy(self, header: RecordBatchHeader, data: memoryview) -> None:
+        lo, hi = self.from_offset, self.until_offset
+        oa = self._explicit_offsets().append
+        with_headers = self.include_headers
+        for r in LegacyRecordBatch(bytes(data), header.magic):
+            o = r.offset
+            if o < lo or o >= hi:
+                continue
+            self.keys.append(r.key)
+            self.values.append(r.value)
+            oa(o)
+            self.timestamps.append(-1 if r.timestamp is None else r.timestamp)
+            if with_headers:
+                self.header_ends.append(len(self.header_pairs))
+
+    # ---- building -------------------------------------------------------------------------
+
+    def build(self) -> pa.RecordBatch:
+        """The accumulated rows as one RecordBatch; the builder is empty afterwards."""
+        n = len(self.keys)
+        millis = pa.array(self.timestamps, pa.int64())
+        arrays: list[pa.Array] = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            _offsets(self.offset_parts),
+            pc.multiply(millis, 1000).cast(TIMESTAMP_TYPE),
+            _runs(self.type_runs, n),
+        ]
+        if self.include_headers:
+            arrays.append(_headers(self.header_ends, self.header_pairs))
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=kafka_schema(self.include_headers))
+
+
+_IOTA = [pa.array(range(1 << 16), pa.int64())]
+
+
+def _offsets(parts: list[tuple[int, int] | list[int]]) -> pa.Array:
+    arrays = []
+    for part in parts:
+        if type(part) is tuple:
+            base, count = part
+            if count > len(_IOTA[0]):
+                _IOTA[0] = pa.array(range(count), pa.int64())
+            arrays.append(pc.add(_IOTA[0].slice(0, count), base))
+        elif part:
+            arrays.append(pa.array(part, pa.int64()))
+    if len(arrays) == 1:
+        return arrays[0]
+    return pa.concat_arrays(arrays) if arrays else pa.array([], pa.int64())
+
+
+def _runs(runs: list[tuple[int, int]], n: int) -> pa.Array:
+    if len(runs) == 1:
+        return pa.repeat(pa.scalar(runs[0][0], pa.int32()), n)
+    values: list[int] = []
+    for value, count in runs:
+        values.extend([value] * count)
+    return pa.array(values, pa.int32())
+
+
+def _headers(ends: list[int], pairs: Iterable[tuple[str, bytes | None]]) -> pa.Array:
+    pairs = list(pairs)
+    keys = pa.array([k for k, _ in pairs], pa.string())
+    values = pa.array([v for _, v in pairs], pa.binary())
+    items = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_TYPE))
+    offsets = pa.array([0, *ends], pa.int32())
+    return pa.ListArray.from_arrays(offsets, items, type=pa.list_(HEADER_TYPE))
+
+
+__all__ = ["HEADER_TYPE", "TIMESTAMP_TYPE", "ColumnBuilder", "kafka_schema"]

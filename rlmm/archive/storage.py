@@ -1,0 +1,50 @@
+"""One RemoteStorageManager per process and configuration, for planners and slice readers.
+
+Job: an executor reading many slices must not build (and leak) a boto3 client per
+slice: :func:`remote_storage_for` hands out one shared manager per distinct
+``remote_options`` dict (RemoteStorageManager methods are thread-safe).
+
+Invariant: every manager built here is closed once, at interpreter exit or by
+:func:`close_remote_storage`; a closed one is never handed out again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from remote import RemoteStorageManager, load_remote_storage_manager
+
+_lock = threading.Lock()
+_managers: dict[str, RemoteStorageManager] = {}
+
+
+def _key(options: Mapping[str, Any]) -> str:
+    return json.dumps(dict(options), sort_keys=True, default=str)
+
+
+def remote_storage_for(options: Mapping[str, Any]) -> RemoteStorageManager:
+    """The process's manager for these options (built on first use)."""
+    key = _key(options)
+    with _lock:
+        rsm = _managers.get(key)
+        if rsm is None:
+            rsm = _managers[key] = load_remote_storage_manager(dict(options))
+        return rsm
+
+
+def close_remote_storage() -> None:
+    """Close every cached manager (idempotent; also runs at exit)."""
+    with _lock:
+        managers = list(_managers.values())
+        _managers.clear()
+    for rsm in managers:
+        rsm.close()
+
+
+atexit.register(close_remote_storage)
+
+__all__ = ["close_remote_storage", "remote_storage_for"]

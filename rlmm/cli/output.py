@@ -1,0 +1,277 @@
+"""How the `rlmm` command shows results: one Output per run, text tables or JSON.
+
+After PyIceberg's ``cli/output.py``: a small ``Output`` ABC with one method per kind
+of result; ``ConsoleOutput`` prints aligned tables with sizes and times in human
+units, ``JsonOutput`` prints exactly one JSON document on stdout (streams — events,
+records — print one JSON object per line). Invariant: stdout carries only results;
+errors, warnings and progress go to stderr; JSON field names are the stable ones of
+``rlmm.describe`` and of each result's ``to_dict``.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from rlmm.describe import segment_fields
+from rlmm.event_dump import DumpedEvent
+from rlmm.inventory import PartitionSummary, SegmentDetail
+from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
+from rlmm.repair import RepairPlan
+from rlmm.snapshot_report import SnapshotReport
+from rlmm.verification import VerifyReport
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_time(ms: int | None) -> str:
+    if ms is None or ms < 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def json_line(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), default=str)
+
+
+class Output(abc.ABC):
+    """One method per kind of result."""
+
+    @abc.abstractmethod
+    def error(self, message: str, kind: str) -> None: ...
+
+    @abc.abstractmethod
+    def config(self, data: dict[str, Any]) -> None: ...
+
+    @abc.abstractmethod
+    def segments(self, segments: list[RemoteLogSegmentMetadata]) -> None: ...
+
+    @abc.abstractmethod
+    def segment_detail(self, detail: SegmentDetail) -> None: ...
+
+    @abc.abstractmethod
+    def partitions(self, summaries: list[PartitionSummary]) -> None: ...
+
+    @abc.abstractmethod
+    def snapshots(self, reports: list[SnapshotReport]) -> None: ...
+
+    @abc.abstractmethod
+    def verification(self, report: VerifyReport) -> None: ...
+
+    @abc.abstractmethod
+    def repair(self, plan: RepairPlan) -> None: ...
+
+    def event(self, item: DumpedEvent) -> None:
+        """Events are a stream of JSON lines in both modes (for jq and for reading)."""
+        sys.stdout.write(json_line(item.to_dict()) + "\n")
+        sys.stdout.flush()
+
+    def record(self, data: dict[str, Any]) -> None:
+        sys.stdout.write(json_line(data) + "\n")
+
+
+class JsonOutput(Output):
+    def _print(self, data: Any) -> None:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+    def error(self, message: str, kind: str) -> None:
+        self._print({"error": {"type": kind, "message": message}})
+
+    def config(self, data: dict[str, Any]) -> None:
+        self._print(data)
+
+    def segments(self, segments: list[RemoteLogSegmentMetadata]) -> None:
+        self._print({"segments": [segment_fields(m) for m in segments]})
+
+    def segment_detail(self, detail: SegmentDetail) -> None:
+        self._print(detail.to_dict())
+
+    def partitions(self, summaries: list[PartitionSummary]) -> None:
+        self._print({"partitions": [s.to_dict() for s in summaries]})
+
+    def snapshots(self, reports: list[SnapshotReport]) -> None:
+        self._print({"snapshots": [r.to_dict() for r in reports]})
+
+    def verification(self, report: VerifyReport) -> None:
+        self._print(report.to_dict())
+
+    def repair(self, plan: RepairPlan) -> None:
+        self._print(plan.to_dict())
+
+
+def _epochs(epochs: Any) -> str:
+    return ",".join(f"{e}@{o}" for e, o in epochs.items())
+
+
+class ConsoleOutput(Output):
+    def __init__(self) -> None:
+        # Piped output is not cut to 80 columns: a table row stays one line for grep/awk.
+        width = None if sys.stdout.isatty() else 1000
+        self.out = Console(highlight=False, soft_wrap=False, width=width)
+
+    def _print_table(self, table: Table) -> None:
+        # Rich pads the last column; trailing blanks only get in the way of grep and diff.
+        with self.out.capture() as captured:
+            self.out.print(table)
+        sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+    def _table(self, *columns: str, right: tuple[str, ...] = ()) -> Table:
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        for col in columns:
+            table.add_column(col, justify="right" if col in right else "left", no_wrap=True)
+        return table
+
+    def error(self, message: str, kind: str) -> None:
+        # Plain write: one line, never wrapped to the terminal width.
+        sys.stderr.write(f"error: {message}\n")
+
+    def config(self, data: dict[str, Any]) -> None:
+        self.out.print(json.dumps(data, indent=2, default=str), markup=False)
+
+    def segments(self, segments: list[RemoteLogSegmentMetadata]) -> None:
+        table = self._table(
+            "topic", "partition", "segment_id", "start_offset", "end_offset", "epochs", "size",
+            "state", "max_timestamp",
+            right=("partition", "start_offset", "end_offset", "size"),
+        )  # fmt: skip
+        for m in segments:
+            tp = m.topic_id_partition
+            table.add_row(
+                tp.topic, str(tp.partition), kafka_uuid_to_str(m.remote_log_segment_id.id),
+                str(m.start_offset), str(m.end_offset), _epochs(m.segment_leader_epochs),
+                human_bytes(m.segment_size_in_bytes), m.state.name, human_time(m.max_timestamp_ms),
+            )  # fmt: skip
+        self._print_table(table)
+        total = sum(m.segment_size_in_bytes for m in segments)
+        self.out.print(f"{len(segments)} segments, {human_bytes(total)}")
+
+    def segment_detail(self, detail: SegmentDetail) -> None:
+        fields = segment_fields(detail.metadata)
+        for name in ("max_timestamp_ms", "event_timestamp_ms"):
+            fields[name] = f"{fields[name]} ({human_time(fields[name])})"
+        fields["segment_size_in_bytes"] = (
+            f"{fields['segment_size_in_bytes']} ({human_bytes(fields['segment_size_in_bytes'])})"
+        )
+        fields["segment_leader_epochs"] = _epochs(detail.metadata.segment_leader_epochs)
+        width = max(len(k) for k in fields)
+        for key, value in fields.items():
+            self.out.print(f"{key:<{width}}  {value}", markup=False)
+        self.out.print()
+        objects = self._table("object", "kind", "stored", "recorded", "crc32c", "last_modified")
+        for o in detail.objects:
+            d = o.to_dict()
+            stored = "MISSING" if o.stored_size is None else human_bytes(o.stored_size)
+            objects.add_row(
+                o.name, d["kind"], stored,
+                human_bytes(o.recorded_size), d["recorded_crc32c"] or "-",
+                human_time(o.last_modified_ms),
+            )  # fmt: skip
+        self._print_table(objects)
+        self.out.print()
+        events = self._table(
+            "metadata_partition", "offset", "type", "state", "event_time", "broker_id"
+        )
+        for e in detail.events:
+            d = e.to_dict()
+            events.add_row(
+                str(e.metadata_partition), str(e.offset), d.get("type", "-"), d.get("state", "-"),
+                human_time(d.get("event_timestamp_ms")), str(d.get("broker_id", "-")),
+            )  # fmt: skip
+        self._print_table(events)
+
+    def partitions(self, summaries: list[PartitionSummary]) -> None:
+        table = self._table(
+            "topic", "partition", "segments", "remote", "offsets", "highest_offset_per_epoch",
+            "states", "delete_state", "gaps",
+            right=("partition", "segments", "remote"),
+        )  # fmt: skip
+        for s in summaries:
+            tp = s.topic_id_partition
+            offsets = "-" if s.start_offset is None else f"{s.start_offset}..{s.end_offset}"
+            table.add_row(
+                tp.topic, str(tp.partition), str(s.segment_count), human_bytes(s.remote_bytes),
+                offsets, _epochs(s.highest_offset_per_epoch) or "-",
+                " ".join(f"{k}={v}" for k, v in s.state_counts.items()) or "-",
+                s.delete_state or "-", str(len(s.gaps)),
+            )  # fmt: skip
+        self._print_table(table)
+
+    def snapshots(self, reports: list[SnapshotReport]) -> None:
+        if not reports:
+            self.out.print("no snapshot files")
+        for r in reports:
+            self.out.print(f"[bold]{r.path}[/]  {human_bytes(r.size_bytes)}")
+            if not r.ok:
+                self.out.print(f"  CORRUPT: {r.problem}", markup=False)
+                continue
+            applied = ", ".join(f"{p}:{o}" for p, o in sorted(r.applied_offsets.items()))
+            self.out.print(
+                f"  format_version {r.format_version}, checksum ok, created "
+                f"{human_time(r.created_ms)}\n"
+                f"  partition_count {r.partition_count}, applied_offsets {{{applied}}}\n"
+                f"  {r.user_partitions} user partitions, {r.segments} segments "
+                f"({', '.join(f'{k}={v}' for k, v in r.segments_by_state.items()) or 'none'}), "
+                f"{human_bytes(r.remote_bytes)} remote",
+                markup=False,
+            )
+            if r.partition_delete_states:
+                self.out.print(f"  partition deletes: {r.partition_delete_states}", markup=False)
+
+    def _problems(self, rows: list[dict[str, Any]], extra: str | None = None) -> None:
+        columns = [
+            c for c in (extra, "kind", "topic", "partition", "segment_id", "object_name") if c
+        ]
+        table = self._table(*columns, "detail")
+        for row in rows:
+            table.add_row(*(str(row.get(c, "-")) for c in columns), str(row["detail"]))
+        self._print_table(table)
+
+    def verification(self, report: VerifyReport) -> None:
+        mode = "deep" if report.deep else "quick"
+        summary = (
+            f"{mode} verify: {report.segments_checked} segments, {report.objects_checked} objects"
+            + (f", {human_bytes(report.bytes_read)} read" if report.deep else "")
+        )
+        if report.ok:
+            self.out.print(f"{summary}: OK")
+            return
+        self._problems([p.to_dict() for p in report.problems])
+        self.out.print(f"{summary}: {len(report.problems)} problem(s)")
+
+    def repair(self, plan: RepairPlan) -> None:
+        if plan.actions:
+            self._problems([a.to_dict() for a in plan.actions], extra="action")
+        if not plan.actions:
+            self.out.print("gc: no garbage to remove")
+        elif plan.applied:
+            skipped = f", {len(plan.skipped)} skipped" if plan.skipped else ""
+            self.out.print(f"gc: {len(plan.done)} of {len(plan.actions)} action(s) done{skipped}")
+        else:
+            self.out.print(
+                f"gc: dry run, {len(plan.actions)} action(s) planned (--apply to repair)"
+            )
+        for action, why in plan.skipped:
+            self.out.print(f"  skipped {action.problem.segment_id}: {why}", markup=False)
+        if plan.left_alone:
+            self.out.print(
+                f"{len(plan.left_alone)} problem(s) are not garbage and need an operator:"
+            )
+            self._problems([p.to_dict() for p in plan.left_alone])
+
+
+__all__ = ["ConsoleOutput", "JsonOutput", "Output", "human_bytes", "human_time"]

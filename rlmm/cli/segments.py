@@ -1,0 +1,70 @@
+"""`rlmm segments list|show` and `rlmm partitions`: what the remote log holds.
+
+Invariant: read-only (a MetadataView and the RSM's listing); each command calls one
+library function of rlmm.inventory and hands the result to the Output.
+"""
+
+from __future__ import annotations
+
+import click
+
+from rlmm.cli.session import common_options, session
+from rlmm.model import RemoteLogSegmentState
+
+_STATES = [s.name for s in RemoteLogSegmentState]
+
+
+@click.group("segments")
+def segments() -> None:
+    """Remote log segments known to the metadata."""
+
+
+@segments.command("list")
+@click.option("--topic", help="only this topic")
+@click.option("--partition", type=click.IntRange(min=0), help="only this partition number")
+@click.option("--state", type=click.Choice(_STATES, case_sensitive=False), help="only this state")
+@click.option("--epoch", type=click.IntRange(min=0), help="only segments holding this leader epoch")
+@common_options
+def list_segments(
+    topic: str | None, partition: int | None, state: str | None, epoch: int | None
+) -> None:
+    """List segments (every state), by topic, partition and start offset."""
+    from rlmm.archive import open_metadata_view
+    from rlmm.inventory import SegmentFilter, list_segments
+
+    where = SegmentFilter(
+        topic, partition, None if state is None else RemoteLogSegmentState[state.upper()], epoch
+    )
+    with open_metadata_view(session().config) as view:
+        session().output.segments(list_segments(view, where))
+
+
+@segments.command("show")
+@click.argument("segment_id")
+@common_options
+def show_segment(segment_id: str) -> None:
+    """Everything about one segment: metadata, stored objects, the events that made it."""
+    from rlmm.archive import open_metadata_view
+    from rlmm.factory import open_remote_storage
+    from rlmm.inventory import describe_segment
+
+    config = session().config
+    with open_metadata_view(config) as view, open_remote_storage(config) as rsm:
+        session().output.segment_detail(describe_segment(config, view, rsm, segment_id))
+
+
+@click.command("partitions")
+@click.option("--topic", help="only this topic")
+@common_options
+def partitions(topic: str | None) -> None:
+    """Per partition: segments, remote bytes, offsets, highest offset per epoch, states."""
+    from rlmm.archive import open_metadata_view
+    from rlmm.inventory import SegmentFilter, summarize_partitions
+
+    with open_metadata_view(session().config) as view:
+        session().output.partitions(summarize_partitions(view, SegmentFilter(topic)))
+
+
+def register(main: click.Group) -> None:
+    main.add_command(segments)
+    main.add_command(partitions)

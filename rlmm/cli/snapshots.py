@@ -1,0 +1,33 @@
+"""`rlmm snapshot inspect`: what the manager's snapshot files hold, and whether they are
+intact. Invariant: a corrupt file is reported (exit 1), never raised."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rlmm.cli.session import common_options, session
+
+
+@click.group("snapshot")
+def snapshot() -> None:
+    """The manager's snapshot files."""
+
+
+@snapshot.command("inspect")
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@common_options
+def inspect(path: Path | None) -> None:
+    """Version, applied offsets, counts and checksum of PATH (a snapshot file or a
+    directory of them; default: the configured snapshot directory)."""
+    from rlmm.snapshot_report import inspect_snapshots
+
+    reports = inspect_snapshots(path if path is not None else session().config.snapshot_dir())
+    session().output.snapshots(reports)
+    if not all(r.ok for r in reports):
+        click.get_current_context().exit(1)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(snapshot)

@@ -1,0 +1,99 @@
+"""`rlmm verify` and `rlmm gc`: the metadata against the objects, and the garbage repair.
+
+Invariant: verify never writes; gc is a dry run unless --apply, and removes exactly
+what a verify run at that moment proves is garbage (rlmm.repair). Exit 0 when clean
+(gc: nothing left to do), 1 when problems are found (or remain).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import click
+
+from rlmm.cli.session import common_options, session
+
+if TYPE_CHECKING:
+    from rlmm.verification import VerifyReport
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class Duration(click.ParamType):
+    name = "duration"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        match = _DURATION.fullmatch(str(value).strip())
+        if match is None:
+            self.fail(f"{value!r} is not a duration (e.g. 90s, 30m, 1h)", param, ctx)
+        return float(match.group(1)) * _UNIT_S[match.group(2) or "s"]
+
+
+def _verify_options(fn: click.decorators.FC) -> click.decorators.FC:
+    fn = click.option(
+        "--safety-window", type=Duration(), default="1h", show_default=True,
+        help="ignore objects, uploads and STARTED segments younger than this",
+    )(fn)  # fmt: skip
+    fn = click.option("--topic", help="only this topic")(fn)
+    return click.option("--deep", is_flag=True, help="read every object: CRC-32C and batch CRCs")(
+        fn
+    )
+
+
+def _run_verify(deep: bool, topic: str | None, safety_window: float) -> VerifyReport:
+    from rlmm.archive import open_metadata_view
+    from rlmm.factory import open_remote_storage
+    from rlmm.verification import verify
+
+    s = session()
+    config = s.config
+    with (
+        open_metadata_view(config) as view,
+        open_remote_storage(config) as rsm,
+        s.progress("verifying") as progress,
+    ):
+        return verify(
+            view, rsm, deep=deep, topic=topic, safety_window_s=safety_window, progress=progress
+        )
+
+
+@click.command("verify")
+@_verify_options
+@common_options
+def verify_command(deep: bool, topic: str | None, safety_window: float) -> None:
+    """Check the metadata against the stored objects, both ways (exit 1 on problems)."""
+    report = _run_verify(deep, topic, safety_window)
+    session().output.verification(report)
+    if not report.ok:
+        click.get_current_context().exit(1)
+
+
+@click.command("gc")
+@click.option("--apply", is_flag=True, help="repair (default: only print what would be done)")
+@_verify_options
+@common_options
+def gc_command(apply: bool, deep: bool, topic: str | None, safety_window: float) -> None:
+    """Remove what verify proves is garbage: orphan objects, stale multipart uploads,
+    segments stuck in a STARTED state (through the DELETE path of the metadata)."""
+    from rlmm.factory import open_remote_storage
+    from rlmm.repair import apply_repairs, plan_repairs
+
+    plan = plan_repairs(_run_verify(deep, topic, safety_window))
+    if apply and plan.actions:
+        with open_remote_storage(session().config) as rsm:
+            apply_repairs(session().config, rsm, plan)
+    session().output.repair(plan)
+    remaining = plan.left_alone or plan.skipped or (plan.actions and not apply)
+    if remaining:
+        click.get_current_context().exit(1)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(verify_command)
+    main.add_command(gc_command)

@@ -1,0 +1,251 @@
+"""Inventories of remote storage: segments by filter, per-partition summaries, one segment.
+
+The library side of ``rlmm segments list|show`` and ``rlmm partitions``, computed
+from a read-only MetadataView (and, for one segment, the stored objects and the
+events that made it). Invariant: nothing here writes; every answer is derived from
+the view handed in, so two calls on one view agree.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from remote.storage import (
+    OBJECT_KINDS,
+    ObjectKind,
+    RemoteStorageManager,
+    SegmentManifest,
+    kind_label,
+    object_name,
+)
+from rlmm.archive import MetadataView
+from rlmm.config import RlmmConfig
+from rlmm.describe import partition_fields, segment_fields
+from rlmm.errors import RemoteResourceNotFoundError
+from rlmm.event_dump import DumpedEvent, segment_history
+from rlmm.model import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+    kafka_uuid_from_str,
+)
+
+_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+@dataclass(frozen=True)
+class SegmentFilter:
+    """Which segments a listing shows (None: any)."""
+
+    topic: str | None = None
+    partition: int | None = None
+    state: RemoteLogSegmentState | None = None
+    leader_epoch: int | None = None
+
+    def partition_matches(self, tp: TopicIdPartition) -> bool:
+        return (self.topic is None or tp.topic == self.topic) and (
+            self.partition is None or tp.partition == self.partition
+        )
+
+    def matches(self, m: RemoteLogSegmentMetadata) -> bool:
+        return (
+            self.partition_matches(m.topic_id_partition)
+            and (self.state is None or m.state == self.state)
+            and (self.leader_epoch is None or self.leader_epoch in m.segment_leader_epochs)
+        )
+
+
+def list_segments(
+    view: MetadataView, where: SegmentFilter | None = None
+) -> list[RemoteLogSegmentMetadata]:
+    """Every live segment matching ``where``, by (topic, partition, start offset)."""
+    where = where or SegmentFilter()
+    return [
+        m
+        for tp in view.topic_partitions()
+        if where.partition_matches(tp)
+        for m in view.segments(tp)
+        if where.matches(m)
+    ]
+
+
+def find_segment(view: MetadataView, segment_id: str) -> RemoteLogSegmentMetadata:
+    """The live segment with this id (Kafka's base64 text or a dashed uuid)."""
+    try:
+        wanted = kafka_uuid_from_str(segment_id)
+    except ValueError as e:
+        raise RemoteResourceNotFoundError(f"{segment_id!r} is not a segment id: {e}") from e
+    for tp in view.topic_partitions():
+        for m in view.segments(tp):
+            if m.remote_log_segment_id.id == wanted:
+                return m
+    raise RemoteResourceNotFoundError(f"unknown segment id {segment_id}: no live segment has it")
+
+
+# --- one segment in full --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One object of a segment copy: what the manifest recorded and what is stored."""
+
+    name: str
+    kind: ObjectKind
+    recorded_size: int | None
+    recorded_crc32c: int | None
+    stored_size: int | None  # None: not in remote storage
+    last_modified_ms: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": kind_label(self.kind),
+            "recorded_size": self.recorded_size,
+            "recorded_crc32c": None
+            if self.recorded_crc32c is None
+            else f"{self.recorded_crc32c:08x}",
+            "stored_size": self.stored_size,
+            "last_modified_ms": self.last_modified_ms,
+        }
+
+
+@dataclass(frozen=True)
+class SegmentDetail:
+    """Everything about one segment: metadata, stored objects, the events that made it."""
+
+    metadata: RemoteLogSegmentMetadata
+    objects: list[StoredObject]
+    events: list[DumpedEvent]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "segment": segment_fields(self.metadata),
+            "objects": [o.to_dict() for o in self.objects],
+            "events": [e.to_dict() for e in self.events],
+        }
+
+
+def stored_objects(rsm: RemoteStorageManager, m: RemoteLogSegmentMetadata) -> list[StoredObject]:
+    """The objects of ``m``'s copy: every kind the manifest records or the store holds."""
+    listing = {o.name: o for o in rsm.list_objects(m.topic_id_partition)}
+    manifest = SegmentManifest.of(m)
+    out = []
+    for kind in OBJECT_KINDS:
+        name = object_name(m, kind)
+        recorded = manifest.objects.get(kind) if manifest is not None else None
+        stored = listing.get(name)
+        if recorded is None and stored is None:
+            continue
+        out.append(
+            StoredObject(
+                name,
+                kind,
+                None if recorded is None else recorded.size,
+                None if recorded is None else recorded.crc32c,
+                None if stored is None else stored.size,
+                None if stored is None else stored.last_modified_ms,
+            )
+        )
+    return out
+
+
+def describe_segment(
+    config: RlmmConfig, view: MetadataView, rsm: RemoteStorageManager, segment_id: str
+) -> SegmentDetail:
+    """One segment in full: its metadata, stored objects and metadata events."""
+    m = find_segment(view, segment_id)
+    return SegmentDetail(
+        m, stored_objects(rsm, m), segment_history(config, m.remote_log_segment_id)
+    )
+
+
+# --- partitions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionSummary:
+    """One topic-partition's remote log at a glance."""
+
+    topic_id_partition: TopicIdPartition
+    segment_count: int
+    remote_bytes: int
+    start_offset: int | None  # of the COPY_SEGMENT_FINISHED segments
+    end_offset: int | None
+    highest_offset_per_epoch: dict[int, int]
+    state_counts: dict[str, int]
+    delete_state: str | None
+    gaps: list[tuple[int, int]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **partition_fields(self.topic_id_partition),
+            "segment_count": self.segment_count,
+            "remote_bytes": self.remote_bytes,
+            "start_offset": self.start_offset,
+            "end_offset": self.end_offset,
+            "highest_offset_per_epoch": {
+                str(e): o for e, o in sorted(self.highest_offset_per_epoch.items())
+            },
+            "state_counts": dict(self.state_counts),
+            "delete_state": self.delete_state,
+            "lineage_gaps": [{"first_offset": a, "last_offset": b} for a, b in self.gaps],
+        }
+
+
+def highest_offset_per_epoch(segments: list[RemoteLogSegmentMetadata]) -> dict[int, int]:
+    """Per leader epoch, the highest offset a COPY_SEGMENT_FINISHED segment holds in it."""
+    out: dict[int, int] = {}
+    for m in segments:
+        if m.state != _FINISHED:
+            continue
+        epochs = list(m.segment_leader_epochs.items())
+        for i, (epoch, _) in enumerate(epochs):
+            end = epochs[i + 1][1] - 1 if i + 1 < len(epochs) else m.end_offset
+            out[epoch] = max(out.get(epoch, end), end)
+    return dict(sorted(out.items()))
+
+
+def summarize_partition(view: MetadataView, tp: TopicIdPartition) -> PartitionSummary:
+    segments = view.segments(tp)
+    finished = [m for m in segments if m.state == _FINISHED]
+    delete = view.delete_state(tp)
+    return PartitionSummary(
+        topic_id_partition=tp,
+        segment_count=len(segments),
+        remote_bytes=sum(m.segment_size_in_bytes for m in segments),
+        start_offset=min((m.start_offset for m in finished), default=None),
+        end_offset=max((m.end_offset for m in finished), default=None),
+        highest_offset_per_epoch=highest_offset_per_epoch(segments),
+        state_counts=dict(sorted(Counter(m.state.name for m in segments).items())),
+        delete_state=None if delete is None else delete.state.name,
+        gaps=[(g.first_offset, g.last_offset) for g in view.gaps(tp)],
+    )
+
+
+def summarize_partitions(
+    view: MetadataView, where: SegmentFilter | None = None
+) -> list[PartitionSummary]:
+    """A summary of every known topic-partition (matching ``where``'s topic/partition)."""
+    where = where or SegmentFilter()
+    return [
+        summarize_partition(view, tp)
+        for tp in view.topic_partitions()
+        if where.partition_matches(tp)
+    ]
+
+
+__all__ = [
+    "PartitionSummary",
+    "SegmentDetail",
+    "SegmentFilter",
+    "StoredObject",
+    "describe_segment",
+    "find_segment",
+    "highest_offset_per_epoch",
+    "list_segments",
+    "stored_objects",
+    "summarize_partition",
+    "summarize_partitions",
+]

@@ -1,0 +1,157 @@
+"""Repair of what verification proves is garbage: the plan, and carrying it out.
+
+The library side of ``rlmm gc``. A plan holds one action per garbage problem of a
+VerifyReport: delete an orphan object, abort a stale multipart upload, or take a
+segment stuck in COPY_SEGMENT_STARTED / DELETE_SEGMENT_STARTED through the DELETE path
+of the metadata (DELETE_SEGMENT_STARTED, delete its objects, DELETE_SEGMENT_FINISHED),
+as Kafka's RemoteLogManager deletes a segment. Problems that are not garbage
+(missing or damaged objects, lineage gaps) get no action: they need an operator.
+
+Invariant: a segment is only moved through the DELETE path if a writing manager,
+caught up with the metadata log, still sees it in the STARTED state the plan found
+(a copy that finished meanwhile is left alone), and its DELETE_SEGMENT_STARTED event is
+acknowledged before any of its objects is deleted, so a crash mid-way leaves the
+segment in DELETE_SEGMENT_STARTED, which a later ``gc`` finishes once that event is
+older than the safety window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from remote.storage import MultipartUpload, RemoteStorageManager
+from rlmm.config import RlmmConfig
+from rlmm.factory import create_manager, open_event_log
+from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.model import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+)
+from rlmm.verification import GARBAGE, Problem, ProblemKind, VerifyReport
+
+_S = RemoteLogSegmentState
+_ACTIONS = {
+    ProblemKind.ORPHAN_OBJECT: "delete_object",
+    ProblemKind.STALE_MULTIPART_UPLOAD: "abort_multipart_upload",
+    ProblemKind.STUCK_COPY_STARTED: "delete_segment",
+    ProblemKind.STUCK_DELETE_STARTED: "delete_segment",
+}
+
+
+@dataclass(frozen=True)
+class RepairAction:
+    """What gc does about one problem."""
+
+    action: str
+    problem: Problem
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, **self.problem.to_dict()}
+
+
+@dataclass
+class RepairPlan:
+    actions: list[RepairAction]
+    left_alone: list[Problem]
+    applied: bool = False
+    done: list[RepairAction] = field(default_factory=list)
+    skipped: list[tuple[RepairAction, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "applied": self.applied,
+            "actions": [a.to_dict() for a in self.actions],
+            "done": [a.to_dict() for a in self.done],
+            "skipped": [{**a.to_dict(), "reason": why} for a, why in self.skipped],
+            "left_alone": [p.to_dict() for p in self.left_alone],
+        }
+
+
+def plan_repairs(report: VerifyReport) -> RepairPlan:
+    """One action per garbage problem of ``report``; the other problems are left alone."""
+    actions = [RepairAction(_ACTIONS[p.kind], p) for p in report.problems if p.kind in GARBAGE]
+    left = [p for p in report.problems if p.kind not in GARBAGE]
+    return RepairPlan(actions, left)
+
+
+async def _delete_segments(
+    config: RlmmConfig, rsm: RemoteStorageManager, plan: RepairPlan, actions: list[RepairAction]
+) -> None:
+    targets = [a.problem.segment for a in actions if a.problem.segment is not None]
+    tps = sorted({m.topic_id_partition for m in targets}, key=lambda t: (t.topic, t.partition))
+    manager = create_manager(config, open_event_log(config))
+    try:
+        await manager.start()
+        await manager.on_partition_leadership_changes(tps, [])
+        await manager.wait_until_ready(tps, float(config.manager["ready_timeout_s"]))
+        for action in actions:
+            found = action.problem.segment
+            assert found is not None
+            current = next(
+                (
+                    m
+                    for m in manager.list_remote_log_segments(found.topic_id_partition)
+                    if m.remote_log_segment_id == found.remote_log_segment_id
+                ),
+                None,
+            )
+            if current is None or current.state != found.state:
+                now = "gone" if current is None else current.state.name
+                plan.skipped.append(
+                    (action, f"state changed since verify ({found.state.name} -> {now})")
+                )
+                continue
+            await _delete_segment(config, rsm, manager, current)
+            plan.done.append(action)
+    finally:
+        await manager.close()
+
+
+async def _delete_segment(
+    config: RlmmConfig,
+    rsm: RemoteStorageManager,
+    manager: TopicBasedRemoteLogMetadataManager,
+    m: RemoteLogSegmentMetadata,
+) -> None:
+    def update(state: RemoteLogSegmentState) -> RemoteLogSegmentMetadataUpdate:
+        return RemoteLogSegmentMetadataUpdate(
+            m.remote_log_segment_id,
+            int(time.time() * 1000),
+            m.custom_metadata,
+            state,
+            config.broker_id,
+        )
+
+    if m.state == _S.COPY_SEGMENT_STARTED:
+        await manager.update_remote_log_segment_metadata(update(_S.DELETE_SEGMENT_STARTED))
+    await asyncio.to_thread(rsm.delete_log_segment_data, m)
+    await manager.update_remote_log_segment_metadata(update(_S.DELETE_SEGMENT_FINISHED))
+
+
+def apply_repairs(config: RlmmConfig, rsm: RemoteStorageManager, plan: RepairPlan) -> RepairPlan:
+    """Carry out ``plan`` (objects and uploads first, then the segments); returns it with
+    ``done`` and ``skipped`` filled in. Errors of the store or the metadata log raise."""
+    plan.applied = True
+    by_kind: dict[str, list[RepairAction]] = {}
+    for action in plan.actions:
+        by_kind.setdefault(action.action, []).append(action)
+    objects = by_kind.get("delete_object", [])
+    if objects:
+        rsm.delete_objects([a.problem.object_name for a in objects if a.problem.object_name])
+        plan.done.extend(objects)
+    for action in by_kind.get("abort_multipart_upload", []):
+        p = action.problem
+        assert p.object_name is not None and p.upload_id is not None
+        rsm.abort_multipart_upload(MultipartUpload(p.object_name, p.upload_id, 0))
+        plan.done.append(action)
+    segments = by_kind.get("delete_segment", [])
+    if segments:
+        asyncio.run(_delete_segments(config, rsm, plan, segments))
+    return plan
+
+
+__all__ = ["RepairAction", "RepairPlan", "apply_repairs", "plan_repairs"]

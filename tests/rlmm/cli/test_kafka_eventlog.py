@@ -1,0 +1,42 @@
+"""The ops CLI over a Kafka event log (Tansu on loopback): `events` decodes the
+metadata topic and `segments list` matches what was offloaded, as a user runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rlmm.config import load_config
+from rlmm.describe import segment_fields
+from tests.rlmm.archive.archive_data import offload
+from tests.rlmm.cli.store import run_cli, sid, write_partition
+
+
+@pytest.mark.kafka
+def test_events_and_segments_over_kafka(kafka_bootstrap: str, tmp_path: Path) -> None:
+    topic = f"rlmm-ops-{uuid.uuid4().hex[:8]}"
+    config_path = tmp_path / "kafka.toml"
+    config_path.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n'
+        "[snapshot]\nenabled = false\n"
+        f'[eventlog]\ntype = "kafka"\nbootstrap_servers = "{kafka_bootstrap}"\n'
+        f'topic = "{topic}"\npartitions = 4\nreplication_factor = 1\n'
+    )
+    config = load_config(config_path, env={})
+    pdirs = [write_partition(tmp_path / "logs", "orders", p, 2) for p in (0, 1)]
+    copied = asyncio.run(offload(config, pdirs))
+    segments = [m for tp in sorted(copied, key=lambda t: t.partition) for m in copied[tp]]
+
+    events = run_cli("events", "--config", str(config_path))
+    assert events.returncode == 0, events.stderr
+    decoded = [json.loads(line) for line in events.stdout.splitlines()]
+    assert sorted((e["segment_id"], e["state"]) for e in decoded) == sorted(
+        (sid(m), s) for m in segments for s in ("COPY_SEGMENT_STARTED", "COPY_SEGMENT_FINISHED")
+    )
+    listed = run_cli("segments", "list", "--json", "--config", str(config_path))
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["segments"] == [segment_fields(m) for m in segments]

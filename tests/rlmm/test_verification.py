@@ -1,0 +1,110 @@
+"""rlmm.verification and rlmm.repair in process: the safety window, the topic filter,
+a plan that meets a changed state, and the event dump / snapshot report edge cases."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from eventlog._batch import encode_batch
+from rlmm.archive import open_metadata_view
+from rlmm.codec import encode
+from rlmm.event_dump import dump_segment_file
+from rlmm.model import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
+from rlmm.repair import apply_repairs, plan_repairs
+from rlmm.snapshot_report import inspect_snapshot
+from rlmm.verification import ProblemKind, verify
+from tests.rlmm.cli.store import (
+    HOUR_MS,
+    build_store,
+    seed_orphan,
+    sid,
+    stuck_started,
+    with_manager,
+)
+
+
+def kinds(report: object) -> list[str]:
+    return sorted(p.kind.value for p in report.problems)  # type: ignore[attr-defined]
+
+
+def test_safety_window_and_topic_filter(tmp_path: Path) -> None:
+    store = build_store(tmp_path)
+    rsm = store.rsm()
+    try:
+        orphans = seed_orphan(store, rsm, age_ms=0)
+        with open_metadata_view(store.config) as view:
+            assert verify(view, rsm).ok  # young: maybe a copy in flight
+            later = int(time.time() * 1000) + 2 * HOUR_MS
+            aged = verify(view, rsm, now_ms=later)
+            assert {(p.kind, p.object_name) for p in aged.problems} == {
+                (ProblemKind.ORPHAN_OBJECT, name) for _, _, name in orphans
+            }
+            assert verify(view, rsm, now_ms=later, topic="other").ok
+            assert verify(view, rsm, now_ms=later, safety_window_s=3 * 3600).ok
+    finally:
+        rsm.close()
+
+
+def test_repair_leaves_a_segment_whose_state_changed(tmp_path: Path) -> None:
+    store = build_store(tmp_path)
+    started = stuck_started(store)
+    rsm = store.rsm()
+    try:
+        with open_metadata_view(store.config) as view:
+            report = verify(view, rsm)
+        assert kinds(report) == ["stuck_copy_started"]
+        plan = plan_repairs(report)
+
+        async def finish(manager, rsm_):  # type: ignore[no-untyped-def]
+            await manager.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(
+                    started.remote_log_segment_id,
+                    int(time.time() * 1000),
+                    None,
+                    RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                    0,
+                )
+            )
+
+        asyncio.run(with_manager(store.config, [started.topic_id_partition], finish))
+        apply_repairs(store.config, rsm, plan)
+        assert plan.done == []
+        assert [(a.problem.segment_id, why) for a, why in plan.skipped] == [
+            (
+                sid(started),
+                "state changed since verify (COPY_SEGMENT_STARTED -> COPY_SEGMENT_FINISHED)",
+            )
+        ]
+        assert any(sid(started) in o.name for o in rsm.list_objects())  # untouched
+    finally:
+        rsm.close()
+
+
+def test_event_dump_reports_undecodable_values_and_goes_on(tmp_path: Path) -> None:
+    store = build_store(tmp_path)
+    m = next(iter(store.segments.values()))[0]
+    part = tmp_path / "__remote_log_metadata-3"
+    part.mkdir()
+    batches = [
+        encode_batch(0, [(None, encode(m))], 1),
+        encode_batch(1, [(None, b"\x01\x00\x00not an event"), (None, encode(m))], 1),
+    ]
+    path = part / f"{0:020d}.log"
+    path.write_bytes(b"".join(batches))
+    dumped = list(dump_segment_file(path))
+    assert [(d.metadata_partition, d.offset, d.error is None) for d in dumped] == [
+        (3, 0, True),
+        (3, 1, False),
+        (3, 2, True),
+    ]
+    assert dumped[0].event == m and "cannot decode" in str(dumped[1].error)
+
+
+def test_snapshot_report_of_foreign_or_truncated_files(tmp_path: Path) -> None:
+    truncated = tmp_path / "snapshot-00000000000000000001.rlmm"
+    truncated.write_bytes(b"RLMMSNAP\x00\x01")
+    report = inspect_snapshot(truncated)
+    assert not report.ok and "truncated" in str(report.problem)
+    assert report.to_dict()["path"] == str(truncated)
