@@ -129,6 +129,13 @@ async def ensure_topic(
         for name, code, message in _topic_errors(response):
             if code == kafka_errors.TopicAlreadyExistsError.errno:
                 continue  # another instance created it first: verify it below
+            if code == kafka_errors.InvalidReplicationFactorError.errno:
+                # Kafka's default (3) on a cluster with fewer brokers: refused at once.
+                raise EventLogConfigError(
+                    f"create topic {name}: replication_factor={replication_factor} "
+                    "(remote.log.metadata.topic.replication.factor) is more than the "
+                    f"cluster's brokers; set it to at most their number ({message})"
+                )
             if code:
                 err = translate_error(kafka_errors.for_code(code)(message), f"create topic {name}")
                 if isinstance(err, EventLogTransportError) and not err.retriable:
@@ -139,7 +146,8 @@ async def ensure_topic(
     if found != partitions:
         raise EventLogConfigError(
             f"topic {topic} exists with {found} partitions, expected {partitions}: "
-            "the metadata partitioner depends on the count, refusing to use it"
+            "the metadata partitioner depends on the count, refusing to use it "
+            f"(set partitions / remote.log.metadata.topic.num.partitions to {found})"
         )
     return created
 
