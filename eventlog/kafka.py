@@ -420,7 +420,14 @@ class KafkaEventLog(EventLog):
         async def attempt() -> dict[int, int]:
             if self._control is None:
                 raise EventLogClosedError(f"kafka log {self.topic} is closed")
-            return await fetch_end_offsets(self._control, self.topic, wanted)
+            return await fetch_end_offsets(
+                self._control,
+                self.topic,
+                wanted,
+                timeout_s=self._request_timeout_ms / 1000,
+                backoff_s=self._retry_backoff_ms / 1000 / 2,
+                max_backoff_s=self._retry_backoff_max_ms / 1000,
+            )
 
         result: dict[int, int] = await self._with_retries(
             attempt, f"end offsets of {self.topic} partitions {sorted(set(wanted))}"
