@@ -121,7 +121,11 @@ async def test_close_ends_pending_readers(make_log: MakeLog) -> None:
             seen.append(record)
 
     reader = asyncio.create_task(follow())
-    await asyncio.sleep(0.05)
+    # Pending = caught up and waiting for more (a real broker's first fetch may take
+    # longer than any fixed sleep on a busy machine).
+    async with asyncio.timeout(20):
+        while not seen:
+            await asyncio.sleep(0.01)
     await log.close()
     await asyncio.wait_for(reader, 20)  # ends by itself, no cancellation
     assert seen == [(0, b"only")]
