@@ -21,9 +21,12 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.fixtures.apache_kafka import (
+    ENV_ENABLE,
     METADATA_PARTITIONS,
     METADATA_TOPIC,
     ApacheKafkaBroker,
+    ApacheKafkaUnavailable,
+    kafka_libs,
     new_broker,
 )
 from tests.fixtures.kafka import BrokerStartError
@@ -42,6 +45,19 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+def test_missing_java_or_maven_is_a_skip_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_ENABLE, "1")
+    monkeypatch.setattr("shutil.which", lambda name: None if name == "mvn" else f"/bin/{name}")
+    with pytest.raises(ApacheKafkaUnavailable, match="mvn not on PATH"):
+        kafka_libs()
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(ApacheKafkaUnavailable, match="java and mvn not on PATH"):
+        kafka_libs()
+    monkeypatch.setenv(ENV_ENABLE, "0")
+    with pytest.raises(ApacheKafkaUnavailable, match=f"{ENV_ENABLE}=0"):
+        kafka_libs()
 
 
 async def test_session_broker_runs_kafkas_own_rlmm(apache_kafka_broker: ApacheKafkaBroker) -> None:
