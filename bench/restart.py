@@ -3,8 +3,11 @@
 1,000 user partitions x 1,000 segments (1M segments, 2M events: add + finished) on a
 FileEventLog with 50 partitions. Each restart runs in a fresh process (so peak RSS is
 its own): start the manager, assign every partition, wait until all are ready.
-Target: snapshot + 1% tail >= 20x faster than the full replay Kafka does, and <= 10 s.
-Prints one JSON document.
+Restore is lazy: each partition's cache stays an encoded block until first needed,
+so the restarted manager's first lookup on a cold partition pays its decode; the
+snapshot runs report that latency (p50/p99 over cold partitions) beside the restart.
+Targets: snapshot + 1% tail >= 20x faster than the full replay Kafka does, <= 1 s for
+1M segments, cold first lookup p99 <= 5 ms. Prints one JSON document.
 """
 
 from __future__ import annotations
@@ -95,13 +98,31 @@ async def restart(directory: Path, snapshots: Path | None, count: int) -> dict[s
     await manager.on_partition_leadership_changes(tps, [])
     await manager.wait_until_ready(tps, 3600)
     elapsed = time.perf_counter() - t0
-    result = {
+    result: dict[str, object] = {
         "seconds": round(elapsed, 3),
         "snapshot_load_seconds": round(t_loaded - t0, 3),
         "events_replayed": manager.stats.applied_events,
-        "segments": sum(len(manager.list_remote_log_segments(tp)) for tp in tps),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "cold_partitions_after_ready": manager._store.cold_count,
+        "peak_rss_mib_ready": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+    if manager._store.cold_count:
+        # First lookup on a cold partition (decode its block, apply its tail events).
+        cold = [tp for tp in tps if manager._store.is_cold(tp)][:300]
+        latencies = []
+        for tp in cold:
+            t1 = time.perf_counter()
+            manager.remote_log_segment_metadata(tp, 0, 5_000)
+            latencies.append(time.perf_counter() - t1)
+        latencies.sort()
+        result["cold_first_lookup_ms"] = {
+            "partitions": len(latencies),
+            "p50": round(latencies[len(latencies) // 2] * 1000, 3),
+            "p99": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 3),
+        }
+    result["segments"] = sum(len(manager.list_remote_log_segments(tp)) for tp in tps)
+    result["peak_rss_mib_all_read"] = round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+    )
     if snapshots is not None and "--snapshot-after" in sys.argv:
         await manager.close()  # clean shutdown snapshot (for the snapshot-only run)
     else:
@@ -177,7 +198,11 @@ def main() -> None:
                 "speedup_snapshot_plus_tail_vs_full": round(
                     full["seconds"] / snap_tail["seconds"], 1
                 ),
-                "targets": {"speedup": 20, "snapshot_plus_tail_seconds": 10},
+                "targets": {
+                    "speedup": 20,
+                    "snapshot_plus_tail_seconds": 1,
+                    "cold_first_lookup_p99_ms": 5,
+                },
             },
             indent=2,
         )

@@ -16,6 +16,7 @@ from eventlog.errors import (
     EventLogLockedError,
     EventLogReadOnlyError,
     EventLogTransportError,
+    OffsetBeforeLogStartError,
     UnknownPartitionError,
 )
 from eventlog.log import EventLog
@@ -73,6 +74,7 @@ __all__ = [
     "FileEventLog",
     "KafkaEventLog",
     "MemoryEventLog",
+    "OffsetBeforeLogStartError",
     "UnknownPartitionError",
     "load_event_log",
 ]

@@ -94,8 +94,14 @@ def _open_sealed_all(listing: list[tuple[int, Path]], interval: int) -> list[Seg
     ]
 
 
-def open_for_write(root: Path, number: int, interval: int) -> tuple[Partition, Recovery]:
-    """Open (creating if needed) a partition as its writer, repairing the tail."""
+def open_for_write(
+    root: Path, number: int, interval: int, *, verify_crc: bool = True
+) -> tuple[Partition, Recovery]:
+    """Open (creating if needed) a partition as its writer, repairing the tail.
+
+    ``verify_crc=False`` (after a clean shutdown) walks the active segment's batch
+    headers without checking CRCs; anything odd found that way gets the full check.
+    """
     pdir = partition_dir(root, number)
     pdir.mkdir(exist_ok=True)
     for stray in pdir.glob("*.tmp"):
@@ -111,7 +117,7 @@ def open_for_write(root: Path, number: int, interval: int) -> tuple[Partition, R
     while True:
         base, path = listing[-1]
         active = Segment(base, path, OffsetIndex(interval), 0, base)
-        cut = recover_last(active)
+        cut = recover_last(active, verify_crc=verify_crc)
         if cut:
             repaired.truncated_bytes += cut
             repaired.truncated_segments += 1

@@ -219,12 +219,21 @@ def _corrupt_in_middle(path: Path, result: ScanResult) -> bool:
             return False
 
 
-def recover_last(seg: Segment) -> int:
+def recover_last(seg: Segment, *, verify_crc: bool = True) -> int:
     """Validate the active segment from its start; truncate a torn/corrupt tail.
 
     Returns the number of bytes cut. Corruption followed by valid batches is not a
     torn tail (cutting it would lose acknowledged data): that raises instead.
+    ``verify_crc=False`` trusts the CRCs (clean shutdown) unless the walk finds a
+    problem, which is then judged with the full check.
     """
+    if not verify_crc:
+        probe = Segment(
+            seg.base_offset, seg.path, OffsetIndex(seg.index.interval_bytes), 0, seg.base_offset
+        )
+        if scan(probe, verify_crc=False).problem is None:
+            seg.index, seg.size, seg.next_offset = probe.index, probe.size, probe.next_offset
+            return 0
     result = scan(seg, verify_crc=True)
     file_size = seg.path.stat().st_size
     if result.problem is None:

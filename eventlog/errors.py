@@ -64,3 +64,32 @@ class InvalidOffsetError(EventLogError, ValueError):
 
 class EventLogRecordTooLargeError(EventLogError, ValueError):
     """A record or batch exceeds the backend's size limit (names partition and size)."""
+
+
+class OffsetBeforeLogStartError(EventLogError):
+    """A read below the partition's log start: retention deleted those offsets.
+
+    Not a gap to skip: the reader must start from a snapshot whose applied offset for
+    ``partition`` is at least ``log_start - 1``. ``start_from`` maps each owner
+    registered on the log to its own description of such a snapshot (its newest one
+    first) so the message can say where to go.
+    """
+
+    def __init__(
+        self,
+        partition: int,
+        requested: int,
+        log_start: int,
+        start_from: dict[str, object] | None = None,
+    ) -> None:
+        hints = "; ".join(f"{owner}: {where}" for owner, where in (start_from or {}).items())
+        super().__init__(
+            f"partition {partition}: offset {requested} requested but the log starts at "
+            f"{log_start} (older segments were deleted by retention); start from a snapshot "
+            f"that covers partition {partition} up to offset {log_start - 1} or later"
+            + (f" ({hints})" if hints else " (no owner registered one)")
+        )
+        self.partition = partition
+        self.requested = requested
+        self.log_start = log_start
+        self.start_from = dict(start_from or {})

@@ -6,15 +6,26 @@ Layout (like a Kafka data dir, readable by ``kafka-dump-log.sh``)::
     <dir>/eventlog.json                          format version + partition count
     <dir>/__remote_log_metadata-<p>/<base:020>.log     RecordBatch v2, CRC-32C
     <dir>/__remote_log_metadata-<p>/<base:020>.index   sparse index, sealed segments
+    <dir>/retention/<owner>.json                 retention claims (eventlog._retention)
 
 Appends go through an accumulator: callers queue a request and await a future; one
 writer task takes everything queued, builds one RecordBatch per partition, and does
 one write and one fsync per partition file in a worker thread (group commit), then
 completes the futures and wakes followers.
 
+Retention: the writer deletes whole sealed segments that lie entirely below the
+floor every registered owner claims (``register_retention``), oldest first, at a
+safe point (on start and after each claim this process registers, holding the I/O
+lock). A partition's log start is its first segment's base offset; a read below it
+raises OffsetBeforeLogStartError naming the partition, both offsets and the owners'
+snapshots to start from.
+
 Invariant: an offset is handed back, and becomes visible to readers of this process,
 only once its batch is written and (``fsync="always"``) fsynced; so every offset a
-caller or reader has seen survives a crash, and offsets stay dense from 0.
+caller or reader has seen survives a crash, and offsets stay dense from the log
+start; the segments left after any crash, even one during deletion, are a
+contiguous range ending at the log end, and never start above the lowest claimed
+floor.
 """
 
 from __future__ import annotations
@@ -32,10 +43,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from eventlog._partition import Partition, open_for_write, open_read_only, refresh
+from eventlog._partition import (
+    Partition,
+    open_for_write,
+    open_read_only,
+    partition_dir,
+    refresh,
+)
 from eventlog._reader import read_chunk
 from eventlog._records import check_key, check_offset, check_values, to_bytes
-from eventlog._segment import fsync_dir
+from eventlog._retention import (
+    ClaimSet,
+    RetentionClaim,
+    RetentionRegistry,
+    delete_segments,
+    first_base,
+    remove_orphan_indexes,
+)
+from eventlog._segment import Segment, fsync_dir
 from eventlog._writer import (
     FlushPlan,
     Request,
@@ -51,6 +76,7 @@ from eventlog.errors import (
     EventLogReadOnlyError,
     EventLogStorageError,
     InvalidRecordError,
+    OffsetBeforeLogStartError,
 )
 from eventlog.log import EventLog
 
@@ -58,6 +84,7 @@ logger = logging.getLogger(__name__)
 
 META_FILE = "eventlog.json"
 LOCK_FILE = "LOCK"
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"  # Kafka: .kafka_cleanshutdown
 FORMAT_VERSION = 1
 MiB = 1 << 20
 # One request is one RecordBatch (atomicity); Kafka's batch Length field is an int32.
@@ -78,6 +105,9 @@ class FileEventLogStats:
     # Repairs made on open: torn/corrupt tail bytes cut, segments cut or removed.
     truncated_bytes: int = 0
     truncated_segments: int = 0
+    # Retention: whole segments (and their bytes) deleted below the claimed floors.
+    retention_deleted_segments: int = 0
+    retention_deleted_bytes: int = 0
 
 
 @dataclass
@@ -98,6 +128,17 @@ def _positive_int(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
+def stored_start_offsets(dir: str | os.PathLike[str], partitions: int) -> dict[int, int]:
+    """Log start offset of each partition of the file log in ``dir``, read from its
+    directory listing without opening the log (0 for a partition not created yet)."""
+    root = Path(dir)
+    starts = {}
+    for p in range(partitions):
+        first = first_base(partition_dir(root, p))
+        starts[p] = 0 if first is None else first
+    return starts
+
+
 class FileEventLog(EventLog):
     """A partitioned, durable log in ``dir``; one writer process, any number of readers."""
 
@@ -108,7 +149,7 @@ class FileEventLog(EventLog):
         *,
         fsync: str = "always",
         fsync_interval_ms: int = 1000,
-        segment_bytes: int = 64 * MiB,
+        segment_bytes: int = 4 * MiB,
         index_interval_bytes: int = 4096,
         max_batch_bytes: int = MiB,
         group_commit: bool = True,
@@ -143,6 +184,7 @@ class FileEventLog(EventLog):
         self._tasks: list[asyncio.Task[None]] = []
         self._refresh_locks: list[asyncio.Lock] = []
         self._failure: EventLogStorageError | None = None
+        self.retention = RetentionRegistry(self.dir)
 
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else f"fsync={self._options.fsync}"
@@ -177,6 +219,9 @@ class FileEventLog(EventLog):
                 self._tasks.append(asyncio.create_task(self._write_loop()))
                 if self._options.fsync == "interval":
                     self._tasks.append(asyncio.create_task(self._sync_loop()))
+        if not self.read_only:
+            # Claims registered while the log was closed (or a deletion a crash cut short).
+            await self.enforce_retention()
 
     def _open_sync(self) -> None:
         if self.dir.exists() and not self.dir.is_dir():
@@ -193,11 +238,21 @@ class FileEventLog(EventLog):
         try:
             self._check_meta()
             interval = self._options.index_interval_bytes
+            # After a clean close every tail was fsynced whole: like Kafka, skip the CRC
+            # pass over the active segments (a structural walk still finds their ends).
+            # The marker goes before the first append can happen, so a crash after this
+            # open is recovered in full next time.
+            marker = self.dir / CLEAN_SHUTDOWN_FILE
+            clean = not self.read_only and marker.exists()
+            if clean:
+                marker.unlink()
+                fsync_dir(self.dir)
             for p in range(self._partitions):
                 if self.read_only:
                     self._parts.append(open_read_only(self.dir, p, interval))
                     continue
-                part, repaired = open_for_write(self.dir, p, interval)
+                part, repaired = open_for_write(self.dir, p, interval, verify_crc=not clean)
+                remove_orphan_indexes(part.dir, {seg.base_offset for seg in part.segments})
                 self._parts.append(part)
                 self.stats.truncated_bytes += repaired.truncated_bytes
                 self.stats.truncated_segments += repaired.truncated_segments
@@ -207,6 +262,16 @@ class FileEventLog(EventLog):
             if isinstance(e, OSError):
                 raise EventLogStorageError(f"cannot open event log in {self.dir}: {e}") from e
             raise
+
+    def _mark_clean_shutdown(self) -> None:
+        """Every append is on disk (fsynced) and nothing follows: say so for the next open."""
+        path = self.dir / CLEAN_SHUTDOWN_FILE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self.dir)
 
     def _lock(self) -> None:
         path = self.dir / LOCK_FILE
@@ -280,6 +345,8 @@ class FileEventLog(EventLog):
         if self._options.fsync == "interval" and not self.read_only:
             await self._sync_dirty()
         async with self._io_lock:
+            if not self.read_only and self._failure is None and self._parts:
+                await asyncio.to_thread(self._mark_clean_shutdown)
             self._release()
         for part in self._parts:
             part.notifier.notify_all()
@@ -407,9 +474,93 @@ class FileEventLog(EventLog):
                 part.dirty = False
             self.stats.fsyncs += len(dirty)
 
+    # -- retention -------------------------------------------------------------------
+
+    async def register_retention(
+        self, owner: str, floors: dict[int, int], start_from: object = None
+    ) -> RetentionClaim:
+        """Record that ``owner`` no longer needs offsets below ``floors[p]`` of partition p.
+
+        A partition missing from ``floors`` stays fully needed by ``owner``. The writer
+        then deletes what no registered owner needs any more (see the module doc).
+        ``start_from`` is JSON describing where the owner would start instead (its
+        snapshots); readers below the log start are pointed at it.
+        """
+        for p in floors:
+            self._check_partition(p)
+        claim = await asyncio.to_thread(self.retention.register, owner, floors, start_from)
+        if self._started and not self.read_only and not self._closed:
+            await self.enforce_retention()
+        return claim
+
+    async def unregister_retention(self, owner: str) -> bool:
+        """Forget ``owner``'s claim; False if it had none."""
+        return await asyncio.to_thread(self.retention.unregister, owner)
+
+    async def retention_claims(self) -> ClaimSet:
+        return await asyncio.to_thread(self.retention.load)
+
+    async def enforce_retention(self) -> int:
+        """Delete whole sealed segments below every owner's floor; the number deleted.
+
+        Only the writer deletes (a read-only log returns 0). The active segment is
+        never deleted, so a partition always keeps its log end.
+        """
+        if self.read_only or not self._started or self._closed:
+            return 0
+        claims = await asyncio.to_thread(self.retention.load)
+        if not claims.claims:
+            return 0
+        deleted = 0
+        async with self._io_lock:
+            for part in self._parts:
+                floor = claims.floor(part.number)
+                segments = part.segments
+                cut = 0
+                # Segment i holds offsets [base_i, base_i+1): deletable iff base_i+1 <= floor.
+                while cut + 1 < len(segments) and segments[cut + 1].base_offset <= floor:
+                    cut += 1
+                if not cut:
+                    continue
+                doomed = segments[:cut]
+                # A new list first: readers re-seek (and see the new log start) before any
+                # file they might open disappears.
+                part.segments = segments[cut:]
+                try:
+                    freed = await asyncio.to_thread(delete_segments, part.dir, doomed)
+                except OSError as e:
+                    logger.warning("retention in %s stopped: %s", part.dir, e)
+                    continue
+                deleted += cut
+                self.stats.retention_deleted_segments += cut
+                self.stats.retention_deleted_bytes += freed
+                logger.info(
+                    "retention: deleted %d segment(s) of partition %d below offset %d"
+                    " (%d bytes); the log now starts at %d",
+                    cut,
+                    part.number,
+                    floor,
+                    freed,
+                    part.segments[0].base_offset,
+                )
+        return deleted
+
+    async def start_offsets(self, partitions: Iterable[int]) -> dict[int, int]:
+        """Log start offset (first offset still stored) of each partition."""
+        return {p: part.segments[0].base_offset for p, part in (await self._current(partitions))}
+
+    async def _before_start(self, partition: int, offset: int) -> OffsetBeforeLogStartError:
+        claims = await asyncio.to_thread(self.retention.load)
+        start = self._parts[partition].segments[0].base_offset
+        return OffsetBeforeLogStartError(partition, offset, start, claims.start_from())
+
     # -- reads -----------------------------------------------------------------------
 
     async def end_offsets(self, partitions: Iterable[int]) -> dict[int, int]:
+        return {p: part.next_offset for p, part in (await self._current(partitions))}
+
+    async def _current(self, partitions: Iterable[int]) -> list[tuple[int, Partition]]:
+        """The given partitions, checked, opened and (read-only) refreshed from disk."""
         wanted = list(partitions)
         for p in wanted:
             self._check_partition(p)
@@ -417,17 +568,27 @@ class FileEventLog(EventLog):
             await self._ensure_open(p)
             if self.read_only:
                 await self._refresh(p)
-        return {p: self._parts[p].next_offset for p in wanted}
+        return [(p, self._parts[p]) for p in wanted]
 
     async def _refresh(self, partition: int) -> None:
         async with self._refresh_locks[partition]:
             part = self._parts[partition]
             before = part.next_offset
-            part.segments = await asyncio.to_thread(
-                refresh, part, self._options.index_interval_bytes
-            )
+            part.segments = await asyncio.to_thread(self._refresh_sync, part)
             if part.next_offset != before:
                 part.notifier.notify_all()
+
+    def _refresh_sync(self, part: Partition) -> list[Segment]:
+        """``refresh``, after dropping the head segments the writer's retention deleted."""
+        interval = self._options.index_interval_bytes
+        first = first_base(part.dir)
+        if first is not None and part.segments[0].base_offset < first:
+            kept = [seg for seg in part.segments if seg.base_offset >= first]
+            if not kept:
+                # Everything this follower knew is gone: look at the partition afresh.
+                return open_read_only(self.dir, part.number, interval).segments
+            part = Partition(part.number, part.dir, kept)
+        return refresh(part, interval)
 
     async def _wait_for(self, partition: int, offset: int) -> None:
         """Return once ``offset`` may be readable (or the log closed)."""
@@ -452,7 +613,14 @@ class FileEventLog(EventLog):
         position = 0
         # Base offset the next batch must carry; unknown right after an index seek.
         expect: int | None = None
+        head = part.segments[0].base_offset
         while not self._closed:
+            if offset < part.segments[0].base_offset:
+                raise await self._before_start(partition, offset)
+            if part.segments[0].base_offset != head:
+                # Retention dropped head segments: indexes into the list moved.
+                head = part.segments[0].base_offset
+                seg_i, expect = -1, None
             if offset >= part.next_offset:
                 await self._wait_for(partition, offset)
                 continue
@@ -474,9 +642,21 @@ class FileEventLog(EventLog):
                 else:
                     await self._wait_for(partition, offset)
                 continue
-            records, position, expect = await asyncio.to_thread(
-                read_chunk, segment, position, offset, expect, self._options.read_chunk_bytes
-            )
+            try:
+                records, position, expect = await asyncio.to_thread(
+                    read_chunk, segment, position, offset, expect, self._options.read_chunk_bytes
+                )
+            except FileNotFoundError as e:
+                # Deleted by retention while we were about to read it: the checks at the
+                # top of the loop now see the new log start (a follower refreshes first).
+                if self.read_only:
+                    await self._refresh(partition)
+                elif offset >= part.segments[0].base_offset:
+                    raise EventLogStorageError(
+                        f"segment {segment.path} of partition {partition} vanished: {e}"
+                    ) from e
+                seg_i, expect = -1, None
+                continue
             if records:
                 offset = records[-1][0] + 1
                 yield records

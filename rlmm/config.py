@@ -13,7 +13,7 @@ import copy
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -27,10 +27,38 @@ DEFAULTS: dict[str, Any] = {
     "data_dir": "data/rlmm",
     "manager": {"write_timeout_s": 30.0, "ready_timeout_s": 120.0},
     "eventlog": {"type": "file", "partitions": 50},
-    "snapshot": {"enabled": True, "every_events": 100_000, "interval_s": 300.0, "keep": 2},
+    "snapshot": {
+        "enabled": True,
+        "every_events": 100_000,
+        "interval_s": 300.0,
+        "keep": 2,
+        "store": "local",
+        "retention": True,
+    },
     "remote": {"type": "local"},
+    # The offloader (`rlmm offload`): Kafka's names; per-topic overrides of the five
+    # topic-level ones go under [offload.topics.<topic>].
+    "offload": {
+        "remote.storage.enable": True,
+        "retention.ms": 7 * 24 * 3600 * 1000,
+        "retention.bytes": -1,
+        "local.retention.ms": -2,
+        "local.retention.bytes": -2,
+        "remote.log.manager.task.interval.ms": 30_000,
+        "remote.log.manager.copier.thread.pool.size": 4,
+        "verify.crc": True,
+    },
 }
+OFFLOAD_TOPIC_SETTINGS = (
+    "remote.storage.enable",
+    "retention.ms",
+    "retention.bytes",
+    "local.retention.ms",
+    "local.retention.bytes",
+)
 _OPEN_SECTIONS = ("eventlog", "remote")
+# [snapshot] keys without a default: dir (data_dir/snapshots), owner (broker-<broker_id>).
+_SNAPSHOT_OPTIONAL = ("dir", "owner")
 _KAFKA_PREFIX = "remote.log.metadata."
 # Kafka's RLMM property names that map straight onto our event log settings.
 _KAFKA_NAMES = {
@@ -54,6 +82,9 @@ class RlmmConfig:
     remote: Mapping[str, Any]
     kafka_properties: Mapping[str, str]
     source: str
+    offload: Mapping[str, Any] = field(
+        default_factory=lambda: MappingProxyType(dict(DEFAULTS["offload"]))
+    )
 
     def event_log_options(self) -> dict[str, Any]:
         """Arguments for eventlog.load_event_log, with data_dir defaults filled in."""
@@ -71,6 +102,10 @@ class RlmmConfig:
 
     def snapshot_dir(self) -> Path:
         return Path(self.snapshot.get("dir", self.data_dir / "snapshots"))
+
+    def snapshot_owner(self) -> str:
+        """Who publishes this process's snapshots (and holds the metadata log back)."""
+        return str(self.snapshot.get("owner", f"broker-{self.broker_id}"))
 
 
 def parse_scalar(text: str) -> Any:
@@ -91,6 +126,9 @@ def _merge(target: dict[str, Any], key: str, value: Any, origin: str) -> None:
         target.setdefault("kafka_properties", {})[key] = str(value)
         return
     section, _, name = key.partition(".")
+    if section == "offload" and name:
+        _merge_offload(target.setdefault("offload", {}), name, value, origin)
+        return
     if not name:
         if section not in DEFAULTS or isinstance(DEFAULTS[section], dict):
             raise ConfigError(f"unknown setting {key!r} (from {origin})")
@@ -100,9 +138,55 @@ def _merge(target: dict[str, Any], key: str, value: Any, origin: str) -> None:
         raise ConfigError(f"unknown section {section!r} in setting {key!r} (from {origin})")
     if section not in _OPEN_SECTIONS and section != "snapshot" and name not in DEFAULTS[section]:
         raise ConfigError(f"unknown setting {key!r} (from {origin})")
-    if section == "snapshot" and name not in (*DEFAULTS["snapshot"], "dir"):
+    if section == "snapshot" and name not in (*DEFAULTS["snapshot"], *_SNAPSHOT_OPTIONAL):
         raise ConfigError(f"unknown setting {key!r} (from {origin})")
     target.setdefault(section, {})[name] = value
+
+
+def _merge_offload(target: dict[str, Any], name: str, value: Any, origin: str) -> None:
+    """``offload.<kafka name>`` or ``offload.topics.<topic>.<kafka name>``.
+
+    In environment variables ``_`` stands for ``.`` (``RLMM_OFFLOAD_RETENTION_MS``).
+    """
+    known = DEFAULTS["offload"]
+    if name not in known and name.replace("_", ".") in known:
+        name = name.replace("_", ".")
+    if name in known:
+        target[name] = value
+        return
+    if name.startswith("topics."):
+        for setting in OFFLOAD_TOPIC_SETTINGS:
+            topic = name[len("topics.") : -len(setting) - 1]
+            if name.endswith("." + setting) and topic:
+                target.setdefault("topics", {}).setdefault(topic, {})[setting] = value
+                return
+    raise ConfigError(f"unknown setting 'offload.{name}' (from {origin})")
+
+
+def _check_offload(offload: dict[str, Any]) -> None:
+    """Types of the [offload] settings, per-topic overrides included (names the key)."""
+    sections = [("offload", offload)] + [
+        (f"offload.topics.{topic}", values) for topic, values in offload.get("topics", {}).items()
+    ]
+    for where, values in sections:
+        for key, value in values.items():
+            if key == "topics":
+                continue
+            wants_bool = key in ("remote.storage.enable", "verify.crc")
+            ok = (
+                isinstance(value, bool)
+                if wants_bool
+                else (isinstance(value, int) and not isinstance(value, bool) and value >= -2)
+            )
+            if not ok:
+                kind = "true or false" if wants_bool else "an integer (-1 unlimited, -2 inherit)"
+                raise ConfigError(f"{where}.{key} must be {kind}, got {value!r}")
+    for key in (
+        "remote.log.manager.task.interval.ms",
+        "remote.log.manager.copier.thread.pool.size",
+    ):
+        if offload[key] <= 0:
+            raise ConfigError(f"offload.{key} must be positive, got {offload[key]!r}")
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -192,6 +276,18 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
     if not isinstance(snapshot.get("enabled"), bool):
         enabled = snapshot.get("enabled")
         raise ConfigError(f"snapshot.enabled must be true or false, got {enabled!r}")
+    if not isinstance(snapshot.get("retention"), bool):
+        retention = snapshot.get("retention")
+        raise ConfigError(f"snapshot.retention must be true or false, got {retention!r}")
+    if snapshot.get("store") not in ("local", "s3"):
+        raise ConfigError(f"snapshot.store must be local or s3, got {snapshot.get('store')!r}")
+    if snapshot["store"] == "s3" and merged["remote"].get("type") != "s3":
+        raise ConfigError(
+            "snapshot.store = 's3' uses the [remote] S3 bucket: it needs remote.type = 's3'"
+            f" (it is {merged['remote'].get('type')!r})"
+        )
+    offload = dict(merged["offload"])
+    _check_offload(offload)
     broker_id = merged["broker_id"]
     if isinstance(broker_id, bool) or not isinstance(broker_id, int):
         raise ConfigError(f"broker_id must be an int, got {broker_id!r}")
@@ -204,6 +300,7 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
         remote=MappingProxyType(dict(merged["remote"])),
         kafka_properties=MappingProxyType(kafka_properties),
         source=source,
+        offload=MappingProxyType(offload),
     )
 
 

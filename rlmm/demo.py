@@ -1,37 +1,53 @@
-"""`make demo`: tiered storage end to end on the embedded defaults, with real files.
+"""`make demo`: the real offloader end to end on Kafka-format log dirs, with real files.
 
-Writes a real Kafka partition dir (several segments, gzip, two leader epochs, one
-aborted transaction), copies every rolled segment to local remote storage through
-the topic-based RLMM (STARTED -> copy -> FINISHED, events in the file event log),
-serves offset lookups and fetches from remote storage, then restarts the manager from
-its snapshot and checks that the rebuilt cache is identical. Exits non-zero if any
-check fails.
+Writes a Kafka log dir (two topics, five partitions, four codecs where installed, two
+leader epochs, a committed and an aborted transaction), runs the `rlmm offload`
+sidecar once into local remote storage (file event log, snapshots), prints the
+remote segment table, checks byte for byte that every copied object equals its local
+file, restarts the metadata manager from its snapshot, and runs an expiration round
+that deletes what ``retention.bytes`` says. Leaves ``demo-data/demo.toml`` (the
+config every other tool can open the same metadata and store with) and
+``demo-data/expected.json`` (what a reader of the archived segments must get).
+Exits non-zero if any check fails.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from remote import IndexType, PartitionDir, PartitionDirWriter, generate_records, iter_records
-from remote.segment_data import log_segment_data
-from rlmm.config import RlmmConfig, load_config
-from rlmm.factory import create_manager, open_event_log, open_remote_storage
-from rlmm.model import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
+from remote import (
+    LocalRemoteStorageManager,
+    PartitionDir,
+    PartitionDirWriter,
+    available_codecs,
+    generate_records,
+    iter_records,
 )
+from remote.segment_data import log_segment_data
+from remote.storage import OBJECT_KINDS, kind_label
+from rlmm.config import load_config
+from rlmm.factory import create_manager, open_event_log, open_remote_storage
+from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition, kafka_uuid_to_str
+from rlmm.offload import OffloadSettings, RemoteLogManager, scan_log_dirs
+from rlmm.offload.display import Display
+from rlmm.offload.sidecar import run_sidecar
 
 ROOT = Path(__file__).resolve().parents[1]
 console = Console()
+
+# topic -> [(partition, codec)]; codecs fall back to gzip where cramjam is missing
+LAYOUT = {"orders": [(0, "gzip"), (1, "zstd"), (2, "none")], "clicks": [(0, "lz4"), (1, "snappy")]}
+RETENTION_BYTES = {"clicks": 64 * 1024}  # expiry deletes the oldest clicks segments
 
 
 def check(condition: bool, message: str) -> None:
@@ -39,125 +55,246 @@ def check(condition: bool, message: str) -> None:
         raise SystemExit(f"demo check failed: {message}")
 
 
-def write_partition(parent: Path) -> PartitionDir:
-    """A real Kafka partition dir: 12k records in 48 KiB segments, epochs 0 and 3."""
-    with PartitionDirWriter(
-        parent, "orders", 0, segment_bytes=48 * 1024, compression="gzip"
-    ) as writer:
-        writer.append_records(generate_records(6000, value_size=100), batch_records=50)
-        writer.set_leader_epoch(3)
-        writer.append_records(generate_records(4000, start=6000, value_size=100), batch_records=50)
-        writer.append_records(
-            generate_records(10, start=10_000), producer_id=7, producer_epoch=0, transactional=True
-        )
-        writer.abort_transaction(producer_id=7, producer_epoch=0)
-        writer.append_records(
-            generate_records(6000, start=10_010, value_size=100), batch_records=50
-        )
-    return PartitionDir(parent / "orders-0")
+def write_logs(logs: Path) -> list[PartitionDir]:
+    """The Kafka log dir: orders over epochs 0 and 3 with two transactions, clicks plain."""
+    codecs = available_codecs()
+    pdirs = []
+    for topic, partitions in LAYOUT.items():
+        for partition, wanted in partitions:
+            codec = wanted if wanted in codecs else "gzip"
+            # generated values compress ~20x: smaller segments keep the segment count alike
+            segment_bytes = 96 * 1024 if codec == "none" else 12 * 1024
+            with PartitionDirWriter(
+                logs, topic, partition, segment_bytes=segment_bytes, compression=codec
+            ) as w:
+                w.append_records(generate_records(1500, value_size=300), batch_records=25)
+                if topic == "orders":
+                    w.set_leader_epoch(3)
+                    if partition == 0:
+                        pid = 7
+                        w.append_records(
+                            generate_records(20, start=w.log_end_offset),
+                            producer_id=pid,
+                            producer_epoch=0,
+                            transactional=True,
+                            batch_records=10,
+                        )
+                        w.commit_transaction(pid, 0)
+                        w.append_records(
+                            generate_records(30, start=w.log_end_offset),
+                            producer_id=pid,
+                            producer_epoch=0,
+                            transactional=True,
+                            batch_records=10,
+                        )
+                        w.abort_transaction(pid, 0)
+                w.append_records(
+                    generate_records(1500, start=w.log_end_offset, value_size=300),
+                    batch_records=25,
+                )
+            pdirs.append(PartitionDir(logs / f"{topic}-{partition}"))
+    return pdirs
 
 
-async def offload(config: RlmmConfig, pdir: PartitionDir) -> dict[str, object]:
-    tp = pdir.topic_id_partition()
-    rsm = open_remote_storage(config)
-    manager = create_manager(config, open_event_log(config))
-    await manager.start()
-    await manager.on_partition_leadership_changes([tp], [])
-    await manager.wait_until_ready([tp], float(config.manager["ready_timeout_s"]))
-    segments = pdir.segments()[:-1]  # the last one is active: never copied
-    t0 = time.perf_counter()
-    for seg in segments:
-        summary = seg.summary()
-        metadata = RemoteLogSegmentMetadata(
-            RemoteLogSegmentId.generate_new(tp),
-            summary.base_offset,
-            summary.end_offset,
-            summary.max_timestamp_ms,
-            config.broker_id,
-            int(time.time() * 1000),
-            summary.size_in_bytes,
-            summary.segment_leader_epochs,
-            txn_index_empty=summary.txn_index_empty,
-        )
-        await manager.add_remote_log_segment_metadata(metadata)
-        custom = await asyncio.to_thread(
-            rsm.copy_log_segment_data, metadata, log_segment_data(seg, summary)
-        )
-        await manager.update_remote_log_segment_metadata(
-            RemoteLogSegmentMetadataUpdate(
-                metadata.remote_log_segment_id,
-                int(time.time() * 1000),
-                custom,
-                RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-                config.broker_id,
+def write_config(data_dir: Path) -> Path:
+    overrides = "".join(
+        f'[offload.topics.{topic}]\n"retention.bytes" = {size}\n'
+        for topic, size in RETENTION_BYTES.items()
+    )
+    path = data_dir / "demo.toml"
+    path.write_text(
+        f"""# Written by `make demo`: the metadata and remote store the demo filled.
+# Open them with `rlmm --config {path} ...` or the kafka-archive Spark source.
+broker_id = 0
+data_dir = "{data_dir}"
+
+[eventlog]
+type = "file"
+partitions = 8
+dir = "{data_dir / "metadata-log"}"
+
+[snapshot]
+enabled = true
+dir = "{data_dir / "snapshots"}"
+
+[remote]
+type = "local"
+root = "{data_dir / "remote"}"
+
+[offload]
+"retention.ms" = -1          # generated records are from 2023: time retention would drop all
+"remote.log.manager.copier.thread.pool.size" = 4
+
+{overrides}"""
+    )
+    return path
+
+
+def compare_objects(
+    rsm: LocalRemoteStorageManager, pdir: PartitionDir, m: RemoteLogSegmentMetadata
+) -> int:
+    """Byte-for-byte check of every object of ``m`` against the local files; the count."""
+    seg = pdir.segment(m.start_offset)
+    data = log_segment_data(seg, seg.summary())
+    checked = 0
+    for kind in OBJECT_KINDS:
+        source = data.source(kind)
+        stored = rsm.path_of(m, kind)
+        if source is None:
+            check(
+                not stored.exists(), f"{stored} exists but {seg.log_path} has no {kind_label(kind)}"
             )
-        )
-    copy_s = time.perf_counter() - t0
+            continue
+        local = source if isinstance(source, bytes) else source.read_bytes()
+        check(stored.read_bytes() == local, f"{stored} differs from the local {kind_label(kind)}")
+        checked += 1
+    return checked
 
-    # Serve a consumer fetch at offset 7777 in epoch 3 from remote storage.
-    target = 7777
-    found = manager.remote_log_segment_metadata(tp, 3, target)
-    check(found is not None, f"offset {target} in epoch 3 is not served from remote storage")
-    assert found is not None
-    with rsm.fetch_log_segment(found, 0) as stream:
-        data = stream.read()
-    record = next(r for r in iter_records(data, name="remote segment") if r.offset == target)
-    check(record.key == b"7777", f"offset {target} holds {record.key!r}, expected b'7777'")
-    offset_index = rsm.fetch_index(found, IndexType.OFFSET)
-    txn_segment = manager.next_segment_with_txn_index(tp, 3, 0)
 
-    table = Table(title=f"remote segments of {tp}")
-    for col in ("start", "end", "epochs", "bytes", "state", "txn index"):
-        table.add_column(col)
-    for m in manager.list_remote_log_segments(tp):
-        table.add_row(
-            str(m.start_offset),
-            str(m.end_offset),
-            str(dict(m.segment_leader_epochs)),
-            str(m.segment_size_in_bytes),
-            m.state.name,
-            "-" if m.txn_index_empty else "aborted txns",
-        )
-    console.print(table)
-    fingerprint = manager.fingerprint()
-    applied = manager.stats.applied_events
-    await manager.close()  # clean shutdown: final snapshot
+def aborted_offsets(pdir: PartitionDir) -> set[int]:
+    """Offsets of records whose transaction ended in an abort marker (local scan)."""
+    pending: dict[int, list[int]] = {}
+    aborted: set[int] = set()
+    for seg in pdir.segments():
+        for r in iter_records(seg.log_path, name=str(seg.log_path)):
+            if r.is_control:
+                offsets = pending.pop(r.producer_id, [])
+                if r.control_type == 0:
+                    aborted.update(offsets)
+            elif r.is_transactional:
+                pending.setdefault(r.producer_id, []).append(r.offset)
+    return aborted
 
-    restarted = create_manager(config, open_event_log(config))
-    t1 = time.perf_counter()
-    await restarted.start()
-    await restarted.on_partition_leadership_changes([tp], [])
-    await restarted.wait_until_ready([tp], 30)
-    restart_s = time.perf_counter() - t1
-    same = restarted.fingerprint() == fingerprint
-    replayed = restarted.stats.applied_events
-    await restarted.close()
-    rsm.close()
-    check(same, "state rebuilt from the snapshot differs from the live state")
+
+def expected_reads(
+    rsm: LocalRemoteStorageManager, pdir: PartitionDir, archived: list[RemoteLogSegmentMetadata]
+) -> dict[str, Any]:
+    aborted = aborted_offsets(pdir)
+    uncommitted = committed = control = 0
+    for m in archived:
+        with rsm.fetch_log_segment(m, 0) as stream:
+            for r in iter_records(stream.read(), name=str(m.remote_log_segment_id)):
+                if r.is_control:
+                    control += 1
+                    continue
+                uncommitted += 1
+                committed += r.offset not in aborted
     return {
-        "segments copied": len(segments),
-        "events applied": applied,
+        "archived_segments": len(archived),
+        "start_offset": archived[0].start_offset if archived else None,
+        "end_offset": archived[-1].end_offset if archived else None,
+        "read_uncommitted": uncommitted,
+        "read_committed": committed,
+        "control_records": control,
+        "aborted_records": uncommitted - committed,
+    }
+
+
+def segment_table(
+    manager: TopicBasedRemoteLogMetadataManager, tps: list[TopicIdPartition]
+) -> Table:
+    table = Table(title="remote segments")
+    for col in ("partition", "start", "end", "epochs", "bytes", "state", "txn index"):
+        table.add_column(col)
+    for tp in tps:
+        for m in manager.list_remote_log_segments(tp):
+            table.add_row(
+                f"{tp.topic}-{tp.partition}",
+                str(m.start_offset),
+                str(m.end_offset),
+                str(dict(m.segment_leader_epochs)),
+                str(m.segment_size_in_bytes),
+                m.state.name.replace("_SEGMENT", ""),
+                "-" if m.txn_index_empty else "aborted txns",
+            )
+    return table
+
+
+async def offload(config_path: Path, logs: Path, pdirs: list[PartitionDir]) -> dict[str, Any]:
+    """The demo's pipeline; returns the summary (and writes expected.json)."""
+    # 1. the sidecar, once, with retention off: every rolled segment is copied
+    no_expiry = {f"offload.topics.{t}.retention.bytes": -1 for t in RETENTION_BYTES}
+    config = load_config(config_path, env={}, overrides=no_expiry)
+    t0 = time.perf_counter()
+    report = await run_sidecar(config, [logs], once=True, display=Display(rich=False))
+    copy_s = time.perf_counter() - t0
+    rolled = sum(len(p.segments()) - 1 for p in pdirs)
+    check(report.tally.errors == [], f"offload errors: {report.tally.errors}")
+    check(report.tally.copied == rolled, f"{report.tally.copied} of {rolled} segments copied")
+
+    # 2. restart from the snapshot, check every object, expire what retention says
+    config = load_config(config_path, env={})
+    tps = [p.topic_id_partition() for p in pdirs]
+    manager = create_manager(config, open_event_log(config))
+    rsm = open_remote_storage(config)
+    assert isinstance(rsm, LocalRemoteStorageManager)
+    t1 = time.perf_counter()
+    await manager.start()
+    await manager.on_partition_leadership_changes(tps, [])
+    await manager.wait_until_ready(tps, float(config.manager["ready_timeout_s"]))
+    restart_ms = (time.perf_counter() - t1) * 1000
+    try:
+        check(manager.stats.restored_from_snapshot, "the restart did not use the snapshot")
+        replayed = manager.stats.applied_events
+        console.print(segment_table(manager, tps))
+        objects = sum(
+            compare_objects(rsm, pdir, m)
+            for pdir, tp in zip(pdirs, tps, strict=True)
+            for m in manager.list_remote_log_segments(tp)
+        )
+        settings = OffloadSettings.from_config(config)
+        rlm = RemoteLogManager(manager, rsm, broker_id=config.broker_id)
+        sources = scan_log_dirs([logs], settings)
+        await rlm.on_leadership_changes(sources, start_tasks=False)
+        expired = {tp: await rlm.expire_round(tp) for tp in tps}
+        await rlm.close()
+        deleted = sum(len(r.deleted) for r in expired.values())
+        for tp, result in expired.items():
+            wanted = tp.topic in RETENTION_BYTES
+            check(bool(result.deleted) == wanted, f"expiry of {tp}: {len(result.deleted)} deleted")
+            remaining = manager.list_remote_log_segments(tp)
+            if result.deleted and remaining:
+                check(
+                    max(v.segment.end_offset for v in result.deleted) < remaining[0].start_offset,
+                    f"expiry of {tp} did not delete the oldest segments first",
+                )
+        expected: dict[str, Any] = {"config": str(config_path), "topics": {}}
+        for pdir, tp in zip(pdirs, tps, strict=True):
+            topic = expected["topics"].setdefault(
+                tp.topic, {"topic_id": kafka_uuid_to_str(tp.topic_id), "partitions": {}}
+            )
+            archived = manager.list_remote_log_segments(tp)
+            topic["partitions"][str(tp.partition)] = expected_reads(rsm, pdir, archived)
+        (config.data_dir / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
+    finally:
+        await manager.close()
+        rsm.close()
+    return {
+        "partitions offloaded": len(tps),
+        "segments copied": report.tally.copied,
+        "bytes copied": report.tally.copied_bytes,
         "copy time": f"{copy_s:.2f}s",
-        f"offset {target} (epoch 3)": f"key={record.key!r} in segment {found.start_offset}",
-        "offset index bytes fetched": len(offset_index),
-        "segment with aborted txns": None if txn_segment is None else txn_segment.start_offset,
-        "restart from snapshot": f"{restart_s * 1000:.0f} ms, {replayed} events replayed",
-        "state after restart identical": same,
+        "objects identical to local files": objects,
+        "restart from snapshot": f"{restart_ms:.0f} ms, {replayed} events replayed",
+        "segments deleted by retention.bytes": deleted,
+        "expected reads": str(config.data_dir / "expected.json"),
     }
 
 
 def main() -> int:
     data_dir = ROOT / "demo-data"
     shutil.rmtree(data_dir, ignore_errors=True)
-    config = load_config(ROOT / "config" / "embedded.toml", overrides={"data_dir": str(data_dir)})
-    pdir = write_partition(data_dir / "kafka-logs")
-    console.print(f"[bold]Kafka partition dir[/] {pdir.path}: {len(pdir.segments())} segments")
-    result = asyncio.run(offload(config, pdir))
+    data_dir.mkdir(parents=True)
+    logs = data_dir / "kafka-logs"
+    pdirs = write_logs(logs)
+    config_path = write_config(data_dir)
+    console.print(f"[bold]Kafka log dir[/] {logs}: {len(pdirs)} partitions")
+    result = asyncio.run(offload(config_path, logs, pdirs))
     summary = Table(title="rlmm demo", show_header=False)
     for key, value in result.items():
         summary.add_row(key, str(value))
     console.print(summary)
-    console.print(f"event log, snapshots and remote objects are under {data_dir}")
+    console.print(f"config for the other tools: {config_path}")
     return 0
 
 

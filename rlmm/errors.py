@@ -31,6 +31,17 @@ class RemoteStorageNotReadyError(RemoteStorageError):
         super().__init__(message)
 
 
+class SnapshotBlockError(RemoteStorageNotReadyError):
+    """A restored partition's block in a (CRC-valid) snapshot cannot be decoded.
+
+    Retriable: the manager drops the snapshot's state of that metadata partition and
+    replays it from the log; reads are not ready until the replay catches up.
+    """
+
+    def __init__(self, partition: Any, message: str) -> None:
+        super().__init__(partition, message)
+
+
 class RemoteResourceNotFoundError(RemoteStorageError):
     """An unknown segment, index, partition or remote object."""
 

@@ -13,7 +13,7 @@ from remote import RemoteStorageManager, load_remote_storage_manager
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
-from rlmm.snapshotting import SnapshotPolicy
+from rlmm.snapshotting import snapshot_policy
 
 
 def open_event_log(config: RlmmConfig) -> EventLog:
@@ -51,17 +51,9 @@ def create_manager(
     config: RlmmConfig, event_log: EventLog, *, close_event_log: bool = True
 ) -> TopicBasedRemoteLogMetadataManager:
     """A manager over ``event_log`` with the configured snapshot policy (not started)."""
-    policy = None
-    if config.snapshot["enabled"]:
-        policy = SnapshotPolicy(
-            config.snapshot_dir(),
-            every_events=int(config.snapshot["every_events"]),
-            interval_s=float(config.snapshot["interval_s"]),
-            keep=int(config.snapshot["keep"]),
-        )
     return TopicBasedRemoteLogMetadataManager(
         event_log,
         write_timeout_s=float(config.manager["write_timeout_s"]),
-        snapshot_policy=policy,
+        snapshot_policy=snapshot_policy(config),
         close_event_log=close_event_log,
     )

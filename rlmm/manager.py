@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import heapq
 import itertools
 import logging
@@ -24,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from eventlog import EventLog, EventLogClosedError, EventLogError
+from eventlog import EventLog, EventLogClosedError, EventLogError, OffsetBeforeLogStartError
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.codec import decode, encode
 from rlmm.errors import (
@@ -34,6 +33,7 @@ from rlmm.errors import (
     RemoteStorageError,
     RemoteStorageNotReadyError,
     RemoteStorageTimeoutError,
+    SnapshotBlockError,
 )
 from rlmm.metadata_store import RemotePartitionMetadataStore
 from rlmm.model import (
@@ -65,6 +65,7 @@ class ManagerStats:
     snapshots_written: int = 0
     snapshot_failures: int = 0
     restored_from_snapshot: bool = False
+    partitions_restored: int = 0  # restarted from a snapshot after retention (see _consume)
     last_errors: list[str] = field(default_factory=list)
 
     def note(self, message: str) -> None:
@@ -104,7 +105,9 @@ class TopicBasedRemoteLogMetadataManager:
         self._seq = itertools.count()
         self._rejections: OrderedDict[tuple[int, int], RemoteStorageError] = OrderedDict()
         self._snapshotter = (
-            Snapshotter(snapshot_policy, self._n) if snapshot_policy is not None else None
+            Snapshotter(snapshot_policy, self._n, event_log)
+            if snapshot_policy is not None
+            else None
         )
         self.stats = ManagerStats()
         self._started = False
@@ -121,17 +124,8 @@ class TopicBasedRemoteLogMetadataManager:
             restored = await self._snapshotter.load()
             if restored is not None:
                 applied, state = restored
-                # Millions of new long-lived objects: a cyclic GC pass per few thousand
-                # of them would triple the load time, and none of them is garbage.
-                gc.disable()
-                try:
-                    self._store.load_state(state)
-                finally:
-                    # ... and the first collection after it would walk them all (seconds
-                    # at a million segments): move them out of the collector's sight.
-                    # They hold no reference cycles, so refcounting still frees them.
-                    gc.freeze()
-                    gc.enable()
+                # Lazy: each partition's block is decoded when first needed.
+                self._store.load_state(state, source="the snapshot loaded at start")
                 self._applied.update(applied)
                 self.stats.restored_from_snapshot = True
         self._started = True
@@ -151,6 +145,8 @@ class TopicBasedRemoteLogMetadataManager:
         if self._snapshotter is not None and self._started:
             await self._snapshotter.wait_idle()
             await self._snapshot_now()
+        if self._snapshotter is not None:
+            self._snapshotter.close()
         self._fail_waiters(None, RemoteStorageError("the remote log metadata manager was closed"))
         if self._close_log:
             await self._log.close()
@@ -224,6 +220,34 @@ class TopicBasedRemoteLogMetadataManager:
         self._applied.pop(p, None)
         self._store.drop(lambda tp: metadata_partition_for(tp, self._n) != p)
 
+    def _reset_partition(self, p: int, error: SnapshotBlockError) -> None:
+        """Drop metadata partition ``p``'s restored state: it is replayed from offset 0."""
+        log.error("%s; replaying metadata partition %d from offset 0", error, p)
+        self.stats.note(str(error))
+        self.stats.full_replays += 1
+        self._forget_partition(p)
+        self._applied[p] = -1
+
+    def _replay_from_log(self, p: int, error: SnapshotBlockError) -> None:
+        """:meth:`_reset_partition` from outside the apply loop: restart its consumer.
+
+        Runs synchronously in a caller's task while the consumer task of ``p`` waits at
+        an await, so the old consumer applies nothing after the reset.
+        """
+        old = self._consumers.pop(p, None)
+        if old is not None:
+            old.cancel()
+        self._reset_partition(p, error)
+        if old is not None:
+            self._consumers[p] = asyncio.create_task(
+                self._consume_after(old, p), name=f"rlmm-apply-{p}"
+            )
+
+    async def _consume_after(self, old: asyncio.Task[None], p: int) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await old
+        await self._consume(p)
+
     def is_ready(self, tp: TopicIdPartition) -> bool:
         a = self._assigned.get(tp)
         return a is not None and self._applied.get(a.metadata_partition, -1) >= a.ready_offset
@@ -275,7 +299,11 @@ class TopicBasedRemoteLogMetadataManager:
                 f" for {event.remote_log_segment_id}"
             )
         p = self._ready_assignment(tp).metadata_partition
-        self._store.check(event)
+        try:
+            self._store.check(event)
+        except SnapshotBlockError as e:
+            self._replay_from_log(p, e)
+            raise
         try:
             offset = await self._log.append(p, encode(event))
         except EventLogError as e:
@@ -326,11 +354,18 @@ class TopicBasedRemoteLogMetadataManager:
         backoff = 0.05
         while True:
             start = self._applied.get(p, -1) + 1
+            batches = self._log.read_batches(p, start)
             try:
-                async for batch in self._log.read_batches(p, start):
-                    self._apply_batch(p, batch)
+                async for batch in batches:
+                    try:
+                        self._apply_batch(p, batch)
+                    except SnapshotBlockError as e:
+                        self._reset_partition(p, e)
+                        break  # read again from offset 0
                     backoff = 0.05
-                return  # the log was closed
+                else:
+                    return  # the log was closed
+                continue
             except asyncio.CancelledError:
                 raise
             except EventLogClosedError:
@@ -340,11 +375,17 @@ class TopicBasedRemoteLogMetadataManager:
                 if task is not None and task.cancelling():
                     # A client turned our cancellation into its own error.
                     raise asyncio.CancelledError() from e
+                if isinstance(e, OffsetBeforeLogStartError) and await self._restore_partition(p, e):
+                    continue
                 self.stats.read_errors += 1
                 self.stats.note(f"read of metadata partition {p} from {start}: {e!r}")
                 log.warning("reading metadata partition %d from offset %d failed: %r", p, start, e)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+            finally:
+                aclose = getattr(batches, "aclose", None)
+                if aclose is not None:
+                    await aclose()
 
     def _apply_batch(self, p: int, batch: list[tuple[int, bytes]]) -> None:
         applied = self._applied.get(p, -1)
@@ -370,6 +411,8 @@ class TopicBasedRemoteLogMetadataManager:
             return
         try:
             self._store.apply(event)
+        except SnapshotBlockError:
+            raise  # not the event's fault: the partition is replayed from the log
         except RemoteStorageError as e:
             self._reject(p, offset, e, "illegal event")
             self.stats.skipped_invalid += 1
@@ -409,6 +452,35 @@ class TopicBasedRemoteLogMetadataManager:
             self.stats.note(f"snapshot failed: {e!r}")
             log.warning("writing a snapshot failed: %r", e)
 
+    async def _restore_partition(self, p: int, error: OffsetBeforeLogStartError) -> bool:
+        """Restart metadata partition ``p`` from a snapshot the log can continue from.
+
+        Retention deleted the offsets ``p`` would replay next: the partition's state is
+        replaced by a published snapshot's (its applied offset is at or past the log
+        start) and the tail is replayed from there. False if no snapshot qualifies.
+        """
+        if self._snapshotter is None:
+            return False
+        snap = await self._snapshotter.find({p: error.log_start})
+        if snap is None:
+            return False
+        staged = RemotePartitionMetadataStore()
+        staged.load_state(snap.state)
+        tps = [tp for tp in staged.partitions() if metadata_partition_for(tp, self._n) == p]
+        self._forget_partition(p)
+        self._store.load_state(staged.to_state(tps))
+        self._applied[p] = snap.applied_offsets[p]
+        self.stats.partitions_restored += 1
+        log.warning(
+            "metadata partition %d: the log starts at %d (retention), restarted from a"
+            " snapshot at offset %d",
+            p,
+            error.log_start,
+            snap.applied_offsets[p],
+        )
+        self._wake_waiters(p)
+        return True
+
     async def snapshot(self) -> None:
         """Take a snapshot now (in addition to the policy's schedule)."""
         self._ensure_open()
@@ -429,7 +501,11 @@ class TopicBasedRemoteLogMetadataManager:
         self._ready_assignment(tp)
         if self._store.is_deleted(tp):
             raise RemoteResourceNotFoundError(f"{tp} was deleted from remote storage")
-        return self._store.caches.get(tp)
+        try:
+            return self._store.caches.get(tp)
+        except SnapshotBlockError as e:
+            self._replay_from_log(metadata_partition_for(tp, self._n), e)
+            raise
 
     def remote_log_segment_metadata(
         self, tp: TopicIdPartition, leader_epoch: int, offset: int

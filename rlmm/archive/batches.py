@@ -74,10 +74,12 @@ def iter_batches(
             log.warning("%s; skipping the rest of the range", error)
             return
         if header is None:
+            tail = len(buf) - pos
             want = chunk_bytes
-            if len(buf) - pos >= 12:
+            if tail >= 12:
+                # Read just the rest of the cut batch: only that batch is copied twice.
                 (length,) = _LENGTH.unpack_from(buf, pos + 8)
-                want = max(want, 12 + length - (len(buf) - pos))
+                want = max(12 + length - tail, 1)
             data = stream.read(want)
             if not data:
                 return

@@ -122,7 +122,6 @@ class _Planner:
         self.rsm = rsm
         self.remote_options = dict(remote_options)
         self._offset_indexes: dict[RemoteLogSegmentId, list[OffsetIndexEntry]] = {}
-        self.fetched: list[tuple[str, IndexType | None]] = []  # what was fetched (for tests)
 
     # ---- losses ------------------------------------------------------------------------
 
@@ -136,7 +135,6 @@ class _Planner:
     def offset_index(self, segment: RemoteLogSegmentMetadata) -> list[OffsetIndexEntry]:
         entries = self._offset_indexes.get(segment.remote_log_segment_id)
         if entries is None:
-            self.fetched.append((str(segment.remote_log_segment_id.id), IndexType.OFFSET))
             data = self.rsm.fetch_index(segment, IndexType.OFFSET)
             entries = read_offset_index(
                 data, segment.start_offset, name=object_name(segment, IndexType.OFFSET)
@@ -155,7 +153,6 @@ class _Planner:
             if r.last_offset < start or r.segment.txn_index_empty:
                 continue
             segment = r.segment
-            self.fetched.append((str(segment.remote_log_segment_id.id), IndexType.TRANSACTION))
             try:
                 data = self.rsm.fetch_index(segment, IndexType.TRANSACTION)
             except RemoteResourceNotFoundError as e:
@@ -176,7 +173,6 @@ class _Planner:
         """First offset of the batch at ``position`` (an offset-index position), where a
         split there passes from one slice to the next; None when the batch does not
         say (a compressed magic 0/1 wrapper carries only its last offset)."""
-        self.fetched.append((str(segment.remote_log_segment_id.id), None))
         with self.rsm.fetch_log_segment(segment, position, position + 17) as f:
             data = f.read()
         if len(data) < 18:
@@ -193,7 +189,6 @@ class _Planner:
     def last_stable_offset(self, segment: RemoteLogSegmentMetadata) -> int | None:
         """First offset of the earliest transaction still open at the end of ``segment``
         (from the producer snapshot copied with it), or None when none is open."""
-        self.fetched.append((str(segment.remote_log_segment_id.id), IndexType.PRODUCER_SNAPSHOT))
         try:
             data = self.rsm.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT)
         except RemoteResourceNotFoundError:
@@ -219,7 +214,6 @@ class _Planner:
 
     def _offset_in_segment(self, r: LineageRange, timestamp: int) -> int | None:
         segment = r.segment
-        self.fetched.append((str(segment.remote_log_segment_id.id), IndexType.TIMESTAMP))
         entries = read_time_index(
             self.rsm.fetch_index(segment, IndexType.TIMESTAMP),
             segment.start_offset,
@@ -230,7 +224,6 @@ class _Planner:
         not_before = max(entries[i - 1].offset if i else segment.start_offset, r.first_offset)
         position = lookup_offset(self.offset_index(segment), not_before)
         name = object_name(segment, None)
-        self.fetched.append((str(segment.remote_log_segment_id.id), None))
         with self.rsm.fetch_log_segment(segment, position) as stream:
             for header, data in iter_batches(
                 stream,

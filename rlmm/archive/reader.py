@@ -10,8 +10,9 @@ in offset order, each once; control batches never do; under read_committed a
 transactional batch of an aborted transaction never does (Kafka's consumer rule:
 the slice's aborted transactions become "aborting" once a batch reaches their first
 offset, and stop being so at their producer's ABORT marker). A corrupt batch raises
-CorruptBatchError (or, with fail_on_data_loss false, is logged and skipped). The
-fetched stream is closed whatever happens.
+CorruptBatchError, a segment deleted since planning DataLossError (with
+fail_on_data_loss false, both are logged and skipped). The fetched stream is closed
+whatever happens.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from remote.segments.batch import RecordBatchHeader
 from remote.storage import object_name
 from rlmm.archive.batches import iter_batches
 from rlmm.archive.columns import ColumnBuilder
-from rlmm.archive.errors import CorruptBatchError
+from rlmm.archive.errors import CorruptBatchError, DataLossError
 from rlmm.archive.request import READ_COMMITTED, Slice
 from rlmm.archive.storage import remote_storage_for
+from rlmm.errors import RemoteResourceNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,19 @@ def read_slice(piece: Slice, *, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
     pending = sorted(piece.aborted_transactions, key=lambda t: t[1])
     next_aborted = 0
     aborting: set[int] = set()
-    with rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position - 1) as f:
+    try:
+        stream = rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position - 1)
+    except RemoteResourceNotFoundError as e:
+        # Deleted since planning (retention, a partition delete): Spark's failOnDataLoss.
+        lost = DataLossError(
+            f"{piece.topic}-{piece.partition}: offsets [{piece.from_offset},"
+            f" {piece.until_offset}) are gone: segment {segment_id} ({name}) was deleted: {e}"
+        )
+        if piece.fail_on_data_loss:
+            raise lost from e
+        log.warning("%s; skipped (fail_on_data_loss is false)", lost)
+        return
+    with stream as f:
         for header, data in iter_batches(
             f,
             piece.start_position,

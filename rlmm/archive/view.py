@@ -22,10 +22,12 @@ import logging
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, TypeVar
 
 from eventlog import EventLog, EventLogError
+from eventlog.file import stored_start_offsets
 from rlmm.archive.errors import ArchiveError
 from rlmm.archive.lineage import Gap, LineageRange, gaps, lineage_ranges
 from rlmm.codec import decode
@@ -39,7 +41,8 @@ from rlmm.model import (
     TopicIdPartition,
 )
 from rlmm.partitioning import metadata_partition_for
-from snapshot import Snapshot, SnapshotStore
+from rlmm.snapshotting import newest_snapshot
+from snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,11 +57,28 @@ class SnapshotSource(Protocol):
 def snapshot_source(config: RlmmConfig) -> SnapshotSource | None:
     """The configured snapshot store, opened read-only; None when snapshots are off.
 
-    The one place that knows where snapshots live: another store (S3) plugs in here.
+    The one place that knows where snapshots live: rlmm.snapshotting picks the newest
+    published snapshot (local dir or S3, any owner) that the log can continue from.
     """
     if not config.snapshot.get("enabled", True):
         return None
-    return SnapshotStore(config.snapshot_dir(), keep=int(config.snapshot["keep"]), read_only=True)
+    return _PublishedSnapshots(config)
+
+
+class _PublishedSnapshots:
+    def __init__(self, config: RlmmConfig) -> None:
+        self._config = config
+
+    def load_latest(self) -> Snapshot | None:
+        # Partitions whose log no longer starts at 0 (retention) must be covered by the
+        # snapshot; the others can be replayed from 0 if it leaves them out.
+        options = self._config.event_log_options()
+        starts: dict[int, int] = {}
+        if options.get("type", "file") == "file":
+            starts = stored_start_offsets(Path(options["dir"]), int(options["partitions"]))
+        needed = [p for p, start in starts.items() if start > 0]
+        found = newest_snapshot(self._config, partitions=needed, log_starts=starts)
+        return None if found is None else found.snapshot
 
 
 def open_read_only_event_log(config: RlmmConfig) -> EventLog:

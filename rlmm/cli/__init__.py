@@ -103,12 +103,13 @@ def demo() -> None:
 
 
 # --- command groups, one module each ----------------------------------------------------
-from rlmm.cli import events, records, segments, snapshots, verify  # noqa: E402
+from rlmm.cli import events, offload, records, segments, snapshots, verify  # noqa: E402
 
 segments.register(main)
 events.register(main)
 snapshots.register(main)
 verify.register(main)
 records.register(main)
+offload.register(main)
 
 __all__ = ["main"]

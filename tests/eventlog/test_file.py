@@ -295,6 +295,7 @@ async def test_corruption_in_the_middle_of_the_tail_segment_is_not_truncated(
     async with FileEventLog(tmp_path, 1) as log:
         for i in range(5):
             await log.append(0, f"acknowledged-{i}".encode())
+    (tmp_path / ".clean-shutdown").unlink()  # a crash: the open recovers the tail
     tail = segments(tmp_path)[-1]
     size = tail.stat().st_size
     with open(tail, "r+b") as f:
@@ -420,3 +421,43 @@ async def test_disk_failure_fails_appends_and_stops_writes(
         assert await log.end_offsets([0]) in ({0: 1}, {0: 2})
         end = (await log.end_offsets([0]))[0]
         assert await log.append(0, b"after reopen") == end
+
+
+async def test_clean_close_marks_the_log_and_the_next_open_trusts_the_tail(
+    tmp_path: Path,
+) -> None:
+    async with FileEventLog(tmp_path, 1) as log:
+        for i in range(5):
+            await log.append(0, b"x" * 100 + bytes([i]))
+    marker = tmp_path / ".clean-shutdown"
+    assert marker.exists()
+    tail = segments(tmp_path, 0)[-1]
+    data = bytearray(tail.read_bytes())
+    data[-3] ^= 0xFF  # a payload byte of the last batch: only its CRC can tell
+    tail.write_bytes(bytes(data))
+    async with FileEventLog(tmp_path, 1) as log:
+        assert not marker.exists()  # removed before the first append can happen
+        # Kafka's rule: after a clean shutdown the tail is not CRC-checked on open;
+        # like sealed segments, it is checked when read: nothing bad is served.
+        assert log.stats.truncated_bytes == 0
+        assert await log.end_offsets([0]) == {0: 5}
+        with pytest.raises(EventLogCorruptError) as info:
+            await collect(log, 0, 0, 5)
+        assert info.value.path == str(tail)
+    marker.unlink()  # as after a crash: no clean close recorded
+    async with FileEventLog(tmp_path, 1) as log:
+        assert log.stats.truncated_bytes > 0  # the full check finds the bad batch
+        assert await log.end_offsets([0]) == {0: 4}
+
+
+async def test_clean_marker_with_a_torn_tail_still_repairs(tmp_path: Path) -> None:
+    async with FileEventLog(tmp_path, 1) as log:
+        await log.append_batch(0, [b"a" * 50, b"b" * 50])
+        await log.append(0, b"c" * 200)
+    tail = segments(tmp_path, 0)[-1]
+    with open(tail, "r+b") as f:
+        f.truncate(tail.stat().st_size - 60)
+    assert (tmp_path / ".clean-shutdown").exists()
+    async with FileEventLog(tmp_path, 1) as log:
+        assert log.stats.truncated_segments == 1
+        assert await log.end_offsets([0]) == {0: 2}

@@ -1,7 +1,9 @@
 """Child process for the SIGKILL tests: random RLMM traffic on FileEventLog + snapshots.
 
-Prints ``ACK <hex of the encoded event>`` (flushed) after every acknowledged write,
-so the parent knows exactly what must survive the kill.
+``python -m tests.rlmm.kill_worker DIR SEED [retention]``: with ``retention`` the log
+has small segments and the manager registers retention claims, so segments are
+deleted while it runs. Prints ``ACK <hex of the encoded event>`` (flushed) after every
+acknowledged write, so the parent knows exactly what must survive the kill.
 """
 
 from __future__ import annotations
@@ -24,9 +26,14 @@ TPS = [tp(i) for i in range(6)]
 S = RemoteLogSegmentState
 
 
-def open_manager(directory: Path, every_events: int) -> TopicBasedRemoteLogMetadataManager:
-    log = FileEventLog(directory / "log", PARTITIONS, segment_bytes=64 * 1024)
-    policy = SnapshotPolicy(directory / "snapshots", every_events=every_events, interval_s=3600)
+def open_manager(
+    directory: Path, every_events: int, retention: bool = False
+) -> TopicBasedRemoteLogMetadataManager:
+    segment_bytes = 4096 if retention else 64 * 1024
+    log = FileEventLog(directory / "log", PARTITIONS, segment_bytes=segment_bytes)
+    policy = SnapshotPolicy(
+        directory / "snapshots", every_events=every_events, interval_s=3600, retention=retention
+    )
     return TopicBasedRemoteLogMetadataManager(log, snapshot_policy=policy, close_event_log=True)
 
 
@@ -53,9 +60,9 @@ async def writer(manager: TopicBasedRemoteLogMetadataManager, seed: int) -> None
             sys.stdout.flush()
 
 
-async def main(directory: Path, seed: int) -> None:
+async def main(directory: Path, seed: int, retention: bool) -> None:
     rng = random.Random(seed)
-    manager = open_manager(directory, every_events=rng.randrange(3, 40))
+    manager = open_manager(directory, every_events=rng.randrange(3, 40), retention=retention)
     await manager.start()
     await manager.on_partition_leadership_changes(TPS, [])
     await manager.wait_until_ready(TPS, 30)
@@ -64,4 +71,4 @@ async def main(directory: Path, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2])))
+    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:] == ["retention"]))

@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 KILLS = 50
 
 
-def run_and_kill(directory: Path, seed: int, delay_s: float) -> list[bytes]:
+def run_and_kill(directory: Path, seed: int, delay_s: float, *extra: str) -> list[bytes]:
     """Start the worker, SIGKILL it ``delay_s`` after it is ready; its acked events."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.rlmm.kill_worker", str(directory), str(seed)],
+        [sys.executable, "-m", "tests.rlmm.kill_worker", str(directory), str(seed), *extra],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

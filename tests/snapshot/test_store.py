@@ -1,4 +1,4 @@
-"""SnapshotStore: atomic writes, naming, pruning, fallback on bad files, leftovers."""
+"""LocalSnapshotStore (built by the SnapshotStore name): atomic writes, pruning, fallback."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def test_corrupt_newest_falls_back(tmp_path: Path, caplog: pytest.LogCaptureFixt
         store.write(snap(i))
     newest = store.paths()[0]
     flip_byte(newest, 40)
-    with caplog.at_level(logging.WARNING, logger="snapshot.store"):
+    with caplog.at_level(logging.WARNING, logger="snapshot.local"):
         assert loaded_i(store) == 1
     assert store.stats.skipped_corrupt == 1
     assert any(newest.name in r.getMessage() and "CRC" in r.getMessage() for r in caplog.records)
@@ -200,7 +200,7 @@ def test_all_corrupt_gives_none(tmp_path: Path, caplog: pytest.LogCaptureFixture
         store.write(snap(i))
     for path in store.paths():
         flip_byte(path, 0)
-    with caplog.at_level(logging.WARNING, logger="snapshot.store"):
+    with caplog.at_level(logging.WARNING, logger="snapshot.local"):
         assert store.load_latest() is None
     assert store.stats.skipped_corrupt == 3
     assert sum("bad magic" in r.getMessage() for r in caplog.records) == 3
@@ -211,7 +211,7 @@ def test_newer_version_skipped_with_log(tmp_path: Path, caplog: pytest.LogCaptur
     store.write(snap(1))
     newer = tmp_path / "snapshot-00000000000000000002.rlmm"
     newer_version_file(newer)
-    with caplog.at_level(logging.WARNING, logger="snapshot.store"):
+    with caplog.at_level(logging.WARNING, logger="snapshot.local"):
         assert loaded_i(store) == 1
     assert store.stats.skipped_newer_version == 1 and store.stats.skipped_corrupt == 0
     (record,) = [r for r in caplog.records if newer.name in r.getMessage()]

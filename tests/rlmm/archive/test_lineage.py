@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import pairwise
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlmm.archive.lineage import Gap, epoch_chain, gaps, lineage_ranges
 from rlmm.cache import RemoteLogMetadataCache
@@ -76,3 +80,49 @@ def test_a_missing_segment_is_a_gap_and_deleting_ones_are_not_read() -> None:
     started = segment(TP, 300, 399, {0: 300})
     cache.add_copy_in_progress_segment(started)  # not finished: not readable
     assert gaps(lineage_ranges(cache)) == [Gap(100, 199), Gap(300, 399)]
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[tuple[int, int, dict[int, int], str]]:
+    """Random segment copies: (start, end, leader epochs, final state)."""
+    out = []
+    for _ in range(draw(st.integers(1, 12))):
+        start = draw(st.integers(0, 300))
+        end = start + draw(st.integers(0, 80))
+        first_epoch = draw(st.integers(0, 5))
+        epochs = {first_epoch: start}
+        cut = start
+        for epoch in range(first_epoch + 1, first_epoch + draw(st.integers(0, 3)) + 1):
+            cut = draw(st.integers(cut + 1, end + 1))
+            if cut > end:
+                break
+            epochs[epoch] = cut
+        state = draw(st.sampled_from(["finished", "finished", "started", "deleting"]))
+        out.append((start, end, epochs, state))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_lineage_invariants(history: list[tuple[int, int, dict[int, int], str]]) -> None:
+    cache = RemoteLogMetadataCache(TP)
+    for start, end, epochs, state in history:
+        if state == "started":
+            cache.add_copy_in_progress_segment(segment(TP, start, end, epochs))
+            continue
+        m = finished(cache, start, end, epochs)
+        if state == "deleting":
+            cache.update_remote_log_segment_metadata(update(m, S.DELETE_SEGMENT_STARTED))
+    ranges = lineage_ranges(cache)
+    for r in ranges:
+        # only FINISHED segments, each serving offsets it holds
+        assert r.segment.state == S.COPY_SEGMENT_FINISHED
+        assert r.segment.start_offset <= r.first_offset <= r.last_offset <= r.segment.end_offset
+    for a, b in pairwise(ranges):
+        assert a.last_offset < b.first_offset  # sorted, no offset served twice
+    # Every FINISHED segment's epoch ranges that start after the previous epoch on the
+    # chain are either served or covered by a later epoch (nothing silently dropped
+    # unless superseded): offsets served are a union of segment epoch ranges.
+    chain = epoch_chain(cache)
+    for (_, first_a, last_a), (_, first_b, _) in pairwise(chain):
+        assert first_a <= last_a < first_b

@@ -169,7 +169,7 @@ def test_a_slice_boundary_inside_a_transaction(history: Any) -> None:
 
 
 def test_bounds_prune_segments_before_any_fetch(history: Any) -> None:
-    config, _ = history
+    config, written = history
     from remote import LocalRemoteStorageManager
 
     class Counting(LocalRemoteStorageManager):
@@ -209,6 +209,13 @@ def test_bounds_prune_segments_before_any_fetch(history: Any) -> None:
         assert 0 < piece.start_position < piece.end_position < third.segment_size_in_bytes
         got = rows(read_slice(piece))
         assert [r[0] for r in got] == list(range(third.start_offset + 50, third.end_offset - 20))
+        # A timestamp bound touches only the segment it falls in (max timestamps prune).
+        rsm.calls.clear()
+        target = next(e for e in written["none"] if e.offset == third.start_offset + 10)
+        request = ReadRequest(topics=("h-none",), starting_timestamp_ms=target.timestamp)
+        slices = plan_slices(view, request, config.remote_options(), rsm=rsm)
+        assert {start for _, start in rsm.calls} == {third.start_offset}
+        assert slices[0].from_offset == target.offset
     rsm.close()
 
 

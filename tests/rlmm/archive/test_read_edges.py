@@ -4,6 +4,7 @@ stops at the last stable offset), LogAppendTime batches, and bad requests."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,29 @@ def test_records_that_cannot_be_decoded(tmp_path: Path, codec: str, caplog: Any)
         assert [r[0] for r in got] == [o for o in range(120) if o not in lost]
         assert [r[1] for r in got] == [str(o).encode() for o in range(120) if o not in lost]
         assert "batch skipped" in caplog.text
+
+
+def test_a_segment_deleted_after_planning(tmp_path: Path, caplog: Any) -> None:
+    import logging
+
+    from rlmm.archive import DataLossError, remote_storage_for
+
+    with PartitionDirWriter(tmp_path / "logs", "del", 0, segment_records=40) as w:
+        w.append_records(generate_records(120), batch_records=5)
+    config = make_config(tmp_path / "rlmm")
+    asyncio.run(offload(config, [PartitionDir(tmp_path / "logs" / "del-0")], skip_active=False))
+    with open_metadata_view(config) as view:
+        slices = plan_slices(view, ReadRequest(topics=("del",)), config.remote_options())
+    gone = slices[1]
+    # retention deletes the middle segment between planning and reading
+    remote_storage_for(config.remote_options()).delete_log_segment_data(gone.segment)
+    with pytest.raises(DataLossError, match=r"del-0: offsets \[40, 80\) are gone"):
+        list(read_slice(gone))
+    with caplog.at_level(logging.WARNING):
+        got = [
+            r[0]
+            for piece in slices
+            for r in rows(read_slice(dataclasses.replace(piece, fail_on_data_loss=False)))
+        ]
+    assert got == [*range(40), *range(80, 120)]
+    assert "are gone" in caplog.text

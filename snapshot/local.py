@@ -1,4 +1,4 @@
-"""Atomic, pruned store of snapshot files in one directory.
+"""LocalSnapshotStore: atomic, pruned snapshot files in one directory.
 
 Files are ``snapshot-<seq:020>.rlmm``: the name sorts by a sequence number that only
 grows (max existing + 1), so the newest is the last name. A write goes to a temp
@@ -17,23 +17,21 @@ store may look at the same directory at any time).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import re
 import threading
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
+from snapshot import SnapshotStore, SnapshotStoreStats
 from snapshot.errors import (
     SnapshotConfigError,
-    SnapshotCorruptError,
     SnapshotError,
     SnapshotStoreError,
-    SnapshotVersionError,
 )
-from snapshot.format import Snapshot, decode_snapshot, encode_snapshot_parts, verify_snapshot
+from snapshot.format import Snapshot, encode_snapshot_parts, verify_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +40,6 @@ _TEMP_RE = re.compile(r"^\.snapshot-(\d{20})\.(\d+)\.tmp$")
 
 # os.write on Linux moves at most ~2 GiB per call; larger bodies need a loop anyway.
 _WRITE_CHUNK = 1 << 30
-
-
-@dataclass
-class SnapshotStoreStats:
-    """Counters since the store was opened (for metrics and tests)."""
-
-    written: int = 0
-    loaded: int = 0
-    skipped_corrupt: int = 0
-    skipped_newer_version: int = 0
-    skipped_unreadable: int = 0
-    pruned: int = 0
-    temp_removed: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 def _final_name(seq: int) -> str:
@@ -96,7 +78,7 @@ def _write_fully(fd: int, parts: tuple[bytes, memoryview, bytes]) -> None:
             view = view[written:]
 
 
-class SnapshotStore:
+class LocalSnapshotStore(SnapshotStore):
     """Keeps the newest ``keep`` valid snapshots of one owner in ``directory``.
 
     Opening (unless ``read_only``) creates the directory if needed, removes temp
@@ -132,7 +114,7 @@ class SnapshotStore:
             self._prune(known_valid=None)
 
     def __repr__(self) -> str:
-        return f"SnapshotStore({str(self.directory)!r}, keep={self.keep})"
+        return f"LocalSnapshotStore({str(self.directory)!r}, keep={self.keep})"
 
     # ----------------------------------------------------------------- listing
 
@@ -159,6 +141,9 @@ class SnapshotStore:
         """Final-named snapshot files, newest first (valid or not)."""
         return [path for _, path in self._list()]
 
+    def kept(self) -> list[str]:
+        return [str(path) for _, path in self._list()]
+
     # ----------------------------------------------------------------- writing
 
     def write(self, snapshot: Snapshot) -> Path:
@@ -184,14 +169,6 @@ class SnapshotStore:
         finally:
             body.release()
         return final
-
-    async def write_async(self, snapshot: Snapshot) -> Path:
-        """``write`` on a worker thread; the caller must pass a state it no longer mutates.
-
-        If the awaiting task is cancelled the thread still completes the write (it is
-        atomic either way).
-        """
-        return await asyncio.to_thread(self.write, snapshot)
 
     def _write_atomically(
         self, temp: Path, final: Path, parts: tuple[bytes, memoryview, bytes]
@@ -289,6 +266,10 @@ class SnapshotStore:
 
         Raises SnapshotStoreError only if the directory itself cannot be listed.
         """
+        return next((snap for _, snap in self.iter_valid()), None)
+
+    def iter_valid(self, *, all_owners: bool = False) -> Iterator[tuple[str, Snapshot]]:
+        """Valid snapshots newest first (a directory has one owner: ``all_owners`` is moot)."""
         for _, path in self._list():
             try:
                 data = path.read_bytes()
@@ -298,29 +279,8 @@ class SnapshotStore:
                 self.stats.skipped_unreadable += 1
                 log.warning("skipping unreadable snapshot %s: %s", path, exc)
                 continue
-            try:
-                snapshot = decode_snapshot(data, str(path))
-            except SnapshotVersionError as exc:
-                self.stats.skipped_newer_version += 1
-                log.warning(
-                    "skipping snapshot %s: format version %d is newer than %d "
-                    "(written by a newer rlmm)",
-                    path,
-                    exc.version,
-                    exc.supported,
-                )
+            snapshot = self._decode_or_skip(data, str(path), log)
+            del data
+            if snapshot is None:
                 continue
-            except SnapshotCorruptError as exc:
-                self.stats.skipped_corrupt += 1
-                log.warning("skipping corrupt snapshot %s: %s", path, exc.reason)
-                continue
-            finally:
-                del data
-            self.stats.loaded += 1
-            log.info("loaded snapshot %s", path)
-            return snapshot
-        return None
-
-    async def load_latest_async(self) -> Snapshot | None:
-        """``load_latest`` on a worker thread (decoding a large snapshot takes a while)."""
-        return await asyncio.to_thread(self.load_latest)
+            yield str(path), snapshot

@@ -1,0 +1,65 @@
+"""`rlmm offload`: the sidecar that offloads Kafka log dirs to remote storage.
+
+Invariant: a thin layer; parsing and rendering only, the work is
+``rlmm.offload.sidecar.run_sidecar``. Errors are rendered by the root group (exit 2);
+``--once`` exits 1 when a segment could not be copied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from rlmm.cli.session import common_options, session
+
+
+@click.command("offload")
+@click.option("--once", is_flag=True, help="run one copy and expiration round, then exit")
+@click.option(
+    "--log-dir",
+    "log_dirs",
+    multiple=True,
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="a Kafka log dir (repeat for several)",
+)
+@click.option("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+@common_options
+def offload(once: bool, log_dirs: tuple[Path, ...], metrics_port: int | None) -> None:
+    """Copy rolled segments of Kafka log dirs to remote storage and apply remote retention."""
+    from rlmm.offload.sidecar import run_sidecar
+
+    s = session()
+    if not s.debug:
+        # one line per segment (or the progress bar on a terminal), warnings, errors
+        logging.getLogger("rlmm.offload").setLevel(logging.INFO)
+    report = asyncio.run(run_sidecar(s.config, log_dirs, once=once, metrics_port=metrics_port))
+    t = report.tally
+    if s.json:
+        summary = {
+            "rounds": report.rounds,
+            "partitions": report.partitions,
+            "segments_copied": t.copied,
+            "bytes_copied": t.copied_bytes,
+            "segments_deleted": t.deleted,
+            "errors": t.errors,
+            "stopped_by_signal": report.stopped_by_signal,
+        }
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(
+            f"{report.rounds} rounds over {report.partitions} partitions: {t.copied} segments"
+            f" copied ({t.copied_bytes} bytes), {t.deleted} deleted, {len(t.errors)} errors"
+            + (" (stopped by signal)" if report.stopped_by_signal else "")
+        )
+    if once and t.errors and not report.stopped_by_signal:
+        sys.exit(1)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(offload)

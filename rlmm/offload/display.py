@@ -1,0 +1,116 @@
+"""Progress of the sidecar: a rich progress bar on a terminal, plain log lines otherwise.
+
+Invariant: a display only renders what the RemoteLogManager reports (OffloadEvent);
+it never changes what is copied, and ``close()`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
+
+from rlmm.offload.segment_ops import OffloadEvent
+
+log = logging.getLogger("rlmm.offload")
+
+
+class Tally:
+    """Counts of one run: segments and bytes copied and deleted, errors."""
+
+    def __init__(self) -> None:
+        self.copied = 0
+        self.copied_bytes = 0
+        self.deleted = 0
+        self.deleted_bytes = 0
+        self.errors: list[str] = []
+        self.started = time.monotonic()
+
+    def add(self, event: OffloadEvent) -> None:
+        if event.kind == "copied":
+            self.copied += 1
+            self.copied_bytes += event.size_in_bytes
+        elif event.kind == "deleted":
+            self.deleted += 1
+            self.deleted_bytes += event.size_in_bytes
+        elif event.error is not None:
+            self.errors.append(event.error)
+
+    def rate(self) -> float:
+        return self.copied_bytes / max(time.monotonic() - self.started, 1e-9)
+
+
+class Display:
+    """Renders OffloadEvents; ``rich`` on a terminal, log lines elsewhere."""
+
+    def __init__(self, *, rich: bool | None = None, console: Console | None = None) -> None:
+        self.console = console if console is not None else Console(stderr=True)
+        self.rich = self.console.is_terminal if rich is None else rich
+        self.tally = Tally()
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        if self.rich:
+            self._progress = Progress(
+                TextColumn("[bold]offload[/] {task.fields[segments]} segments"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=False,
+            )
+            self._task = self._progress.add_task("copy", total=None, segments=0)
+            self._progress.start()
+
+    def event(self, event: OffloadEvent) -> None:
+        self.tally.add(event)
+        m = event.segment
+        if self._progress is not None and self._task is not None:
+            self._progress.update(
+                self._task, completed=self.tally.copied_bytes, segments=self.tally.copied
+            )
+            if event.kind == "failed":
+                self._progress.console.print(f"[red]error:[/] {event.error}")
+            return
+        if event.kind == "failed":
+            log.error("%s", event.error)
+        elif m is not None:
+            log.info(
+                "%s %s offsets %d..%d (%d bytes; %d segments, %.1f MB/s so far)",
+                event.kind,
+                m.topic_id_partition,
+                m.start_offset,
+                m.end_offset,
+                event.size_in_bytes,
+                self.tally.copied,
+                self.tally.rate() / 1e6,
+            )
+
+    def round_done(self, partitions: int) -> None:
+        t = self.tally
+        message = (
+            f"round over {partitions} partitions: {t.copied} segments copied"
+            f" ({t.copied_bytes} bytes), {t.deleted} deleted, {len(t.errors)} errors"
+        )
+        if self._progress is not None:
+            self._progress.console.print(message)
+        else:
+            log.info("%s", message)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+__all__ = ["Display", "Tally"]

@@ -1,0 +1,257 @@
+"""The sidecar's LogSource: a partition dir of a Kafka log dir, read-only.
+
+Job: describe ``<log dir>/<topic>-<partition>/`` as Kafka's RemoteLogManager sees
+its log (rolled segments, leader epochs, log start offset, last stable offset), and
+find every offloadable partition dir under a set of log dirs.
+
+Invariants: nothing here writes or deletes; the last stable offset is never past the
+high watermark (``replication-offset-checkpoint``) nor past the first offset of a
+transaction still open at the last roll (the newest producer snapshot), so an
+uncommitted or unreplicated segment is never eligible; a segment whose files are
+missing, truncated or corrupt raises SegmentCopyError naming the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from remote import (
+    PartitionDir,
+    SegmentFormatError,
+    read_producer_snapshot,
+)
+from remote.segment_data import log_segment_data
+from remote.segments import LogSegmentFiles
+from rlmm.model import TopicIdPartition
+from rlmm.offload.errors import LogDirError, SegmentCopyError
+from rlmm.offload.settings import OffloadSettings
+from rlmm.offload.source import (
+    EpochStart,
+    LocalSegment,
+    LogSource,
+    RetentionSettings,
+    SegmentDescription,
+)
+
+log = logging.getLogger(__name__)
+
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+
+
+def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """Kafka's per-log-dir offset checkpoint: ``0``, a count, then ``topic partition offset``."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise LogDirError(f"{path}: cannot read: {e}") from e
+    try:
+        if int(lines[0]) != 0:
+            raise ValueError(f"unknown version {lines[0]!r}")
+        count = int(lines[1])
+        out: dict[tuple[str, int], int] = {}
+        for line in lines[2 : 2 + count]:
+            topic, partition, offset = line.split()
+            out[(topic, int(partition))] = int(offset)
+        if len(out) != count:
+            raise ValueError(f"{count} entries announced, {len(out)} found")
+        return out
+    except (IndexError, ValueError) as e:
+        raise LogDirError(f"{path}: not a Kafka offset checkpoint: {e}") from e
+
+
+class LogDirSource(LogSource):
+    """One Kafka partition dir; the log dir's checkpoints give the log start and HW."""
+
+    def __init__(
+        self,
+        pdir: PartitionDir,
+        retention: RetentionSettings,
+        *,
+        log_start_offset: int | None = None,
+        high_watermark: int | None = None,
+        verify_crc: bool = True,
+    ) -> None:
+        self.pdir = pdir
+        self._tp = pdir.topic_id_partition()
+        self._retention = retention
+        self._log_start = log_start_offset
+        self._high_watermark = high_watermark
+        self._verify_crc = verify_crc
+        self._files: dict[int, LogSegmentFiles] = {}
+
+    def __repr__(self) -> str:
+        return f"LogDirSource({str(self.pdir.path)!r})"
+
+    @property
+    def topic_id_partition(self) -> TopicIdPartition:
+        return self._tp
+
+    def _segments(self) -> list[LogSegmentFiles]:
+        segments = self.pdir.segments()
+        if not segments:
+            raise LogDirError(f"{self.pdir.path}: no log segment")
+        self._files = {s.base_offset: s for s in segments}
+        return segments
+
+    def rolled_segments(self) -> Sequence[LocalSegment]:
+        out = []
+        for s in self._segments()[:-1]:
+            assert s.next_base_offset is not None
+            out.append(
+                LocalSegment(s.base_offset, s.next_base_offset, s.size_in_bytes, str(s.log_path))
+            )
+        return out
+
+    def active_segment_base_offset(self) -> int:
+        return self._segments()[-1].base_offset
+
+    def active_segment_size(self) -> int:
+        return self._segments()[-1].size_in_bytes
+
+    def log_start_offset(self) -> int:
+        # Kafka checkpoints the whole log's start (below the local one once tiered);
+        # without a checkpoint nothing may be deleted for being below it.
+        return 0 if self._log_start is None else self._log_start
+
+    def log_end_offset(self) -> int:
+        active = self._segments()[-1]
+        try:
+            end = active.end_offset()
+        except SegmentFormatError:
+            end = None  # the broker is writing it: its base is a safe lower bound
+        return active.base_offset if end is None else end + 1
+
+    def last_stable_offset(self) -> int:
+        lso = self.log_end_offset() if self._high_watermark is None else self._high_watermark
+        snapshots = self.pdir.producer_snapshots()
+        if snapshots:
+            path = next(reversed(snapshots.values()))
+            try:
+                entries = read_producer_snapshot(path)
+            except SegmentFormatError as e:
+                raise LogDirError(f"{path}: unreadable producer snapshot: {e}") from e
+            open_txns = [
+                e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0
+            ]
+            if open_txns:
+                lso = min(lso, min(open_txns))
+        return lso
+
+    def leader_epochs(self) -> Sequence[EpochStart]:
+        try:
+            return [EpochStart(e.epoch, e.start_offset) for e in self.pdir.leader_epochs()]
+        except SegmentFormatError as e:
+            raise LogDirError(str(e)) from e
+
+    def current_leader_epoch(self) -> int:
+        epochs = self.leader_epochs()
+        return epochs[-1].epoch if epochs else 0
+
+    def retention(self) -> RetentionSettings:
+        return self._retention
+
+    def describe(self, segment: LocalSegment) -> SegmentDescription:
+        files = self._files.get(segment.base_offset)
+        if files is None:
+            self._segments()
+            files = self._files.get(segment.base_offset)
+        if files is None:
+            raise SegmentCopyError(f"{segment.name}: segment is gone", path=segment.name)
+        for path in (files.log_path, files.offset_index_path, files.time_index_path):
+            if not path.is_file():
+                raise SegmentCopyError(f"{path}: missing; segment not copied", path=str(path))
+        try:
+            summary = files.summary(full_scan=self._verify_crc, verify_crc=self._verify_crc)
+            if summary.producer_snapshot_path is None:
+                missing = files.log_path.with_name(f"{segment.next_base_offset:020d}.snapshot")
+                raise SegmentCopyError(
+                    f"{missing}: producer snapshot of {files.log_path.name} is missing;"
+                    " segment not copied",
+                    path=str(missing),
+                )
+            data = log_segment_data(files, summary)
+        except SegmentFormatError as e:
+            raise SegmentCopyError(
+                f"{e} (segment not copied)", path=getattr(e, "path", None) or str(files.log_path)
+            ) from e
+        if summary.next_offset > segment.next_base_offset:
+            raise SegmentCopyError(
+                f"{files.log_path}: records run to offset {summary.end_offset}, past the next"
+                f" segment's base {segment.next_base_offset}",
+                path=str(files.log_path),
+            )
+        return SegmentDescription(
+            base_offset=summary.base_offset,
+            end_offset=summary.end_offset,
+            max_timestamp_ms=summary.max_timestamp_ms,
+            size_in_bytes=summary.size_in_bytes,
+            segment_leader_epochs=summary.segment_leader_epochs,
+            txn_index_empty=summary.txn_index_empty,
+            data=data,
+        )
+
+
+def scan_log_dirs(
+    log_dirs: Iterable[Path], settings: OffloadSettings, warned: set[str] | None = None
+) -> list[LogDirSource]:
+    """A source per offloadable partition dir; dirs without a topic id warn once (``warned``)."""
+    warned = set() if warned is None else warned
+    sources: list[LogDirSource] = []
+    for log_dir in log_dirs:
+        if not log_dir.is_dir():
+            raise LogDirError(f"log dir {log_dir} does not exist or is not a directory")
+        starts = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        watermarks = read_offset_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+        for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+            if not entry.is_dir():
+                continue
+            source = _source(Path(entry.path), settings, starts, watermarks, warned)
+            if source is not None:
+                sources.append(source)
+    return sources
+
+
+def _source(
+    path: Path,
+    settings: OffloadSettings,
+    starts: dict[tuple[str, int], int],
+    watermarks: dict[tuple[str, int], int],
+    warned: set[str],
+) -> LogDirSource | None:
+    def warn_once(why: str) -> None:
+        if str(path) not in warned:
+            warned.add(str(path))
+            log.warning("skipping %s: %s", path, why)
+
+    if path.name.endswith(("-delete", "-future", "-stray")):
+        return None  # being deleted or moved by the broker: not ours to read
+    try:
+        pdir = PartitionDir(path)
+    except SegmentFormatError:
+        return None  # not a partition dir (e.g. the KRaft metadata's siblings)
+    if not settings.offloads(pdir.topic):
+        return None
+    try:
+        if pdir.topic_id is None:
+            warn_once("no topic id (partition.metadata is missing)")
+            return None
+    except SegmentFormatError as e:
+        warn_once(f"unreadable partition.metadata: {e}")
+        return None
+    key = (pdir.topic, pdir.partition)
+    return LogDirSource(
+        pdir,
+        settings.retention_for(pdir.topic),
+        log_start_offset=starts.get(key),
+        high_watermark=watermarks.get(key),
+        verify_crc=settings.verify_crc,
+    )
+
+
+__all__ = ["LogDirSource", "read_offset_checkpoint", "scan_log_dirs"]

@@ -1,0 +1,503 @@
+"""RemoteLogManager: the broker side of tiered storage (Kafka's RemoteLogManager).
+
+One per broker. It owns the RLMM assignment and, per leader partition, a task that
+runs a copy round then an expiration round every ``task_interval_s``; followers get
+metadata only. ``copy_round`` / ``expire_round`` run one round directly.
+
+Invariants:
+- per partition, rounds never overlap (one lock each), segments are copied in offset
+  order, and a segment that cannot be copied stops that partition's round (copying a
+  later one would leave a hole in the remote lineage); other partitions go on;
+- at most ``copier_concurrency`` segment copies run at once across partitions, and
+  every RSM or file call runs in a worker thread;
+- on becoming leader, copies left in COPY_SEGMENT_STARTED and deletions left in
+  DELETE_SEGMENT_STARTED by an earlier attempt are deleted before any new copy;
+- nothing started here outlives ``close()``; cancellation is never swallowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from remote import RemoteStorageManager
+from rlmm.errors import RemoteResourceNotFoundError
+from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.model import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+from rlmm.offload.blocking import run_blocking
+from rlmm.offload.errors import OffloadError, SegmentCopyError
+from rlmm.offload.expiry import Victim, plan_expiry
+from rlmm.offload.faults import KillPoints
+from rlmm.offload.metrics import OffloadMetrics
+from rlmm.offload.segment_ops import OffloadEvent, SegmentOps
+from rlmm.offload.source import EpochStart, LocalSegment, LogSource, epoch_end_offsets
+
+log = logging.getLogger(__name__)
+
+S = RemoteLogSegmentState
+P = RemotePartitionDeleteState
+
+
+@dataclass
+class CopyResult:
+    """What one copy round of one partition did."""
+
+    copied: list[RemoteLogSegmentMetadata] = field(default_factory=list)
+    bytes: int = 0
+    pending: int = 0  # eligible segments left (stop requested, or an error)
+    error: SegmentCopyError | None = None
+
+
+@dataclass
+class ExpireResult:
+    """What one expiration round of one partition did."""
+
+    deleted: list[Victim] = field(default_factory=list)
+    cleaned: int = 0  # DELETE_SEGMENT_STARTED leftovers finished
+
+
+@dataclass(frozen=True, slots=True)
+class _LogView:
+    """One consistent read of a LogSource (taken in a worker thread)."""
+
+    rolled: Sequence[LocalSegment]
+    epochs: Sequence[EpochStart]
+    log_start_offset: int
+    log_end_offset: int
+    last_stable_offset: int
+    local_sizes: tuple[tuple[int, int], ...]  # (next base offset, size) incl. the active one
+
+
+def _view(source: LogSource) -> _LogView:
+    rolled = source.rolled_segments()
+    end = source.log_end_offset()
+    sizes = tuple((s.next_base_offset, s.size_in_bytes) for s in rolled)
+    return _LogView(
+        rolled,
+        source.leader_epochs(),
+        source.log_start_offset(),
+        end,
+        source.last_stable_offset(),
+        (*sizes, (end + 1, source.active_segment_size())),
+    )
+
+
+def _read_range(
+    rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, start: int, end: int | None
+) -> bytes:
+    with rsm.fetch_log_segment(metadata, start, end) as stream:
+        return stream.read()
+
+
+@dataclass
+class _Leader:
+    source: LogSource
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    task: asyncio.Task[None] | None = None
+
+
+class RemoteLogManager:
+    """Copies rolled segments to remote storage and expires them, per leader partition."""
+
+    def __init__(
+        self,
+        rlmm: TopicBasedRemoteLogMetadataManager,
+        rsm: RemoteStorageManager,
+        *,
+        broker_id: int = 0,
+        copier_concurrency: int = 4,
+        task_interval_s: float = 30.0,
+        ready_timeout_s: float = 120.0,
+        copy_attempts: int = 3,
+        retry_backoff_s: float = 0.5,
+        metrics: OffloadMetrics | None = None,
+        listener: Callable[[OffloadEvent], None] | None = None,
+        clock_ms: Callable[[], int] | None = None,
+        kill_points: KillPoints | None = None,
+    ) -> None:
+        if copier_concurrency <= 0:
+            raise OffloadError(f"copier concurrency must be positive, got {copier_concurrency}")
+        self.rlmm = rlmm
+        self.rsm = rsm
+        self.metrics = metrics if metrics is not None else OffloadMetrics()
+        self._clock_ms = clock_ms if clock_ms is not None else (lambda: int(time.time() * 1000))
+        self._ops = SegmentOps(
+            rlmm,
+            rsm,
+            broker_id,
+            self.metrics,
+            # RSM calls beyond the copies: deletes and fetches share the same threads.
+            asyncio.Semaphore(copier_concurrency + 2),
+            kill_points if kill_points is not None else KillPoints(),
+            listener,
+            self._clock_ms,
+        )
+        self._copy_slots = asyncio.Semaphore(copier_concurrency)
+        self._file_slots = asyncio.Semaphore(copier_concurrency + 2)
+        self._task_interval_s = task_interval_s
+        self._ready_timeout_s = ready_timeout_s
+        self._copy_attempts = copy_attempts
+        self._retry_backoff_s = retry_backoff_s
+        self._leaders: dict[TopicIdPartition, _Leader] = {}
+        self._followers: set[TopicIdPartition] = set()
+        self._stopping = False
+        self._closed = False
+
+    @property
+    def leaders(self) -> list[TopicIdPartition]:
+        return list(self._leaders)
+
+    def set_listener(self, listener: Callable[[OffloadEvent], None] | None) -> None:
+        self._ops.listener = listener
+
+    # ---- leadership -----------------------------------------------------------------------
+
+    async def on_leadership_changes(
+        self,
+        leaders: Iterable[LogSource],
+        followers: Iterable[TopicIdPartition] = (),
+        *,
+        start_tasks: bool = True,
+    ) -> None:
+        """Lead ``leaders`` (clean up leftovers, then start their tasks); follow ``followers``."""
+        self._check_open()
+        sources = {s.topic_id_partition: s for s in leaders}
+        follow = set(followers) - set(sources)
+        for tp in follow & set(self._leaders):
+            await self._stop_task(self._leaders.pop(tp))
+        await self.rlmm.on_partition_leadership_changes(list(sources), list(follow))
+        await self.rlmm.wait_until_ready(list(sources), self._ready_timeout_s)
+        self._followers |= follow
+        self._followers -= set(sources)
+        fresh = []
+        for tp, source in sources.items():
+            leader = self._leaders.get(tp)
+            if leader is None:
+                leader = self._leaders[tp] = _Leader(source)
+                fresh.append(tp)
+            leader.source = source
+        results = await asyncio.gather(*(self._cleanup(tp) for tp in fresh), return_exceptions=True)
+        for tp, result in zip(fresh, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+            if isinstance(result, Exception):
+                log.warning("crash cleanup of %s failed (retried next round): %s", tp, result)
+        if start_tasks:
+            for tp in sources:
+                leader = self._leaders[tp]
+                if leader.task is None:
+                    leader.task = asyncio.create_task(self._run(tp), name=f"rlm-{tp}")
+
+    async def stop_partitions(
+        self, partitions: Iterable[TopicIdPartition], *, delete: bool = False
+    ) -> None:
+        """Stop leading or following ``partitions``; ``delete`` removes them from remote storage."""
+        self._check_open()
+        tps = list(partitions)
+        for tp in tps:
+            leader = self._leaders.get(tp)
+            if leader is not None:
+                await self._stop_task(leader)
+        if delete:
+            for tp in tps:
+                await self.delete_partition(tp)
+        for tp in tps:
+            self._leaders.pop(tp, None)
+            self._followers.discard(tp)
+        await self.rlmm.on_stop_partitions(tps)
+
+    async def _stop_task(self, leader: _Leader) -> None:
+        task, leader.task = leader.task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _cleanup(self, tp: TopicIdPartition) -> int:
+        """Delete what earlier attempts left STARTED (copies and deletions) for ``tp``."""
+        leftovers = [
+            m
+            for m in self.rlmm.list_remote_log_segments(tp)
+            if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)
+            and m.remote_log_segment_id not in self._ops.in_flight
+        ]
+        for m in leftovers:
+            log.info(
+                "deleting %s left in %s by an earlier attempt",
+                m.remote_log_segment_id,
+                m.state.name,
+            )
+            await self._ops.delete(m)
+        return len(leftovers)
+
+    async def _run(self, tp: TopicIdPartition) -> None:
+        while True:
+            for round_ in (self.copy_round, self.expire_round):
+                try:
+                    await round_(tp)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # the task never dies: the next round retries
+                    log.warning("%s of %s failed: %s", round_.__name__, tp, e)
+            await asyncio.sleep(self._task_interval_s)
+
+    # ---- offsets ------------------------------------------------------------------------------
+
+    def _highest_remote(
+        self, tp: TopicIdPartition, epochs: Sequence[EpochStart], log_end_offset: int
+    ) -> int:
+        ends = epoch_end_offsets(epochs, log_end_offset)
+        for entry in reversed(epochs):
+            offset = self.rlmm.highest_offset_for_epoch(tp, entry.epoch)
+            if offset is not None:
+                return min(offset, ends[entry.epoch] - 1)
+        return -1
+
+    def highest_remote_offset(self, tp: TopicIdPartition) -> int:
+        """The highest offset in remote storage along the leader's epoch lineage (-1: none).
+
+        A broker may delete local segments that end at or below it (local retention).
+        """
+        leader = self._leaders.get(tp)
+        if leader is None:
+            raise RemoteResourceNotFoundError(f"{tp} is not led by this RemoteLogManager")
+        source = leader.source
+        return self._highest_remote(tp, source.leader_epochs(), source.log_end_offset())
+
+    # ---- rounds ------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Finish the segments being copied, start no new ones (a graceful shutdown)."""
+        self._stopping = True
+
+    def _leader(self, tp: TopicIdPartition) -> _Leader:
+        self._check_open()
+        leader = self._leaders.get(tp)
+        if leader is None:
+            raise RemoteResourceNotFoundError(f"{tp} is not led by this RemoteLogManager")
+        return leader
+
+    async def copy_round(self, tp: TopicIdPartition) -> CopyResult:
+        """Copy every eligible segment of ``tp`` in offset order (one round)."""
+        leader = self._leader(tp)
+        result = CopyResult()
+        async with leader.lock:
+            if not self.rlmm.is_ready(tp):
+                return result  # Kafka skips the run while the RLMM catches up
+            self.metrics.rounds.labels("copy").inc()
+            view = await run_blocking(self._file_slots, _view, leader.source)
+            copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
+            start = max(copied + 1, view.log_start_offset)
+            candidates = [
+                s
+                for s in view.rolled
+                if s.next_base_offset > start and s.next_base_offset <= view.last_stable_offset
+            ]
+            lag_bytes = sum(s.size_in_bytes for s in candidates)
+            self.metrics.set_copy_lag(tp, lag_bytes, len(candidates))
+            for i, segment in enumerate(candidates):
+                if self._stopping:
+                    result.pending = len(candidates) - i
+                    break
+                try:
+                    finished = await self._copy_with_retries(leader.source, segment)
+                except SegmentCopyError as e:
+                    result.error = e
+                    result.pending = len(candidates) - i
+                    log.error("%s: %s", tp, e)
+                    self._ops.emit(OffloadEvent("failed", None, segment.size_in_bytes, str(e)))
+                    break
+                result.copied.append(finished)
+                result.bytes += finished.segment_size_in_bytes
+                lag_bytes -= segment.size_in_bytes
+                self.metrics.set_copy_lag(tp, lag_bytes, len(candidates) - i - 1)
+            self._record_remote_size(tp)
+        return result
+
+    async def _copy_with_retries(
+        self, source: LogSource, segment: LocalSegment
+    ) -> RemoteLogSegmentMetadata:
+        tp = source.topic_id_partition
+        backoff = self._retry_backoff_s
+        for attempt in range(1, self._copy_attempts + 1):
+            async with self._copy_slots:
+                try:
+                    desc = await run_blocking(self._file_slots, source.describe, segment)
+                except SegmentCopyError:
+                    self.metrics.copy_errors.labels(tp.topic).inc()
+                    raise
+                try:
+                    return await self._ops.copy(tp, desc)
+                except SegmentCopyError as e:
+                    if not e.retriable or attempt == self._copy_attempts:
+                        raise
+                    log.warning("%s (attempt %d, retrying with a new id)", e, attempt)
+            await asyncio.sleep(backoff)
+            backoff *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def expire_round(self, tp: TopicIdPartition) -> ExpireResult:
+        """Delete what remote retention says for ``tp``; finish leftover deletions."""
+        leader = self._leader(tp)
+        result = ExpireResult()
+        async with leader.lock:
+            if not self.rlmm.is_ready(tp):
+                return result
+            self.metrics.rounds.labels("expire").inc()
+            # Leftovers of failed cleanups (the RSM delete failed too) go first; no copy
+            # of this partition runs now (we hold its lock), so none of them is live.
+            result.cleaned = await self._cleanup(tp)
+            segments = self.rlmm.list_remote_log_segments(tp)
+            view = await run_blocking(self._file_slots, _view, leader.source)
+            copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
+            local_only = sum(size for next_base, size in view.local_sizes if next_base > copied + 1)
+            victims = plan_expiry(
+                segments,
+                referenced=lambda m: self._referenced(tp, m),
+                retention=leader.source.retention(),
+                log_start_offset=view.log_start_offset,
+                local_only_bytes=local_only,
+                now_ms=self._clock_ms(),
+            )
+            lag = sum(v.segment.segment_size_in_bytes for v in victims)
+            self.metrics.set_delete_lag(tp, lag, len(victims))
+            for i, victim in enumerate(victims):
+                await self._ops.delete(victim.segment)
+                result.deleted.append(victim)
+                lag -= victim.segment.segment_size_in_bytes
+                self.metrics.set_delete_lag(tp, lag, len(victims) - i - 1)
+            self._record_remote_size(tp)
+        return result
+
+    def _referenced(self, tp: TopicIdPartition, m: RemoteLogSegmentMetadata) -> bool:
+        """True when a lookup of some offset of ``m`` in its epoch still finds ``m``."""
+        for epoch, start in m.segment_leader_epochs.items():
+            found = self.rlmm.remote_log_segment_metadata(tp, epoch, max(start, m.start_offset))
+            if found is not None and found.remote_log_segment_id == m.remote_log_segment_id:
+                return True
+        return False
+
+    def _record_remote_size(self, tp: TopicIdPartition) -> None:
+        segments = self.rlmm.list_remote_log_segments(tp)
+        self.metrics.set_remote_log(tp, self.rlmm.remote_log_size(tp), len(segments))
+
+    async def run_round(
+        self, tps: Iterable[TopicIdPartition] | None = None
+    ) -> dict[TopicIdPartition, tuple[CopyResult, ExpireResult]]:
+        """A copy then an expiration round of every (given) leader partition, concurrently."""
+        chosen = list(self._leaders) if tps is None else list(tps)
+
+        async def one(tp: TopicIdPartition) -> tuple[CopyResult, ExpireResult]:
+            copied = await self.copy_round(tp)
+            if self._stopping:
+                return copied, ExpireResult()
+            return copied, await self.expire_round(tp)
+
+        results = await asyncio.gather(*(one(tp) for tp in chosen), return_exceptions=True)
+        out: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = {}
+        for tp, r in zip(chosen, results, strict=True):
+            if isinstance(r, BaseException):
+                if not isinstance(r, Exception):
+                    raise r
+                log.error("round of %s failed: %s", tp, r)
+                failed = CopyResult()
+                failed.error = SegmentCopyError(f"round of {tp} failed: {r}")
+                out[tp] = (failed, ExpireResult())
+            else:
+                out[tp] = r
+        return out
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    async def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> bytes:
+        """Bytes ``start_position..end_position`` (inclusive) of a remote segment, counted in
+        the fetch metrics (Kafka's RemoteFetch*); the RSM call runs in a worker thread."""
+        self._check_open()
+        topic = metadata.topic_id_partition.topic
+        self.metrics.fetch_requests.labels(topic).inc()
+        try:
+            data = await run_blocking(
+                self._ops.io_slots, _read_range, self.rsm, metadata, start_position, end_position
+            )
+        except BaseException:
+            self.metrics.fetch_errors.labels(topic).inc()
+            raise
+        self.metrics.fetch_bytes.labels(topic).inc(len(data))
+        return data
+
+    # ---- partition deletion ------------------------------------------------------------------
+
+    async def delete_partition(self, tp: TopicIdPartition) -> int:
+        """Delete every remote segment of ``tp``, then mark the partition deleted (returns count).
+
+        Goes DELETE_PARTITION_MARKED -> STARTED -> (segments) -> FINISHED; a rerun after
+        a crash resumes where the states say.
+        """
+        self._check_open()
+        leader = self._leaders.get(tp)
+        if leader is not None:
+            await self._stop_task(leader)
+        if tp not in self.rlmm.assigned_partitions:
+            await self.rlmm.on_partition_leadership_changes([], [tp])
+        await self.rlmm.wait_until_ready([tp], self._ready_timeout_s)
+        state = self.rlmm.remote_partition_delete_state(tp)
+        current = None if state is None else state.state
+        if current == P.DELETE_PARTITION_FINISHED:
+            return 0
+        for target in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED):
+            if current is None or current < target:
+                await self.rlmm.put_remote_partition_delete_metadata(
+                    RemotePartitionDeleteMetadata(tp, target, self._clock_ms(), self._ops.broker_id)
+                )
+        deleted = 0
+        for m in self.rlmm.list_remote_log_segments(tp):
+            await self._ops.delete(m)
+            deleted += 1
+        await self.rlmm.put_remote_partition_delete_metadata(
+            RemotePartitionDeleteMetadata(
+                tp, P.DELETE_PARTITION_FINISHED, self._clock_ms(), self._ops.broker_id
+            )
+        )
+        self._leaders.pop(tp, None)
+        return deleted
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise OffloadError("the RemoteLogManager is closed")
+
+    async def close(self) -> None:
+        """Stop every task (in-flight copies clean up after themselves). Idempotent.
+
+        The RLMM and the RSM belong to the caller and stay open.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for leader in self._leaders.values():
+            await self._stop_task(leader)
+
+    async def __aenter__(self) -> RemoteLogManager:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+__all__ = ["CopyResult", "ExpireResult", "RemoteLogManager"]

@@ -1,0 +1,158 @@
+"""OffloadMetrics: Kafka's tiered-storage figures as Prometheus metrics.
+
+Each metric maps to one of Kafka's (``kafka.server:type=BrokerTopicMetrics`` unless
+noted); the table is in docs/offload.md. Invariant: every instance has its own
+CollectorRegistry (two managers in one process never collide), and a gauge always
+holds the value of the last round, per partition.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from rlmm.model import TopicIdPartition
+
+_TOPIC = ("topic",)
+_PARTITION = ("topic", "partition")
+
+
+class MetricsServer:
+    """The HTTP endpoint's server and thread; ``close()`` stops both (idempotent)."""
+
+    def __init__(self, server: Any, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+        self.port: int = server.server_port
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join()
+        self._server.server_close()
+
+
+class OffloadMetrics:
+    """Counters and gauges of one RemoteLogManager (and of its metadata event log)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.copy_bytes = Counter(
+            "rlmm_remote_copy_bytes",
+            "Bytes copied to remote storage (RemoteCopyBytesPerSec)",
+            _TOPIC,
+            registry=r,
+        )
+        self.copy_requests = Counter(
+            "rlmm_remote_copy_requests",
+            "Segment copies started (RemoteCopyRequestsPerSec)",
+            _TOPIC,
+            registry=r,
+        )
+        self.copy_errors = Counter(
+            "rlmm_remote_copy_errors",
+            "Segment copies that failed (RemoteCopyErrorsPerSec)",
+            _TOPIC,
+            registry=r,
+        )
+        self.delete_requests = Counter(
+            "rlmm_remote_delete_requests",
+            "Segment deletions started (RemoteDeleteRequestsPerSec)",
+            _TOPIC,
+            registry=r,
+        )
+        self.delete_errors = Counter(
+            "rlmm_remote_delete_errors",
+            "Segment deletions that failed (RemoteDeleteErrorsPerSec)",
+            _TOPIC,
+            registry=r,
+        )
+        self.fetch_bytes = Counter(
+            "rlmm_remote_fetch_bytes",
+            "Bytes read from remote storage (RemoteFetchBytesPerSec)",
+            _TOPIC,
+            registry=r,
+        )
+        self.fetch_requests = Counter(
+            "rlmm_remote_fetch_requests",
+            "Remote fetches (RemoteFetchRequestsPerSec)",
+            _TOPIC,
+            registry=r,
+        )
+        self.fetch_errors = Counter(
+            "rlmm_remote_fetch_errors",
+            "Remote fetches that failed (RemoteFetchErrorsPerSec)",
+            _TOPIC,
+            registry=r,
+        )
+        self.copy_lag_bytes = Gauge(
+            "rlmm_remote_copy_lag_bytes",
+            "Bytes eligible but not yet copied (RemoteCopyLagBytes)",
+            _PARTITION,
+            registry=r,
+        )
+        self.copy_lag_segments = Gauge(
+            "rlmm_remote_copy_lag_segments",
+            "Segments eligible but not yet copied (RemoteCopyLagSegments)",
+            _PARTITION,
+            registry=r,
+        )
+        self.delete_lag_bytes = Gauge(
+            "rlmm_remote_delete_lag_bytes",
+            "Bytes retention wants deleted, not yet deleted (RemoteDeleteLagBytes)",
+            _PARTITION,
+            registry=r,
+        )
+        self.delete_lag_segments = Gauge(
+            "rlmm_remote_delete_lag_segments",
+            "Segments retention wants deleted, not yet deleted (RemoteDeleteLagSegments)",
+            _PARTITION,
+            registry=r,
+        )
+        self.remote_log_size = Gauge(
+            "rlmm_remote_log_size_bytes",
+            "Bytes of the partition in remote storage (RemoteLogSizeBytes)",
+            _PARTITION,
+            registry=r,
+        )
+        self.metadata_count = Gauge(
+            "rlmm_remote_log_metadata_count",
+            "Remote segments known for the partition (RemoteLogMetadataCount)",
+            _PARTITION,
+            registry=r,
+        )
+        self.event_log_lag = Gauge(
+            "rlmm_metadata_event_log_lag",
+            "Metadata events published but not yet applied, per metadata partition",
+            ("metadata_partition",),
+            registry=r,
+        )
+        self.rounds = Counter(
+            "rlmm_offload_rounds",
+            "Copy and expiration rounds run",
+            ("kind",),
+            registry=r,
+        )
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> MetricsServer:
+        """Expose the registry over HTTP on ``addr:port`` (0: a free port) until closed."""
+        server, thread = start_http_server(port, addr=addr, registry=self.registry)
+        return MetricsServer(server, thread)
+
+    def set_copy_lag(self, tp: TopicIdPartition, nbytes: int, segments: int) -> None:
+        self.copy_lag_bytes.labels(tp.topic, str(tp.partition)).set(nbytes)
+        self.copy_lag_segments.labels(tp.topic, str(tp.partition)).set(segments)
+
+    def set_delete_lag(self, tp: TopicIdPartition, nbytes: int, segments: int) -> None:
+        self.delete_lag_bytes.labels(tp.topic, str(tp.partition)).set(nbytes)
+        self.delete_lag_segments.labels(tp.topic, str(tp.partition)).set(segments)
+
+    def set_remote_log(self, tp: TopicIdPartition, nbytes: int, segments: int) -> None:
+        self.remote_log_size.labels(tp.topic, str(tp.partition)).set(nbytes)
+        self.metadata_count.labels(tp.topic, str(tp.partition)).set(segments)
+
+
+__all__ = ["MetricsServer", "OffloadMetrics"]

@@ -1,0 +1,167 @@
+"""The two state walks of one remote segment: copy (STARTED -> upload -> FINISHED) and
+delete (DELETE_STARTED -> RSM delete -> DELETE_FINISHED).
+
+Invariants: metadata is published before objects exist and after they are gone, so
+an object never exists without a live segment in the metadata (except for the upload
+of a process killed before its cleanup, which the next leader's crash cleanup
+deletes); a copy that fails or is cancelled after its STARTED event deletes its
+attempt through the delete walk before the error propagates; every RSM call runs in
+a worker thread, bounded by ``io_slots``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from remote import RemoteStorageManager
+from rlmm.errors import RemoteStorageError
+from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from rlmm.offload.blocking import finish, run_blocking
+from rlmm.offload.errors import SegmentCopyError
+from rlmm.offload.faults import KillPoints
+from rlmm.offload.metrics import OffloadMetrics
+from rlmm.offload.source import SegmentDescription
+
+log = logging.getLogger(__name__)
+
+S = RemoteLogSegmentState
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadEvent:
+    """What a round did, for progress displays: ``kind`` is copied, deleted or failed."""
+
+    kind: str
+    segment: RemoteLogSegmentMetadata | None
+    size_in_bytes: int = 0
+    error: str | None = None
+
+
+@dataclass
+class SegmentOps:
+    """Copy and delete walks over one RLMM and one RSM (shared by all partitions)."""
+
+    rlmm: TopicBasedRemoteLogMetadataManager
+    rsm: RemoteStorageManager
+    broker_id: int
+    metrics: OffloadMetrics
+    io_slots: asyncio.Semaphore
+    kill_points: KillPoints = field(default_factory=KillPoints)
+    listener: Callable[[OffloadEvent], None] | None = None
+    clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    in_flight: set[RemoteLogSegmentId] = field(default_factory=set)
+
+    def emit(self, event: OffloadEvent) -> None:
+        if self.listener is not None:
+            self.listener(event)
+
+    async def _update(
+        self, metadata: RemoteLogSegmentMetadata, state: S, custom: bytes | None
+    ) -> None:
+        await self.rlmm.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(
+                metadata.remote_log_segment_id, self.clock_ms(), custom, state, self.broker_id
+            )
+        )
+
+    # ---- copy ---------------------------------------------------------------------------
+
+    async def copy(
+        self, tp: TopicIdPartition, desc: SegmentDescription
+    ) -> RemoteLogSegmentMetadata:
+        """One copy attempt of one segment under a fresh id; the FINISHED metadata."""
+        metadata = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId.generate_new(tp),
+            desc.base_offset,
+            desc.end_offset,
+            desc.max_timestamp_ms,
+            self.broker_id,
+            self.clock_ms(),
+            desc.size_in_bytes,
+            desc.segment_leader_epochs,
+            txn_index_empty=desc.txn_index_empty,
+        )
+        topic = metadata.topic_id_partition.topic
+        self.metrics.copy_requests.labels(topic).inc()
+        await self.rlmm.add_remote_log_segment_metadata(metadata)
+        self.in_flight.add(metadata.remote_log_segment_id)
+        try:
+            self.kill_points.hit("copy.after_started")
+            self.kill_points.hit("copy.upload")
+            custom = await run_blocking(
+                self.io_slots, self.rsm.copy_log_segment_data, metadata, desc.data
+            )
+            self.kill_points.hit("copy.after_upload")
+            await self._update(metadata, S.COPY_SEGMENT_FINISHED, custom)
+            self.kill_points.hit("copy.after_finished")
+        except BaseException as e:
+            self.metrics.copy_errors.labels(topic).inc()
+            # Whatever happened (RSM error, a new leader's cleanup, cancellation), the
+            # attempt's objects must not outlive it.
+            await finish(self._abandon(metadata))
+            if isinstance(e, RemoteStorageError) and not isinstance(e, SegmentCopyError):
+                raise SegmentCopyError(
+                    f"copy of {desc.data.log_segment} as {metadata.remote_log_segment_id}"
+                    f" failed: {e}",
+                    path=str(desc.data.log_segment),
+                    retriable=e.retriable,
+                ) from e
+            raise
+        finally:
+            self.in_flight.discard(metadata.remote_log_segment_id)
+        self.metrics.copy_bytes.labels(topic).inc(desc.size_in_bytes)
+        finished = metadata.create_with_updates(
+            RemoteLogSegmentMetadataUpdate(
+                metadata.remote_log_segment_id,
+                self.clock_ms(),
+                custom,
+                S.COPY_SEGMENT_FINISHED,
+                self.broker_id,
+            )
+        )
+        self.emit(OffloadEvent("copied", finished, desc.size_in_bytes))
+        return finished
+
+    async def _abandon(self, metadata: RemoteLogSegmentMetadata) -> None:
+        try:
+            await self.delete(metadata)
+        except RemoteStorageError as e:
+            # The metadata may have moved on (a new leader's cleanup); the objects of
+            # this attempt still go.
+            log.warning("cleaning up the failed copy %s: %s", metadata.remote_log_segment_id, e)
+            with contextlib.suppress(RemoteStorageError):
+                await run_blocking(self.io_slots, self.rsm.delete_log_segment_data, metadata)
+
+    # ---- delete -------------------------------------------------------------------------
+
+    async def delete(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """DELETE_STARTED (unless it is already) -> RSM delete -> DELETE_FINISHED."""
+        topic = metadata.topic_id_partition.topic
+        self.metrics.delete_requests.labels(topic).inc()
+        try:
+            if metadata.state != S.DELETE_SEGMENT_STARTED:
+                await self._update(metadata, S.DELETE_SEGMENT_STARTED, None)
+                self.kill_points.hit("delete.after_started")
+            self.kill_points.hit("delete.rsm")
+            await run_blocking(self.io_slots, self.rsm.delete_log_segment_data, metadata)
+            self.kill_points.hit("delete.after_delete")
+            await self._update(metadata, S.DELETE_SEGMENT_FINISHED, None)
+        except BaseException:
+            self.metrics.delete_errors.labels(topic).inc()
+            raise
+        self.emit(OffloadEvent("deleted", metadata, metadata.segment_size_in_bytes))
+
+
+__all__ = ["OffloadEvent", "SegmentOps"]

@@ -1,0 +1,63 @@
+"""OffloadSettings: the ``[offload]`` config section resolved into typed values.
+
+Invariant: topic-level settings are the section's defaults overlaid by that topic's
+``[offload.topics.<topic>]`` entries; Kafka's internal topics are never offloaded,
+whatever the configuration says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlmm.config import RlmmConfig
+from rlmm.offload.source import RetentionSettings
+
+INTERNAL_TOPICS = frozenset(
+    {"__consumer_offsets", "__transaction_state", "__remote_log_metadata", "__cluster_metadata"}
+)
+
+
+@dataclass(frozen=True)
+class OffloadSettings:
+    """Broker-level offloader settings and per-topic retention."""
+
+    defaults: RetentionSettings = field(default_factory=RetentionSettings)
+    topics: Mapping[str, RetentionSettings] = field(default_factory=dict)
+    task_interval_ms: int = 30_000
+    copier_concurrency: int = 4
+    verify_crc: bool = True
+
+    @classmethod
+    def from_config(cls, config: RlmmConfig) -> OffloadSettings:
+        section = dict(config.offload)
+        overrides: Mapping[str, Mapping[str, Any]] = section.pop("topics", {})
+        defaults = _retention(section)
+        return cls(
+            defaults=defaults,
+            topics={t: _retention({**section, **values}) for t, values in overrides.items()},
+            task_interval_ms=int(section["remote.log.manager.task.interval.ms"]),
+            copier_concurrency=int(section["remote.log.manager.copier.thread.pool.size"]),
+            verify_crc=bool(section["verify.crc"]),
+        )
+
+    def retention_for(self, topic: str) -> RetentionSettings:
+        return self.topics.get(topic, self.defaults)
+
+    def offloads(self, topic: str) -> bool:
+        """True when ``topic`` is tiered: not internal and ``remote.storage.enable``."""
+        return topic not in INTERNAL_TOPICS and self.retention_for(topic).remote_storage_enable
+
+
+def _retention(values: Mapping[str, Any]) -> RetentionSettings:
+    return RetentionSettings(
+        retention_ms=int(values["retention.ms"]),
+        retention_bytes=int(values["retention.bytes"]),
+        local_retention_ms=int(values["local.retention.ms"]),
+        local_retention_bytes=int(values["local.retention.bytes"]),
+        remote_storage_enable=bool(values["remote.storage.enable"]),
+    )
+
+
+__all__ = ["INTERNAL_TOPICS", "OffloadSettings"]

@@ -1,0 +1,173 @@
+"""The `rlmm offload` sidecar: offload the segments of Kafka log dirs on an interval.
+
+Job: build the configured parts (event log, RLMM with snapshots, RSM, metrics
+endpoint), scan the log dirs each round, lead every offloadable partition found, run
+a copy and an expiration round, and sleep ``remote.log.manager.task.interval.ms``.
+
+Invariants: the sidecar never writes into a log dir; the first SIGTERM/SIGINT lets
+the segments being copied finish and starts no new one, a second abandons them
+(their objects are deleted before exit); either way the manager writes a snapshot,
+everything started here is stopped, and the run ends normally (exit 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eventlog import EventLog
+from rlmm.config import RlmmConfig
+from rlmm.factory import create_manager, open_event_log, open_remote_storage
+from rlmm.model import TopicIdPartition
+from rlmm.offload.display import Display, Tally
+from rlmm.offload.logdir import scan_log_dirs
+from rlmm.offload.manager import RemoteLogManager
+from rlmm.offload.metrics import MetricsServer, OffloadMetrics
+from rlmm.offload.settings import OffloadSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SidecarReport:
+    """What a run did (the CLI prints it)."""
+
+    rounds: int = 0
+    partitions: int = 0
+    tally: Tally = field(default_factory=Tally)
+    stopped_by_signal: bool = False
+
+
+class Sidecar:
+    """One run of the offloader over ``log_dirs`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: RlmmConfig,
+        log_dirs: Sequence[Path],
+        *,
+        once: bool = False,
+        metrics_port: int | None = None,
+        display: Display | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = OffloadSettings.from_config(config)
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.once = once
+        self.metrics_port = metrics_port
+        self.display = display if display is not None else Display()
+        self.metrics = OffloadMetrics()
+        self.metrics_server: MetricsServer | None = None
+        self._stop = asyncio.Event()
+        self._round: asyncio.Task[object] | None = None
+        self._signals = 0
+        self._event_log: EventLog | None = None
+
+    def _on_signal(self, rlm: RemoteLogManager) -> None:
+        self._signals += 1
+        rlm.request_stop()
+        self._stop.set()
+        if self._signals == 1:
+            log.warning("stopping: finishing the segments being copied (signal again to abandon)")
+        elif self._round is not None:
+            log.warning("stopping now: abandoning the segments being copied")
+            self._round.cancel()
+
+    async def run(self) -> SidecarReport:
+        report = SidecarReport(tally=self.display.tally)
+        if self.metrics_port is not None:
+            self.metrics_server = self.metrics.serve(self.metrics_port)
+        event_log = self._event_log = open_event_log(self.config)
+        rlmm = create_manager(self.config, event_log)
+        rsm = open_remote_storage(self.config)
+        rlm = RemoteLogManager(
+            rlmm,
+            rsm,
+            broker_id=self.config.broker_id,
+            copier_concurrency=self.settings.copier_concurrency,
+            task_interval_s=self.settings.task_interval_ms / 1000,
+            ready_timeout_s=float(self.config.manager["ready_timeout_s"]),
+            metrics=self.metrics,
+            listener=self.display.event,
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, rlm)
+        try:
+            await rlmm.start()
+            await self._rounds(rlm, report)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            try:
+                await rlm.close()
+                await rlmm.close()  # writes the final snapshot, closes the event log
+            finally:
+                rsm.close()
+                self.display.close()
+                if self.metrics_server is not None:
+                    self.metrics_server.close()
+        report.stopped_by_signal = self._signals > 0
+        return report
+
+    async def _rounds(self, rlm: RemoteLogManager, report: SidecarReport) -> None:
+        warned: set[str] = set()
+        led: set[TopicIdPartition] = set()
+        while not self._stop.is_set():
+            sources = await asyncio.to_thread(scan_log_dirs, self.log_dirs, self.settings, warned)
+            found = {s.topic_id_partition for s in sources}
+            gone = led - found
+            if gone:
+                await rlm.stop_partitions(gone)
+            await rlm.on_leadership_changes(sources, start_tasks=False)
+            led = found
+            report.partitions = len(found)
+            self._round = asyncio.create_task(rlm.run_round())
+            try:
+                await self._round
+            except asyncio.CancelledError:
+                if self._signals < 2:
+                    raise  # not ours: propagate
+            finally:
+                self._round = None
+            report.rounds += 1
+            await self._record_event_log_lag(rlm)
+            self.display.round_done(len(found))
+            if self.once:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.settings.task_interval_ms / 1000)
+
+    async def _record_event_log_lag(self, rlm: RemoteLogManager) -> None:
+        applied = rlm.rlmm.applied_offsets
+        if not applied or self._event_log is None:
+            return
+        try:
+            ends = await self._event_log.end_offsets(sorted(applied))
+        except Exception as e:  # a metric is never worth failing a round
+            log.debug("event log end offsets: %r", e)
+            return
+        for p, end in ends.items():
+            self.metrics.event_log_lag.labels(str(p)).set(max(0, end - 1 - applied[p]))
+
+
+async def run_sidecar(
+    config: RlmmConfig,
+    log_dirs: Sequence[Path],
+    *,
+    once: bool = False,
+    metrics_port: int | None = None,
+    display: Display | None = None,
+) -> SidecarReport:
+    """Run the sidecar until done (``once``) or stopped by a signal."""
+    return await Sidecar(
+        config, log_dirs, once=once, metrics_port=metrics_port, display=display
+    ).run()
+
+
+__all__ = ["Sidecar", "SidecarReport", "run_sidecar"]

@@ -1,0 +1,152 @@
+"""LogSource: what the offloader needs to know about one local partition log.
+
+A broker written in Python implements it over its own log; the sidecar's
+implementation (``rlmm.offload.logdir``) reads a Kafka log dir. Invariant: a source
+only describes; it never deletes or changes local files, and every method reads the
+current state (the offloader calls it once per round, never caches across rounds).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from remote import LogSegmentData
+from rlmm.model import TopicIdPartition
+
+UNLIMITED = -1
+"""Kafka's value for "no limit" in ``retention.ms`` / ``retention.bytes``."""
+USE_RETENTION = -2
+"""Kafka's ``local.retention.*`` default: follow the whole-log retention."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionSettings:
+    """A topic's retention, with Kafka's names and meanings (-1 unlimited, -2 inherit)."""
+
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = UNLIMITED
+    local_retention_ms: int = USE_RETENTION
+    local_retention_bytes: int = USE_RETENTION
+    remote_storage_enable: bool = True
+
+    def effective_local_retention_ms(self) -> int:
+        return (
+            self.retention_ms
+            if self.local_retention_ms == USE_RETENTION
+            else self.local_retention_ms
+        )
+
+    def effective_local_retention_bytes(self) -> int:
+        if self.local_retention_bytes == USE_RETENTION:
+            return self.retention_bytes
+        return self.local_retention_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSegment:
+    """A rolled local segment: ``next_base_offset`` is the base of the segment after it."""
+
+    base_offset: int
+    next_base_offset: int
+    size_in_bytes: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentDescription:
+    """What a copy publishes and uploads for one segment (offsets inclusive)."""
+
+    base_offset: int
+    end_offset: int
+    max_timestamp_ms: int
+    size_in_bytes: int
+    segment_leader_epochs: Mapping[int, int]
+    txn_index_empty: bool
+    data: LogSegmentData
+
+
+@dataclass(frozen=True, slots=True)
+class EpochStart:
+    """A leader epoch and the first offset written in it (leader-epoch-checkpoint)."""
+
+    epoch: int
+    start_offset: int
+
+
+class LogSource(abc.ABC):
+    """One local partition log, as the offloader sees it."""
+
+    @property
+    @abc.abstractmethod
+    def topic_id_partition(self) -> TopicIdPartition:
+        """The partition this log belongs to."""
+
+    @abc.abstractmethod
+    def rolled_segments(self) -> Sequence[LocalSegment]:
+        """Every rolled (non-active) segment, ascending by base offset."""
+
+    @abc.abstractmethod
+    def active_segment_base_offset(self) -> int:
+        """Base offset of the active segment (never copied)."""
+
+    @abc.abstractmethod
+    def log_start_offset(self) -> int:
+        """The log start offset of the whole log (local and remote)."""
+
+    @abc.abstractmethod
+    def log_end_offset(self) -> int:
+        """The offset after the last record written locally."""
+
+    @abc.abstractmethod
+    def last_stable_offset(self) -> int:
+        """No segment reaching this offset or beyond is copied (open transactions, HW)."""
+
+    @abc.abstractmethod
+    def leader_epochs(self) -> Sequence[EpochStart]:
+        """The leader-epoch cache, ascending."""
+
+    @abc.abstractmethod
+    def current_leader_epoch(self) -> int:
+        """The epoch this broker leads the partition in."""
+
+    @abc.abstractmethod
+    def retention(self) -> RetentionSettings:
+        """The topic's retention settings."""
+
+    @abc.abstractmethod
+    def describe(self, segment: LocalSegment) -> SegmentDescription:
+        """Read and check the segment's files; raise SegmentCopyError naming a bad file."""
+
+    def local_size_from(self, offset: int) -> int:
+        """Bytes of local segments (active included) holding offsets at or after ``offset``."""
+        total = 0
+        for seg in self.rolled_segments():
+            if seg.next_base_offset > offset:
+                total += seg.size_in_bytes
+        return total + self.active_segment_size()
+
+    def active_segment_size(self) -> int:
+        """Bytes in the active segment (0 when unknown)."""
+        return 0
+
+
+def epoch_end_offsets(epochs: Sequence[EpochStart], log_end_offset: int) -> dict[int, int]:
+    """Each epoch's end offset (exclusive): the next epoch's start, or the log end."""
+    out: dict[int, int] = {}
+    for i, entry in enumerate(epochs):
+        out[entry.epoch] = epochs[i + 1].start_offset if i + 1 < len(epochs) else log_end_offset
+    return out
+
+
+__all__ = [
+    "UNLIMITED",
+    "USE_RETENTION",
+    "EpochStart",
+    "LocalSegment",
+    "LogSource",
+    "RetentionSettings",
+    "SegmentDescription",
+    "epoch_end_offsets",
+]

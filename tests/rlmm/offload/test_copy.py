@@ -1,0 +1,147 @@
+"""RemoteLogManager copy rounds on real partition dirs, the file event log and the local RSM."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from remote import PartitionDirWriter, available_codecs, generate_records
+from remote.local import LocalRemoteStorageManager
+from rlmm.errors import RemoteResourceNotFoundError
+from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.offload import RemoteLogManager
+from tests.rlmm.offload.conftest import (
+    S,
+    check_invariants,
+    local_keys,
+    source,
+    write_partition,
+)
+
+CODECS = [c for c in ("none", "gzip", "snappy", "lz4", "zstd") if c in available_codecs()]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+async def test_copy_round_copies_every_rolled_segment(
+    tmp_path: Path,
+    codec: str,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    rsm: LocalRemoteStorageManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    pdir = write_partition(tmp_path / "logs", "orders", 0, codec=codec, epochs=(0, 3, 5))
+    src = source(pdir)
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    tp = src.topic_id_partition
+    assert rlm.highest_remote_offset(tp) == -1
+    result = await rlm.copy_round(tp)
+    rolled = pdir.segments()[:-1]
+    assert len(rolled) >= 3
+    assert [m.start_offset for m in result.copied] == [s.base_offset for s in rolled]
+    assert result.error is None and result.pending == 0
+    live = check_invariants(rlmm_manager, rsm, [pdir], local_keys(rsm.root))
+    assert len(live) == len(rolled)
+    # the epochs of the lineage, the aborted transaction, the highest offset
+    assert {e for m in live for e in m.segment_leader_epochs} == {0, 3, 5}
+    assert any(not m.txn_index_empty for m in live)
+    assert rlm.highest_remote_offset(tp) == pdir.segments()[-1].base_offset - 1
+    assert (await rlm.copy_round(tp)).copied == []  # nothing new: nothing copied twice
+    data = await rlm.fetch_log_segment(live[1], 10, 109)
+    assert data == rolled[1].log_path.read_bytes()[10:110]
+    assert rlm.metrics.fetch_bytes.labels("orders")._value.get() == 100
+    assert rlm.metrics.copy_lag_segments.labels("orders", "0")._value.get() == 0
+    assert rlm.metrics.copy_bytes.labels("orders")._value.get() == sum(
+        s.size_in_bytes for s in rolled
+    )
+
+
+async def test_open_transaction_holds_back_copies(
+    tmp_path: Path, make_rlm: Callable[..., RemoteLogManager]
+) -> None:
+    with PartitionDirWriter(tmp_path, "payments", 0, segment_bytes=8 * 1024) as w:
+        w.append_records(generate_records(200, value_size=40), batch_records=10)
+        first_open = w.log_end_offset
+        w.append_records(
+            generate_records(3, start=200), producer_id=9, producer_epoch=0, transactional=True
+        )
+        w.append_records(generate_records(600, start=203, value_size=40), batch_records=10)
+    from remote import PartitionDir
+
+    pdir = PartitionDir(tmp_path / "payments-0")
+    src = source(pdir)
+    assert src.last_stable_offset() == first_open
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    result = await rlm.copy_round(src.topic_id_partition)
+    assert result.copied
+    assert all(m.end_offset < first_open for m in result.copied)
+    held = [
+        s for s in pdir.segments()[:-1] if s.next_base_offset and s.next_base_offset > first_open
+    ]
+    assert held, "the test needs rolled segments past the open transaction"
+
+
+async def test_high_watermark_bounds_copies(
+    tmp_path: Path, make_rlm: Callable[..., RemoteLogManager]
+) -> None:
+    pdir = write_partition(tmp_path, "orders", 1)
+    segs = pdir.segments()
+    hw = segs[2].base_offset
+    src = source(pdir, high_watermark=hw)
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    result = await rlm.copy_round(src.topic_id_partition)
+    assert [m.start_offset for m in result.copied] == [segs[0].base_offset, segs[1].base_offset]
+
+
+async def test_not_a_leader_is_refused(
+    tmp_path: Path, make_rlm: Callable[..., RemoteLogManager]
+) -> None:
+    pdir = write_partition(tmp_path, "orders", 0)
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([], [pdir.topic_id_partition()], start_tasks=False)
+    with pytest.raises(RemoteResourceNotFoundError, match="orders-0"):
+        await rlm.copy_round(pdir.topic_id_partition())
+
+
+async def test_task_copies_and_close_stops_it(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    rsm: LocalRemoteStorageManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    import asyncio
+
+    pdir = write_partition(tmp_path, "orders", 0)
+    rlm = make_rlm(task_interval_s=0.05)
+    await rlm.on_leadership_changes([source(pdir)])
+    tp = pdir.topic_id_partition()
+    for _ in range(200):
+        listed = rlmm_manager.list_remote_log_segments(tp)
+        if sum(m.state == S.COPY_SEGMENT_FINISHED for m in listed) == len(pdir.segments()) - 1:
+            break
+        await asyncio.sleep(0.02)
+    await rlm.close()
+    await rlm.close()  # idempotent
+    live = check_invariants(rlmm_manager, rsm, [pdir], local_keys(rsm.root))
+    assert len(live) == len(pdir.segments()) - 1
+    assert all(m.state == S.COPY_SEGMENT_FINISHED for m in live)
+
+
+async def test_becoming_follower_stops_the_task(
+    tmp_path: Path, make_rlm: Callable[..., RemoteLogManager]
+) -> None:
+    pdir = write_partition(tmp_path, "orders", 0)
+    tp = pdir.topic_id_partition()
+    rlm = make_rlm(task_interval_s=3600)
+    await rlm.on_leadership_changes([source(pdir)])
+    assert rlm.leaders == [tp]
+    await rlm.on_leadership_changes([], [tp])
+    assert rlm.leaders == []
+    with pytest.raises(RemoteResourceNotFoundError, match="not led"):
+        rlm.highest_remote_offset(tp)
+    await rlm.stop_partitions([tp])
+    assert tp not in rlm.rlmm.assigned_partitions

@@ -1,0 +1,164 @@
+"""S3 faults (5xx, throttling, timeouts, dropped connections, a crash between parts)
+during copy and expiration rounds against the moto server: same invariants as the
+kill tests once the faults stop and one more round has run."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSRequest, AWSResponse
+from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
+
+from remote import PartitionDir
+from remote.s3 import S3RemoteStorageManager
+from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.offload import RemoteLogManager, RetentionSettings
+from tests.remote.conftest import Backend, _s3_backend
+from tests.remote.test_s3 import xml_response
+from tests.rlmm.offload.conftest import check_invariants, source, write_partition
+
+pytestmark = pytest.mark.s3
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
+    from botocore.retries import standard
+
+    # botocore retries without sleeping (its throttling backoff starts at 1 s)
+    monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, ctx: 0)
+    b = _s3_backend(
+        "s3-server",
+        endpoint_url=s3_endpoint,
+        max_attempts=2,
+        retry_mode="standard",
+        multipart_threshold=5 * MiB,
+        part_size=5 * MiB,
+        max_concurrency=2,
+    )
+    yield b
+    b.rsm.close()
+
+
+def failing(times: int, make: Callable[[AWSRequest], AWSResponse | None]) -> Callable[..., Any]:
+    count = [0]
+    lock = threading.Lock()
+
+    def hook(request: AWSRequest, **_: Any) -> AWSResponse | None:
+        with lock:
+            if count[0] >= times:
+                return None
+            count[0] += 1
+        return make(request)
+
+    return hook
+
+
+def error(status: int, code: str) -> Callable[[AWSRequest], AWSResponse]:
+    body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>"
+    return lambda r: xml_response(r, status, body)
+
+
+def timeout(request: AWSRequest) -> AWSResponse:
+    raise ReadTimeoutError(endpoint_url=str(request.url))
+
+
+def dropped(request: AWSRequest) -> AWSResponse:
+    raise ConnectionClosedError(endpoint_url=str(request.url))
+
+
+def register(b: Backend, operation: str, hook: Callable[..., Any]) -> None:
+    assert isinstance(b.rsm, S3RemoteStorageManager)
+    b.rsm.client.meta.events.register(f"before-send.s3.{operation}", hook)
+
+
+def keys(b: Backend) -> list[str]:
+    return b.list_keys()
+
+
+FAULTS: dict[str, list[tuple[str, Callable[..., Any]]]] = {
+    "5xx": [("PutObject", failing(5, error(500, "InternalError")))],
+    "throttling": [("PutObject", failing(5, error(503, "SlowDown")))],
+    "timeouts": [("PutObject", failing(3, timeout)), ("HeadObject", failing(2, timeout))],
+    "dropped": [("PutObject", failing(4, dropped))],
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+async def test_copy_and_expire_under_s3_faults(
+    tmp_path: Path,
+    fault: str,
+    s3: Backend,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    pdirs = [write_partition(tmp_path, "orders", p, records=600) for p in range(2)]
+    keep = sum(s.size_in_bytes for s in pdirs[0].segments()) // 2
+    retention = RetentionSettings(retention_ms=-1, retention_bytes=keep)
+    rlm = make_rlm(store=s3.rsm, copy_attempts=2)
+    await rlm.on_leadership_changes([source(p, retention) for p in pdirs], start_tasks=False)
+    for operation, hook in FAULTS[fault]:
+        register(s3, operation, hook)
+    register(s3, "DeleteObjects", failing(8, error(503, "SlowDown")))
+    await rlm.run_round()  # faults: some copies and deletions fail, are cleaned, retried
+    assert rlm.metrics.copy_errors.labels("orders")._value.get() >= 1
+    assert rlm.metrics.delete_errors.labels("orders")._value.get() >= 1
+    await rlm.run_round()  # faults are over: this round completes the work
+    await _settle(rlm, rlmm_manager, s3, pdirs)
+
+
+async def test_crash_between_parts_of_a_multipart_upload(
+    tmp_path: Path,
+    s3: Backend,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    pdir = write_partition(
+        tmp_path,
+        "big",
+        0,
+        records=16_000,
+        value_size=1000,
+        segment_bytes=6 * MiB,
+        epochs=(0,),
+        aborted_txn=False,
+    )
+    assert len(pdir.segments()) >= 3
+
+    def part_two_dies(request: AWSRequest, **_: Any) -> AWSResponse | None:
+        if "partNumber=2" in str(request.url):
+            raise ConnectionClosedError(endpoint_url=str(request.url))
+        return None
+
+    register(s3, "UploadPart", part_two_dies)
+    rlm = make_rlm(store=s3.rsm, copy_attempts=1)
+    await rlm.on_leadership_changes([source(pdir)], start_tasks=False)
+    result = await rlm.copy_round(pdir.topic_id_partition())
+    assert result.error is not None and result.copied == []
+    assert "00000000000000000000.log" in str(result.error)
+    assert keys(s3) == [] and s3.open_uploads() == []
+    assert isinstance(s3.rsm, S3RemoteStorageManager)
+    s3.rsm.client.meta.events.unregister("before-send.s3.UploadPart", part_two_dies)
+    await _settle(rlm, rlmm_manager, s3, [pdir])
+
+
+async def _settle(
+    rlm: RemoteLogManager,
+    rlmm: TopicBasedRemoteLogMetadataManager,
+    s3: Backend,
+    pdirs: list[PartitionDir],
+) -> None:
+    """A restart's view: leftovers cleaned, one more round, then the invariants."""
+    await rlm.run_round()
+    live = check_invariants(rlmm, s3.rsm, pdirs, keys(s3))
+    assert s3.open_uploads() == []
+    for pdir in pdirs:
+        tp = pdir.topic_id_partition()
+        starts = [m.start_offset for m in live if m.topic_id_partition == tp]
+        rolled = [s.base_offset for s in pdir.segments()[:-1]]
+        assert starts and starts == rolled[len(rolled) - len(starts) :], "hole in the lineage"

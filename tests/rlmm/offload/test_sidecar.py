@@ -1,0 +1,215 @@
+"""The `rlmm offload` sidecar: scanning log dirs, settings, signals, metrics, snapshots."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from remote import PartitionDir
+from remote.local import LocalRemoteStorageManager
+from rlmm.config import load_config
+from rlmm.errors import ConfigError
+from rlmm.factory import create_manager, open_event_log
+from rlmm.offload import OffloadSettings
+from rlmm.offload.display import Display
+from rlmm.offload.sidecar import run_sidecar
+from tests.fixtures.s3 import free_port
+from tests.rlmm.offload.conftest import check_invariants, local_keys, write_partition
+
+
+def write_config(tmp: Path, extra: str = "") -> Path:
+    path = tmp / "offload.toml"
+    path.write_text(
+        f"""
+data_dir = "{tmp / "data"}"
+[eventlog]
+partitions = 4
+fsync = "interval"
+[offload]
+"retention.ms" = -1
+"remote.log.manager.task.interval.ms" = 200
+{extra}
+"""
+    )
+    return path
+
+
+def log_dir(tmp: Path) -> tuple[Path, list[PartitionDir], PartitionDir]:
+    logs = tmp / "kafka-logs"
+    pdirs = [
+        write_partition(logs, "orders", 0, codec="gzip"),
+        write_partition(logs, "orders", 1),
+        write_partition(logs, "clicks", 0, epochs=(1,), aborted_txn=False),
+    ]
+    write_partition(logs, "__consumer_offsets", 0)  # internal: never offloaded
+    audit = write_partition(logs, "audit", 0)  # disabled in some tests
+    nameless = write_partition(logs, "legacy", 0)
+    (nameless.path / "partition.metadata").unlink()  # no topic id: skipped, one warning
+    (logs / "orders-0.0123456789abcdef0123456789abcdef-delete").mkdir()
+    return logs, pdirs, audit
+
+
+async def check_store(
+    config_path: Path, pdirs: list[PartitionDir], *, complete: bool = True
+) -> None:
+    config = load_config(config_path, env={})
+    manager = create_manager(config, open_event_log(config))
+    await manager.start()
+    rsm = LocalRemoteStorageManager(config.data_dir / "remote")
+    try:
+        tps = [p.topic_id_partition() for p in pdirs]
+        await manager.on_partition_leadership_changes([], tps)
+        await manager.wait_until_ready(tps, 30)
+        live = check_invariants(manager, rsm, pdirs, local_keys(rsm.root))
+        expected = sum(len(p.segments()) - 1 for p in pdirs)
+        assert len(live) == expected if complete else 0 < len(live) <= expected
+    finally:
+        await manager.close()
+        rsm.close()
+
+
+async def test_once_offloads_what_it_should(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    logs, pdirs, _audit = log_dir(tmp_path)
+    path = write_config(tmp_path, '[offload.topics.audit]\n"remote.storage.enable" = false\n')
+    config = load_config(path, env={})
+    caplog.set_level(logging.INFO)
+    report = await run_sidecar(config, [logs], once=True, display=Display(rich=False))
+    assert report.partitions == 3 and report.rounds == 1
+    assert report.tally.copied == sum(len(p.segments()) - 1 for p in pdirs)
+    assert report.tally.errors == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "legacy-0" in warnings[0] and "topic id" in warnings[0]
+    assert any("copied orders-0" in r.getMessage() for r in caplog.records)  # plain log lines
+    assert list((config.data_dir / "snapshots").iterdir()), "no snapshot written"
+    await check_store(path, pdirs)
+    again = await run_sidecar(config, [logs], once=True, display=Display(rich=False))
+    assert again.tally.copied == 0  # restarted from the snapshot: nothing copied twice
+
+
+def test_offload_settings_and_overrides(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        '"retention.bytes" = 1000\n[offload.topics."a.b"]\n"retention.ms" = 5\n',
+    )
+    settings = OffloadSettings.from_config(
+        load_config(path, env={"RLMM_OFFLOAD_REMOTE_LOG_MANAGER_COPIER_THREAD_POOL_SIZE": "2"})
+    )
+    assert settings.copier_concurrency == 2 and settings.task_interval_ms == 200
+    assert settings.retention_for("x").retention_bytes == 1000
+    assert settings.retention_for("a.b").retention_ms == 5
+    assert settings.retention_for("a.b").retention_bytes == 1000
+    assert not settings.offloads("__consumer_offsets")
+    with pytest.raises(ConfigError, match=r"offload\.retention\.typo"):
+        load_config(write_config(tmp_path, '"retention.typo" = 1\n'), env={})
+    with pytest.raises(ConfigError, match=r"offload.topics.t.retention.ms must be"):
+        load_config(write_config(tmp_path, '[offload.topics.t]\n"retention.ms" = "soon"\n'), env={})
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_writes_snapshot_and_exits_0(tmp_path: Path) -> None:
+    logs, pdirs, audit = log_dir(tmp_path)
+    pdirs.append(audit)
+    path = write_config(tmp_path)
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "rlmm"),
+            "offload",
+            "--config",
+            str(path),
+            "--log-dir",
+            str(logs),
+            "--metrics-port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        body = ""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                body = (
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+                    .read()
+                    .decode()
+                )
+            except OSError:
+                body = ""
+            if 'rlmm_offload_rounds_total{kind="expire"}' in body:
+                break
+            time.sleep(0.2)
+        for name in (
+            "rlmm_remote_copy_bytes_total",
+            "rlmm_remote_copy_requests_total",
+            "rlmm_remote_copy_lag_bytes",
+            "rlmm_remote_copy_lag_segments",
+            "rlmm_remote_log_size_bytes",
+            "rlmm_remote_log_metadata_count",
+            "rlmm_metadata_event_log_lag",
+        ):
+            assert name in body, f"{name} missing from /metrics"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "stopped by signal" in out
+    assert "Traceback" not in err
+    assert list((tmp_path / "data" / "snapshots").iterdir())
+    import asyncio
+
+    # stopped mid-round: what was copied is whole, nothing is left STARTED
+    asyncio.run(check_store(path, pdirs, complete=False))
+
+
+def test_cli_once_plain_output(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rlmm.cli import main
+
+    logs, pdirs, audit = log_dir(tmp_path)
+    pdirs.append(audit)
+    path = write_config(tmp_path)
+    result = CliRunner().invoke(
+        main, ["offload", "--config", str(path), "--log-dir", str(logs), "--once"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"{sum(len(p.segments()) - 1 for p in pdirs)} segments copied" in result.output
+    missing = CliRunner().invoke(
+        main, ["offload", "--config", str(path), "--log-dir", str(tmp_path / "nope"), "--once"]
+    )
+    assert missing.exit_code == 2 and "nope" in missing.output
+
+
+async def test_rich_progress_on_a_terminal(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    logs, _pdirs, _audit = log_dir(tmp_path)
+    buffer = io.StringIO()
+    display = Display(console=Console(file=buffer, force_terminal=True, width=120))
+    assert display.rich
+    config = load_config(write_config(tmp_path), env={})
+    report = await run_sidecar(config, [logs], once=True, display=display)
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", buffer.getvalue())
+    assert f"offload {report.tally.copied} segments" in text
+    assert "round over 4 partitions" in text
