@@ -1,0 +1,171 @@
+"""Driver-side planning of a kafka-archive read: options -> archive slices -> input partitions.
+
+Job: load the rlmm configuration the options name, check the subscription against
+the archive (at ``load()``), and plan through ``rlmm.archive.plan_slices``: one Spark
+input partition per slice, with ``minPartitions`` and ``maxRecordsPerPartition``
+met first by planning smaller slices (cut at offset-index positions, so no byte is
+fetched twice) and, where one index interval is still too many records, by cutting
+a slice's offset range (those pieces share a byte range; each keeps only its own
+offsets).
+
+Invariants: the slices returned tile each partition's requested offsets, in order,
+without overlap (no record twice); a local remote storage root is made absolute
+here, because executors do not share the driver's working directory; nothing here
+runs on an executor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlmm.config import RlmmConfig, load_config
+from rlmm.errors import ConfigError
+from rlmm.spark.errors import KafkaArchiveOptionError
+from rlmm.spark.options import OVERRIDE_PREFIX, KafkaArchiveOptions
+
+if TYPE_CHECKING:
+    from rlmm.archive import MetadataView, ReadRequest, Slice
+
+log = logging.getLogger(__name__)
+
+
+def rlmm_config(options: KafkaArchiveOptions) -> RlmmConfig:
+    """The configuration of the ``config`` file plus the ``rlmm.*`` overrides."""
+    try:
+        return load_config(options.config_path, overrides=dict(options.config_overrides))
+    except ConfigError as e:
+        text = str(e)
+        named = [key for key in options.config_overrides if f"'{key}'" in text]
+        option = f"{OVERRIDE_PREFIX}{named[0]}" if named else "config"
+        raise KafkaArchiveOptionError(option, text) from e
+
+
+def remote_options(config: RlmmConfig) -> dict[str, Any]:
+    """``config.remote_options()`` with a local root made absolute (on the driver)."""
+    out = config.remote_options()
+    if out.get("type", "local") == "local" and "root" in out:
+        out["root"] = str(Path(out["root"]).resolve())
+    return out
+
+
+def read_request(options: KafkaArchiveOptions, max_slice_bytes: int) -> ReadRequest:
+    from rlmm.archive import ArchiveError, ReadRequest
+
+    try:
+        return ReadRequest(
+            topics=options.topics,
+            pattern=options.pattern,
+            partitions=options.assign,
+            starting_offsets=options.starting_offsets,
+            ending_offsets=options.ending_offsets,
+            starting_timestamp_ms=options.starting_timestamp_ms,
+            ending_timestamp_ms=options.ending_timestamp_ms,
+            starting_timestamp_strategy=options.starting_timestamp_strategy,
+            fail_on_data_loss=options.fail_on_data_loss,
+            max_slice_bytes=max_slice_bytes,
+            isolation_level=options.isolation_level,
+            include_headers=options.include_headers,
+        )
+    except ArchiveError as e:  # parse_options checks the same rules first
+        raise KafkaArchiveOptionError(options.subscription, str(e)) from e
+
+
+def check_subscription(options: KafkaArchiveOptions) -> None:
+    """At ``load()``: the topics (and partitions) named are in the archive."""
+    from rlmm.archive import ArchiveError, open_metadata_view, select_partitions
+
+    config = rlmm_config(options)
+    request = read_request(options, options.max_bytes_per_partition)
+    try:
+        with open_metadata_view(config) as view:
+            selected = select_partitions(view, request)
+    except ArchiveError as e:
+        raise KafkaArchiveOptionError(options.subscription, str(e)) from e
+    except ConfigError as e:
+        raise KafkaArchiveOptionError("config", str(e)) from e
+    have = {(tp.topic, tp.partition) for tp in selected}
+    for option, key in options.offset_keys():
+        if key not in have:
+            raise KafkaArchiveOptionError(
+                option, f"names {key[0]}-{key[1]}, which is not in the archive"
+            )
+
+
+def plan(options: KafkaArchiveOptions) -> list[Slice]:
+    """The slices of one read, split as minPartitions / maxRecordsPerPartition ask."""
+    from rlmm.archive import open_metadata_view, plan_slices
+
+    config = rlmm_config(options)
+    remote = remote_options(config)
+    limit = options.max_bytes_per_partition
+    with open_metadata_view(config) as view:
+        slices = plan_slices(view, read_request(options, limit), remote)
+        smaller = _smaller_limit(slices, options)
+        if smaller is not None and smaller < limit:
+            slices = _replan(view, options, remote, smaller)
+    return split_by_offsets(slices, options)
+
+
+def _replan(
+    view: MetadataView, options: KafkaArchiveOptions, remote: Mapping[str, Any], limit: int
+) -> list[Slice]:
+    from rlmm.archive import plan_slices
+
+    log.info("kafka-archive: planning again with slices of at most %d bytes", limit)
+    return plan_slices(view, read_request(options, limit), remote)
+
+
+def _records(piece: Slice) -> int:
+    return piece.until_offset - piece.from_offset
+
+
+def _smaller_limit(slices: list[Slice], options: KafkaArchiveOptions) -> int | None:
+    """A slice size that meets minPartitions and maxRecordsPerPartition (None: fine)."""
+    limits: list[int] = []
+    total = sum(s.size_in_bytes for s in slices)
+    if options.min_partitions and len(slices) < options.min_partitions and total:
+        limits.append(max(1, total // options.min_partitions))
+    most = options.max_records_per_partition
+    if most:
+        for s in slices:
+            if _records(s) > most:
+                limits.append(max(1, s.size_in_bytes * most // _records(s)))
+    return min(limits) if limits else None
+
+
+def _cut(piece: Slice, pieces: int) -> list[Slice]:
+    """``piece`` as ``pieces`` slices of its offset range over the same bytes."""
+    span = _records(piece)
+    pieces = max(1, min(pieces, span))
+    bounds = [piece.from_offset + span * i // pieces for i in range(pieces + 1)]
+    out = []
+    for lo, hi in itertools.pairwise(bounds):
+        txns = tuple(t for t in piece.aborted_transactions if t[2] >= lo and t[1] < hi)
+        out.append(
+            dataclasses.replace(piece, from_offset=lo, until_offset=hi, aborted_transactions=txns)
+        )
+    return out
+
+
+def split_by_offsets(slices: list[Slice], options: KafkaArchiveOptions) -> list[Slice]:
+    """Cut slices by offsets where index-aligned slices could not get small enough."""
+    most = options.max_records_per_partition
+    out: list[Slice] = []
+    for s in slices:
+        out.extend(_cut(s, -(-_records(s) // most)) if most and _records(s) > most else [s])
+    want = options.min_partitions or 0
+    while len(out) < want:
+        biggest = max(range(len(out)), key=lambda i: _records(out[i]), default=None)
+        if biggest is None or _records(out[biggest]) < 2:
+            break
+        more = want - len(out) + 1
+        out[biggest : biggest + 1] = _cut(out[biggest], more)
+    return out
+
+
+__all__ = ["check_subscription", "plan", "remote_options", "rlmm_config", "split_by_offsets"]

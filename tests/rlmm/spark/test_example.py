@@ -1,0 +1,78 @@
+"""examples/spark_read.py: reads the archive on the test session's Spark, checks the
+counts of expected.json under both isolation levels (exit 1 on a mismatch), and
+without Java says how to get it and exits 0 with a "skipped" line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "examples" / "spark_read.py"
+
+
+def example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("spark_read_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def expected_json(written: dict[str, Any]) -> dict[str, Any]:
+    topics = {}
+    for codec in ("none", "zstd"):
+        records = written[codec]
+        topics[f"h-{codec}"] = {
+            "0": {
+                "read_uncommitted": len(records),
+                "read_committed": sum(not e.aborted for e in records),
+                "first_offset": records[0].offset,
+                "last_offset": records[-1].offset,
+            }
+        }
+    return {"topics": topics}
+
+
+@pytest.mark.spark
+def test_the_example_checks_the_counts(
+    registered: Any, history: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    toml, written = history
+    module = example()
+    expected = tmp_path / "expected.json"
+    data = expected_json(written)
+    expected.write_text(json.dumps(data))
+    args = module.parse_args(["--config", str(toml), "--expected", str(expected)])
+    assert module.run(registered, args) == 0
+    out = capsys.readouterr().out
+    assert "OK (read_uncommitted): 2 partitions" in out and "OK (read_committed)" in out
+    assert "h-zstd" in out and "value_bytes" in out  # a few rows and the per-partition table
+    data["topics"]["h-none"]["0"]["read_committed"] += 1
+    expected.write_text(json.dumps(data))
+    assert module.run(registered, args) == 1
+    out = capsys.readouterr().out
+    assert "MISMATCH h-none-0: read" in out and "under read_committed" in out
+
+
+def test_without_java_the_example_says_how_and_skips(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path)  # no java on it
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--config", str(tmp_path / "demo.toml")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Java runtime" in done.stdout and "JAVA_HOME" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "spark_read: skipped (no Java runtime)"
