@@ -52,20 +52,22 @@ def java_found() -> bool:
 def expected_partitions(data: Any) -> dict[tuple[str, int], Mapping[str, int]]:
     """``expected.json`` -> {(topic, partition): {"read_committed": n, ...}}.
 
-    Either ``{"topics": {topic: {partition: {...}}}}`` (or that mapping at the top) or
-    ``{"partitions": [{"topic": t, "partition": p, ...}, ...]}``.
+    ``make demo`` writes ``{"topics": {topic: {"partitions": {partition: {...}}}}}``;
+    ``{"topics": {topic: {partition: {...}}}}`` and ``{"partitions": [{"topic": t,
+    "partition": p, ...}, ...]}`` are read too.
     """
     if isinstance(data, Mapping) and isinstance(data.get("partitions"), list):
         return {(e["topic"], int(e["partition"])): e for e in data["partitions"]}
-    topics = data.get("topics", data) if isinstance(data, Mapping) else None
+    topics = data.get("topics") if isinstance(data, Mapping) else None
     if not isinstance(topics, Mapping):
         raise SystemExit("expected file: neither a 'topics' mapping nor a 'partitions' list")
-    return {
-        (topic, int(p)): entry
-        for topic, partitions in topics.items()
-        if isinstance(partitions, Mapping)
-        for p, entry in partitions.items()
-    }
+    out = {}
+    for topic, entry in topics.items():
+        partitions = entry.get("partitions", entry) if isinstance(entry, Mapping) else {}
+        for p, want in partitions.items():
+            if isinstance(want, Mapping):
+                out[(topic, int(p))] = want
+    return out
 
 
 def check(
@@ -73,7 +75,10 @@ def check(
     expected: Mapping[tuple[str, int], Mapping[str, int]],
     level: str,
 ) -> list[str]:
-    """Mismatches between what Spark read and what was written (empty: all good)."""
+    """Mismatches between what Spark read and what was written (empty: all good):
+    the record count under ``level``; the first and last offsets read (exact under
+    read_uncommitted); every offset read inside the archived ``start_offset`` ..
+    ``end_offset`` (inclusive, as Kafka's segment metadata has them)."""
     problems = []
     for key in sorted(set(counts) | set(expected)):
         name = f"{key[0]}-{key[1]}"
@@ -87,6 +92,9 @@ def check(
         for field, got in (("first_offset", first), ("last_offset", last)):
             if level == "read_uncommitted" and field in want and got != int(want[field]):
                 problems.append(f"{name}: {field} is {got}, expected {want[field]}")
+        lo, hi = want.get("start_offset"), want.get("end_offset")
+        if n and lo is not None and hi is not None and not lo <= first <= last <= hi:
+            problems.append(f"{name}: read offsets {first}..{last}, outside archived {lo}..{hi}")
     return problems
 
 

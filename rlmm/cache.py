@@ -6,7 +6,9 @@ one bisect); every other segment that carries the epoch (STARTED, DELETE_STARTED
 superseded) is in ``unreferenced``; ``size_bytes`` always equals the summed size of
 the segments listed for the epoch, and ``total_size_bytes`` that of all segments, so
 size queries are O(1). State changes go through :meth:`RemoteLogMetadataCache.apply`,
-which checks the transition first and changes nothing when it is illegal.
+which checks the transition first and changes nothing when it is illegal. A cache keeps
+the encoded block it was restored from (or last encoded into) until its first change,
+so an unchanged partition is written into the next snapshot as the same bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rlmm import _codec_build as _build
+from rlmm._cache_block import decode_block, encode_block, segment_to_state
 from rlmm._codec_wire import uuid_from_bytes
 from rlmm.errors import InvalidStateTransitionError, RemoteResourceNotFoundError
 from rlmm.model import (
@@ -144,13 +147,14 @@ class RemoteLogLeaderEpochState:
 class RemoteLogMetadataCache:
     """All remote segments of one user partition, indexed per leader epoch."""
 
-    __slots__ = ("epochs", "segments", "topic_id_partition", "total_size_bytes")
+    __slots__ = ("_block", "epochs", "segments", "topic_id_partition", "total_size_bytes")
 
     def __init__(self, topic_id_partition: TopicIdPartition) -> None:
         self.topic_id_partition = topic_id_partition
         self.segments: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
         self.epochs: dict[int, RemoteLogLeaderEpochState] = {}
         self.total_size_bytes = 0
+        self._block: bytes | None = None  # encoded copy of this exact state, if known
 
     # ---- validation (no side effects) -------------------------------------------------
 
@@ -179,6 +183,7 @@ class RemoteLogMetadataCache:
 
     def add_copy_in_progress_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
         self.check_add(metadata)
+        self._block = None
         segment_id = metadata.remote_log_segment_id
         self.segments[segment_id] = metadata
         self.total_size_bytes += metadata.segment_size_in_bytes
@@ -191,6 +196,7 @@ class RemoteLogMetadataCache:
 
     def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
         existing = self.check_update(update)
+        self._block = None
         updated = existing.create_with_updates(update)
         segment_id = update.remote_log_segment_id
         if update.state == existing.state:
@@ -269,8 +275,22 @@ class RemoteLogMetadataCache:
 
     # ---- snapshot state ---------------------------------------------------------------------
 
+    def to_block(self) -> bytes:
+        """This state as one encoded block (snapshot format 2); reused until a change."""
+        if self._block is None:
+            self._block = encode_block(self)
+        return self._block
+
+    @classmethod
+    def from_block(cls, tp: TopicIdPartition, data: bytes) -> RemoteLogMetadataCache:
+        """Rebuild from :meth:`to_block` bytes; ``rlmm._cache_block.BlockError`` if bad."""
+        cache = cls(tp)
+        decode_block(tp, data, cache)
+        cache._block = data
+        return cache
+
     def to_state(self) -> list[Any]:
-        """A msgpack-ready copy: segments, then per epoch the exact index and sets."""
+        """Snapshot format 1: segments, then per epoch the exact index and sets."""
         segments = [_segment_to_state(m) for m in self.segments.values()]
         epochs = [
             [
@@ -288,7 +308,7 @@ class RemoteLogMetadataCache:
 
     @classmethod
     def from_state(cls, tp: TopicIdPartition, state: list[Any]) -> RemoteLogMetadataCache:
-        """Rebuild from :meth:`to_state` output (trusted: it comes from a CRC-checked file)."""
+        """Rebuild from format-1 :meth:`to_state` output (trusted: from a CRC-checked file)."""
         segments_state, epochs_state = state
         cache = cls(tp)
         by_uuid: dict[bytes, RemoteLogSegmentId] = {}
@@ -336,23 +356,7 @@ def _sort_key(metadata: RemoteLogSegmentMetadata) -> tuple[int, int, int]:
     return (metadata.start_offset, metadata.end_offset, metadata.remote_log_segment_id.id.int)
 
 
-def _segment_to_state(m: RemoteLogSegmentMetadata) -> list[Any]:
-    epochs: list[int] = []
-    for epoch, start in m.segment_leader_epochs.items():
-        epochs += (epoch, start)
-    return [
-        m.remote_log_segment_id.id.bytes,
-        m.start_offset,
-        m.end_offset,
-        m.max_timestamp_ms,
-        m.broker_id,
-        m.event_timestamp_ms,
-        m.segment_size_in_bytes,
-        epochs,
-        int(m.state),
-        m.custom_metadata,
-        m.txn_index_empty,
-    ]
+_segment_to_state = segment_to_state
 
 
 def _segment_from_state(tp: TopicIdPartition, item: list[Any]) -> RemoteLogSegmentMetadata:

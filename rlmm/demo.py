@@ -110,7 +110,7 @@ data_dir = "{data_dir}"
 
 [eventlog]
 type = "file"
-partitions = 8
+partitions = 50    # the embedded default: `RLMM_DATA_DIR=demo-data rlmm ...` reads it too
 dir = "{data_dir / "metadata-log"}"
 
 [snapshot]

@@ -31,17 +31,6 @@ class RemoteStorageNotReadyError(RemoteStorageError):
         super().__init__(message)
 
 
-class SnapshotBlockError(RemoteStorageNotReadyError):
-    """A restored partition's block in a (CRC-valid) snapshot cannot be decoded.
-
-    Retriable: the manager drops the snapshot's state of that metadata partition and
-    replays it from the log; reads are not ready until the replay catches up.
-    """
-
-    def __init__(self, partition: Any, message: str) -> None:
-        super().__init__(partition, message)
-
-
 class RemoteResourceNotFoundError(RemoteStorageError):
     """An unknown segment, index, partition or remote object."""
 
@@ -62,3 +51,19 @@ class RemoteStorageTimeoutError(RemoteStorageError):
 
 class ConfigError(RemoteStorageError):
     """An invalid or unknown configuration setting (the message names the key)."""
+
+
+class SnapshotBlockError(RemoteStorageNotReadyError):
+    """A user partition's cache block in a restored snapshot does not decode.
+
+    Raised on the partition's first use (blocks are decoded lazily); the manager then
+    replays that metadata partition from the log instead of trusting the snapshot, so
+    the partition is not ready until it catches up (hence a retriable not-ready error).
+    """
+
+    def __init__(self, partition: Any, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(
+            partition, f"the cached metadata of {partition} in {source} is corrupt: {reason}"
+        )

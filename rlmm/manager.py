@@ -119,13 +119,32 @@ class TopicBasedRemoteLogMetadataManager:
         """Start the event log and seed the cache from the newest valid snapshot."""
         if self._started:
             return
-        await self._log.start()
-        if self._snapshotter is not None:
-            restored = await self._snapshotter.load()
+        # Reading the snapshot and recovering the log are independent I/O: overlap them.
+        loading = (
+            asyncio.ensure_future(self._snapshotter.load())
+            if self._snapshotter is not None
+            else None
+        )
+        try:
+            await self._log.start()
+        except BaseException:
+            if loading is not None:
+                loading.cancel()
+                await asyncio.wait([loading])
+                if not loading.cancelled():
+                    loading.exception()  # retrieved: the log's error is the one to raise
+            raise
+        if self._snapshotter is not None and loading is not None:
+            restored = await loading
             if restored is not None:
                 applied, state = restored
-                # Lazy: each partition's block is decoded when first needed.
-                self._store.load_state(state, source="the snapshot loaded at start")
+                # Lazy restore: this only indexes each user partition's encoded block;
+                # a block is decoded on the partition's first use (metadata_store).
+                source = (
+                    f"the snapshot in {self._snapshotter.policy.directory} restored at start"
+                    f" (applied offsets {dict(sorted(applied.items()))})"
+                )
+                self._store.load_state(state, source=source)
                 self._applied.update(applied)
                 self.stats.restored_from_snapshot = True
         self._started = True

@@ -7,28 +7,31 @@ path can validate before publishing and the apply loop can skip what replay reje
 Once a partition's delete reaches DELETE_PARTITION_FINISHED its segments are gone and
 only the delete record remains (reads then raise RemoteResourceNotFoundError).
 
-Restore is lazy: a snapshot holds each user partition's cache as one encoded block,
-and a restored partition stays *cold* (the block's bytes plus the segment events
-applied to it since, in order) until something needs its cache: a read through
-``caches``, a write-path check, a partition-delete event, or a snapshot once it has
-pending events. Materialising decodes the block and applies the pending events in
-order with the same accept/skip rules as the apply loop, so a cold partition always
-means exactly what the hot one would (the state equals a replay of the log).
+Lazy restore: a snapshot (format 2) holds each partition's cache as an encoded block;
+:meth:`load_state` only indexes the blocks ("cold" partitions). A cold partition is
+decoded on its first read (``caches[tp]``/``caches.get``), first :meth:`check`, or once
+it has queued ``MAX_PENDING`` events; until then :meth:`apply` checks what needs no
+cache (partition deletes) and queues the rest, and decoding replays the queue in order
+through the same checks, skipping what the apply loop would have skipped. So the state
+a cold partition stands for is exactly block + queue, and every read sees it decoded.
+:meth:`to_state` copies a cold block (and its queue) into the next snapshot as is.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
-from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
+from rlmm._cache_block import BlockError
 from rlmm.cache import RemoteLogMetadataCache
+from rlmm.codec import decode, encode
 from rlmm.errors import (
+    CodecError,
     InvalidStateTransitionError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
@@ -46,8 +49,13 @@ from rlmm.model import (
     check_partition_delete_transition,
 )
 
+log = logging.getLogger(__name__)
+
 _FINISHED = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
 _REMEMBERED_DELETES = 100_000
+# Events queued on a cold partition before it is decoded anyway: bounds the queue's
+# memory and the extra work of its first read.
+MAX_PENDING = 1024
 
 
 def _same_segment(a: RemoteLogSegmentMetadata, b: RemoteLogSegmentMetadata) -> bool:
@@ -62,56 +70,47 @@ def _same_segment(a: RemoteLogSegmentMetadata, b: RemoteLogSegmentMetadata) -> b
     )
 
 
-@dataclass(slots=True)
 class _Cold:
-    """A partition restored from a snapshot and not decoded yet."""
+    """A partition restored from a snapshot but not decoded yet: block + queued events."""
 
-    block: bytes  # msgpack of RemoteLogMetadataCache.to_state()
-    source: str  # the snapshot it came from (named in errors)
-    pending: list[RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate] = field(
-        default_factory=list
-    )
+    __slots__ = ("block", "pending", "source")
+
+    def __init__(self, block: bytes, pending: list[RemoteLogMetadata | bytes], source: str) -> None:
+        self.block = block
+        self.pending = pending  # events (or their encoding, from a snapshot), in order
+        self.source = source
 
 
 class PartitionCaches(MutableMapping[TopicIdPartition, RemoteLogMetadataCache]):
-    """TopicIdPartition -> cache; a cold partition is materialised on first access.
+    """``store.caches``: a mapping whose cold entries are decoded when they are read.
 
-    Membership, ``len`` and iteration over keys never decode anything.
+    Membership, iteration and ``len`` do not decode anything; ``[tp]``, ``get``,
+    ``values()`` and ``items()`` do (SnapshotBlockError if a block is corrupt).
     """
+
+    __slots__ = ("_store", "cold", "hot")
 
     def __init__(self, store: RemotePartitionMetadataStore) -> None:
         self._store = store
-        self.hot: dict[TopicIdPartition, RemoteLogMetadataCache] = {}
-        self.cold: dict[TopicIdPartition, _Cold] = {}
+        self.hot: dict[TopicIdPartition, RemoteLogMetadataCache] = {}  # decoded
+        self.cold: dict[TopicIdPartition, _Cold] = {}  # restored, not decoded yet
 
-    def get(self, tp: TopicIdPartition, default: Any = None) -> Any:  # the read hot path
+    def __getitem__(self, tp: TopicIdPartition) -> RemoteLogMetadataCache:
+        cache = self.hot.get(tp)
+        if cache is not None:
+            return cache
+        if tp in self.cold:
+            return self._store._materialize(tp)
+        raise KeyError(tp)
+
+    def get(self, tp: TopicIdPartition, default: Any = None) -> Any:
+        # The hot path of every read: one dict lookup when the partition is decoded.
         cache = self.hot.get(tp)
         if cache is not None:
             return cache
         if tp in self.cold:
             return self._store._materialize(tp)
         return default
-
-    def __getitem__(self, tp: TopicIdPartition) -> RemoteLogMetadataCache:
-        cache = self.get(tp)
-        if cache is None:
-            raise KeyError(tp)
-        return cache
-
-    def __setitem__(self, tp: TopicIdPartition, cache: RemoteLogMetadataCache) -> None:
-        self.cold.pop(tp, None)
-        self.hot[tp] = cache
-
-    def __delitem__(self, tp: TopicIdPartition) -> None:
-        found = self.hot.pop(tp, None) is not None
-        found = self.cold.pop(tp, None) is not None or found
-        if not found:
-            raise KeyError(tp)
-
-    def discard(self, tp: TopicIdPartition) -> None:
-        """Remove ``tp`` if present, without decoding a cold one."""
-        self.hot.pop(tp, None)
-        self.cold.pop(tp, None)
 
     def __contains__(self, tp: object) -> bool:
         return tp in self.hot or tp in self.cold
@@ -123,64 +122,36 @@ class PartitionCaches(MutableMapping[TopicIdPartition, RemoteLogMetadataCache]):
     def __len__(self) -> int:
         return len(self.hot) + len(self.cold)
 
+    def __setitem__(self, tp: TopicIdPartition, cache: RemoteLogMetadataCache) -> None:
+        self.cold.pop(tp, None)
+        self.hot[tp] = cache
+
+    def __delitem__(self, tp: TopicIdPartition) -> None:
+        if self.hot.pop(tp, None) is None and self.cold.pop(tp, None) is None:
+            raise KeyError(tp)
+
+    def discard(self, tp: TopicIdPartition) -> None:
+        """Forget ``tp`` without decoding it."""
+        self.hot.pop(tp, None)
+        self.cold.pop(tp, None)
+
 
 class RemotePartitionMetadataStore:
     """Caches of all user partitions known to one manager, keyed by TopicIdPartition."""
 
     def __init__(self) -> None:
         self.caches = PartitionCaches(self)
+        self._live = self.caches.hot
+        self._cold = self.caches.cold
         self.delete_states: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
         # Recently finished deletes, to recognise a redelivered DELETE_SEGMENT_FINISHED.
         self._deleted: OrderedDict[RemoteLogSegmentId, None] = OrderedDict()
-        # Events skipped while materialising cold partitions (redelivered, illegal).
+        # Queued events skipped when their cold partition was decoded (redelivered
+        # copies, illegal events): what the apply loop would have skipped on arrival.
         self.deferred_skips = 0
-
-    # ---- cold partitions ---------------------------------------------------------------
-
-    def is_cold(self, tp: TopicIdPartition) -> bool:
-        return tp in self.caches.cold
-
-    @property
-    def cold_count(self) -> int:
-        return len(self.caches.cold)
-
-    def _materialize(self, tp: TopicIdPartition) -> RemoteLogMetadataCache:
-        """Decode a cold partition's block and apply its pending events, in order."""
-        cold = self.caches.cold[tp]
-        # Thousands of new long-lived objects with no reference cycles: a cyclic GC
-        # pass in the middle would only add latency to this first read, and later full
-        # passes would walk them again and again, so they go out of its sight.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            cache = RemoteLogMetadataCache.from_state(
-                tp, msgpack.unpackb(cold.block, raw=False, strict_map_key=False)
-            )
-        except Exception as e:  # any malformed block: the snapshot writer had a bug
-            raise SnapshotBlockError(
-                tp, f"the cache block of {tp} in snapshot {cold.source} cannot be decoded: {e!r}"
-            ) from e
-        finally:
-            gc.freeze()
-            if gc_was_enabled:
-                gc.enable()
-        del self.caches.cold[tp]
-        self.caches.hot[tp] = cache
-        for event in cold.pending:
-            if not self.apply_or_skip(event):
-                self.deferred_skips += 1
-        return cache
-
-    def apply_or_skip(self, event: RemoteLogMetadata) -> bool:
-        """Apply ``event`` as the apply loop does; False if it was skipped (redelivered
-        copy or illegal), which changes nothing."""
-        if self.is_redelivery(event):
-            return False
-        try:
-            self.apply(event)
-        except RemoteStorageError:
-            return False
-        return True
+        # Readers of a loaded store (a shared read-only view) may decode from several
+        # threads: one decodes a partition, the others then find it decoded.
+        self._decode_lock = threading.Lock()
 
     def is_redelivery(self, event: RemoteLogMetadata) -> bool:
         """True for a second copy of an event that already took effect.
@@ -189,12 +160,11 @@ class RemotePartitionMetadataStore:
         broker restart) stores a record twice. The copy must not be reported as a
         failure to the writer whose write did take effect: an add of a segment that
         exists with the same immutable fields, or a DELETE_SEGMENT_FINISHED of a
-        segment that was just deleted.
+        segment that was just deleted. (A copy queued on a cold partition is
+        recognised when the partition is decoded.)
         """
-        if self.is_cold(event.topic_id_partition):
-            return False  # decided in order when the partition is materialised
         if isinstance(event, RemoteLogSegmentMetadata):
-            cache = self.caches.get(event.topic_id_partition)
+            cache = self._live.get(event.topic_id_partition)
             existing = cache.segments.get(event.remote_log_segment_id) if cache else None
             return existing is not None and _same_segment(existing, event)
         if (
@@ -207,53 +177,65 @@ class RemotePartitionMetadataStore:
     # ---- write side ------------------------------------------------------------------
 
     def check(self, event: RemoteLogMetadata) -> None:
-        """Raise what :meth:`apply` would raise for ``event``; change nothing."""
+        """Raise what :meth:`apply` would raise for ``event``; change nothing.
+
+        Decodes a cold partition first (SnapshotBlockError if its block is corrupt).
+        """
         tp = event.topic_id_partition
         if isinstance(event, RemotePartitionDeleteMetadata):
             current = self.delete_states.get(tp)
             check_partition_delete_transition(current.state if current else None, event.state, tp)
             return
         self._check_not_deleted(tp, event)
+        cache = self.caches.get(tp)
         if isinstance(event, RemoteLogSegmentMetadata):
-            (self.caches.get(tp) or RemoteLogMetadataCache(tp)).check_add(event)
+            (cache or RemoteLogMetadataCache(tp)).check_add(event)
         else:
-            self._existing(tp, event).check_update(event)
+            self._existing(cache, event).check_update(event)
 
     def apply(self, event: RemoteLogMetadata) -> None:
-        """Apply one event; an illegal one raises and leaves the store unchanged."""
+        """Apply one event; an illegal one raises and leaves the store unchanged.
+
+        On a cold partition the event is queued (and checked when it is decoded).
+        """
         tp = event.topic_id_partition
         if isinstance(event, RemotePartitionDeleteMetadata):
-            self.caches.get(tp)  # materialise: its pending events come first
             self.check(event)
             self.delete_states[tp] = event
             if event.state == _FINISHED:
                 self.caches.discard(tp)
             return
-        cold = self.caches.cold.get(tp)
-        if cold is not None:
-            # Applied in order when the partition is materialised. (A cold partition is
-            # never deleted: a finished partition delete drops its cache.)
-            cold.pending.append(event)
-            return
         self._check_not_deleted(tp, event)
+        cold = self._cold.get(tp)
+        if cold is not None:
+            if len(cold.pending) < MAX_PENDING:
+                cold.pending.append(event)
+                return
+            self._materialize(tp)
+        self._apply_live(tp, event)
+
+    def _apply_live(self, tp: TopicIdPartition, event: RemoteLogMetadata) -> None:
         if isinstance(event, RemoteLogSegmentMetadata):
-            cache = self.caches.get(tp)
+            cache = self._live.get(tp)
             if cache is None:
                 cache = RemoteLogMetadataCache(tp)
                 cache.check_add(event)
-                self.caches[tp] = cache
+                self._live[tp] = cache
             cache.add_copy_in_progress_segment(event)
-        else:
-            self._existing(tp, event).update_remote_log_segment_metadata(event)
+        elif isinstance(event, RemoteLogSegmentMetadataUpdate):
+            self._existing(self._live.get(tp), event).update_remote_log_segment_metadata(event)
             if event.state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
-                self._deleted[event.remote_log_segment_id] = None
-                if len(self._deleted) > _REMEMBERED_DELETES:
-                    self._deleted.popitem(last=False)
+                self._remember_deleted(event.remote_log_segment_id)
 
+    def _remember_deleted(self, sid: RemoteLogSegmentId) -> None:
+        self._deleted[sid] = None
+        if len(self._deleted) > _REMEMBERED_DELETES:
+            self._deleted.popitem(last=False)
+
+    @staticmethod
     def _existing(
-        self, tp: TopicIdPartition, event: RemoteLogSegmentMetadataUpdate
+        cache: RemoteLogMetadataCache | None, event: RemoteLogSegmentMetadataUpdate
     ) -> RemoteLogMetadataCache:
-        cache = self.caches.get(tp)
         if cache is None:
             raise RemoteResourceNotFoundError(
                 f"no remote log segment {event.remote_log_segment_id}"
@@ -268,6 +250,59 @@ class RemotePartitionMetadataStore:
                 f"event {type(event).__name__} refused"
             )
 
+    # ---- lazy restore ------------------------------------------------------------------
+
+    def _materialize(self, tp: TopicIdPartition) -> RemoteLogMetadataCache:
+        """Decode cold ``tp`` and apply its queued events in order; all or nothing."""
+        with self._decode_lock:
+            cache = self._live.get(tp)
+            if cache is not None:
+                return cache  # decoded by another thread meanwhile
+            return self._decode(tp, self._cold[tp])
+
+    def _decode(self, tp: TopicIdPartition, cold: _Cold) -> RemoteLogMetadataCache:
+        # Decoding makes thousands of long-lived objects at once: no collection may
+        # run midway, and afterwards they are moved out of the collector's sight (as
+        # start() did for a whole snapshot before restores were lazy), or collections
+        # of ever older generations would walk every partition decoded so far.
+        # They hold no reference cycles, so refcounting still frees them.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            try:
+                cache = RemoteLogMetadataCache.from_block(tp, cold.block)
+                pending = [decode(e) if isinstance(e, bytes) else e for e in cold.pending]
+            except (BlockError, CodecError) as exc:
+                raise SnapshotBlockError(tp, cold.source, str(exc)) from exc
+            del self._cold[tp]
+            self._live[tp] = cache
+            for event in pending:
+                if self.is_redelivery(event):
+                    self.deferred_skips += 1
+                    continue
+                try:
+                    self._apply_live(tp, event)
+                except RemoteStorageError as exc:
+                    # The apply loop skips an illegal event; so does its delayed apply.
+                    self.deferred_skips += 1
+                    log.warning("%s: skipped illegal queued event: %s", tp, exc)
+        finally:
+            gc.freeze()
+            if was_enabled:
+                gc.enable()
+        return cache
+
+    def is_cold(self, tp: TopicIdPartition) -> bool:
+        return tp in self._cold
+
+    @property
+    def cold_count(self) -> int:
+        return len(self._cold)
+
+    def cold_partitions(self) -> set[TopicIdPartition]:
+        """Partitions restored from a snapshot and not decoded yet."""
+        return set(self._cold)
+
     # ---- read side ---------------------------------------------------------------------
 
     def is_deleted(self, tp: TopicIdPartition) -> bool:
@@ -275,28 +310,46 @@ class RemotePartitionMetadataStore:
         return delete is not None and delete.state == _FINISHED
 
     def partitions(self) -> set[TopicIdPartition]:
-        return set(self.caches) | set(self.delete_states)
+        return set(self._live) | set(self._cold) | set(self.delete_states)
 
     def drop(self, keep: Callable[[TopicIdPartition], bool]) -> None:
-        """Forget every partition for which ``keep`` is false."""
-        for tp in [tp for tp in self.partitions() if not keep(tp)]:
+        """Forget every partition for which ``keep`` is false (without decoding it).
+
+        Their remembered deletes go too: a replay of their events must not take a
+        DELETE_SEGMENT_FINISHED for a redelivery of the one it replaces.
+        """
+        gone = {tp for tp in self.partitions() if not keep(tp)}
+        for tp in gone:
             self.caches.discard(tp)
             self.delete_states.pop(tp, None)
+        for sid in [sid for sid in self._deleted if sid.topic_id_partition in gone]:
+            del self._deleted[sid]
 
     # ---- snapshot state --------------------------------------------------------------------
 
     def to_state(self, tps: Iterable[TopicIdPartition]) -> list[Any]:
-        """msgpack-ready copy of the given partitions: per partition its cache as one
-        encoded block (a cold partition's block is reused as it is) and its delete state."""
+        """msgpack-ready copy of the given partitions (snapshot format 2).
+
+        Per partition ``[topic_id, topic, partition, block, delete, queued events,
+        recently deleted segment ids]``: a cold partition's block is copied as the same
+        bytes, with its queue encoded; a decoded one's block is re-encoded only if it
+        changed since the last time. The deleted ids keep redelivery detection (and so
+        the state after a retried DELETE_SEGMENT_FINISHED) the same as a full replay's.
+        """
+        deleted: dict[TopicIdPartition, list[bytes]] = {}
+        for sid in self._deleted:
+            deleted.setdefault(sid.topic_id_partition, []).append(sid.id.bytes)
         out: list[Any] = []
         for tp in tps:
-            cold = self.caches.cold.get(tp)
-            if cold is not None and not cold.pending:
-                block: bytes | None = cold.block
-            else:
-                cache = self.caches.get(tp)
-                block = None if cache is None else msgpack.packb(cache.to_state())
+            cache = self._live.get(tp)
+            cold = self._cold.get(tp)
             delete = self.delete_states.get(tp)
+            if cold is not None:
+                block: bytes | None = cold.block
+                pending = [e if isinstance(e, bytes) else encode(e) for e in cold.pending]
+            else:
+                block = cache.to_block() if cache is not None else None
+                pending = []
             out.append(
                 [
                     tp.topic_id.bytes,
@@ -306,6 +359,8 @@ class RemotePartitionMetadataStore:
                     None
                     if delete is None
                     else [int(delete.state), delete.event_timestamp_ms, delete.broker_id],
+                    pending,
+                    deleted.get(tp, []),
                 ]
             )
         return out
@@ -313,24 +368,33 @@ class RemotePartitionMetadataStore:
     def load_state(self, state: Iterable[Any], source: str = "a snapshot") -> None:
         """Add the partitions of a :meth:`to_state` copy (replacing what is there).
 
-        Blocks stay cold until first needed; ``source`` names the snapshot in errors.
-        A state written before blocks existed (the cache state inline) loads eagerly.
+        Format-2 blocks stay encoded until first use; a format-1 state (nested lists,
+        five fields per partition) is decoded at once. ``source`` names the snapshot
+        in the error a corrupt block raises.
         """
-        for topic_id, topic, partition, cache_state, delete in state:
+        for entry in state:
+            topic_id, topic, partition, cache_state, delete = entry[:5]
             tp = TopicIdPartition(uuid.UUID(bytes=topic_id), topic, partition)
             self.caches.discard(tp)
             self.delete_states.pop(tp, None)
+            if len(entry) > 6:
+                for raw in entry[6]:
+                    self._remember_deleted(RemoteLogSegmentId(tp, uuid.UUID(bytes=raw)))
             if isinstance(cache_state, bytes):
-                self.caches.cold[tp] = _Cold(cache_state, source)
+                pending = list(entry[5]) if len(entry) > 5 else []
+                self._cold[tp] = _Cold(cache_state, pending, source)
             elif cache_state is not None:
-                self.caches.hot[tp] = RemoteLogMetadataCache.from_state(tp, cache_state)
+                self._live[tp] = RemoteLogMetadataCache.from_state(tp, cache_state)
             if delete is not None:
                 self.delete_states[tp] = RemotePartitionDeleteMetadata(
                     tp, RemotePartitionDeleteState(delete[0]), delete[1], delete[2]
                 )
 
     def fingerprint(self, tps: Iterable[TopicIdPartition] | None = None) -> Any:
-        """Order-independent view of the state, for comparisons (tests, verification)."""
+        """Order-independent view of the state, for comparisons (tests, verification).
+
+        Decodes every cold partition it covers.
+        """
         chosen = self.partitions() if tps is None else set(tps)
         out = []
         for tp in sorted(chosen, key=lambda t: (t.topic_id.int, t.partition)):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlmm.errors import RemoteStorageError
+from rlmm.errors import RemoteStorageError, SnapshotBlockError
 from rlmm.metadata_store import RemotePartitionMetadataStore
 from snapshot import MAGIC, SnapshotError, decode_snapshot
 
@@ -82,7 +82,8 @@ def inspect_snapshot(path: Path) -> SnapshotReport:
     store = RemotePartitionMetadataStore()
     try:
         store.load_state(snap.state)
-    except (ValueError, TypeError, KeyError, IndexError) as e:
+        caches = list(store.caches.values())  # decodes every partition's block
+    except (ValueError, TypeError, KeyError, IndexError, SnapshotBlockError) as e:
         return SnapshotReport(
             str(path),
             len(data),
@@ -95,7 +96,7 @@ def inspect_snapshot(path: Path) -> SnapshotReport:
         )
     states: Counter[str] = Counter()
     remote_bytes = 0
-    for cache in store.caches.values():
+    for cache in caches:
         for m in cache.segments.values():
             states[m.state.name] += 1
             remote_bytes += m.segment_size_in_bytes

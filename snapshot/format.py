@@ -3,13 +3,19 @@
 Layout (all integers big-endian, like Kafka's)::
 
     magic            8 bytes   b"RLMMSNAP"
-    format_version   uint16    1
+    format_version   uint16    2 (1 is still read)
     body_length      uint64    bytes of msgpack that follow
     body             msgpack   {"partition_count", "applied_offsets", "created_ms", "state"}
     crc              uint32    CRC-32C (Castagnoli) of every byte before it
 
+Versions: the frame and the body map are the same in both; what changed is the
+caller's ``state``. Version 2 marks states whose per-partition caches are opaque
+encoded blocks (decoded lazily by rlmm), so a reader that knows only version 1
+refuses such a file (SnapshotVersionError: a full replay) instead of misreading it.
+This module still reads version-1 files (their states are nested lists).
+
 Invariant: ``decode_snapshot`` either returns a Snapshot whose bytes passed the CRC
-and whose body has the version-1 shape, or raises a SnapshotError subclass naming
+and whose body has the shape of its version, or raises a SnapshotError subclass naming
 the source; it never raises anything else and never allocates more than a small
 multiple of its input. The frame (magic, version, length, CRC) is the same for
 every format version, so a newer version is told apart from corruption: its CRC
@@ -46,7 +52,8 @@ from snapshot.errors import (
 )
 
 MAGIC = b"RLMMSNAP"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = frozenset({1, 2})
 
 _HEADER = struct.Struct(">8sHQ")
 _TRAILER = struct.Struct(">I")
@@ -184,7 +191,7 @@ def _checked_body(data: bytes | bytearray | memoryview, source: str) -> memoryvi
         )
     if version > FORMAT_VERSION:
         raise SnapshotVersionError(source, version, FORMAT_VERSION)
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise SnapshotCorruptError(source, f"unknown format version {version}")
     return view[HEADER_SIZE : HEADER_SIZE + body_length]
 

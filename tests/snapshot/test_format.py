@@ -71,7 +71,7 @@ def test_round_trip_and_layout() -> None:
     data = encode_snapshot(snap)
     assert data[:8] == MAGIC
     version, body_length = struct.unpack_from(">HQ", data, 8)
-    assert version == FORMAT_VERSION == 1
+    assert version == FORMAT_VERSION == 2
     assert len(data) == 8 + 2 + 8 + body_length + 4
     assert struct.unpack(">I", data[-4:])[0] == crc32c.crc32c(data[:-4])
     body = msgpack.unpackb(data[18:-4], strict_map_key=False)
@@ -278,16 +278,25 @@ def test_forged_length_prefix_allocates_nothing_big() -> None:
     assert isinstance(error, SnapshotCorruptError)
 
 
+def test_version_1_files_are_still_read() -> None:
+    snap = sample()
+    data = encode_snapshot(snap)
+    body = data[18:-4]
+    old = frame(body, version=1)
+    assert decode_snapshot(old, SOURCE) == snap
+    verify_snapshot(old, SOURCE)
+
+
 def test_newer_version_has_its_own_error() -> None:
-    error = _decode_error(frame(b"whatever a v2 body is", version=2))
+    error = _decode_error(frame(b"whatever a v3 body is", version=3))
     assert isinstance(error, SnapshotVersionError)
     assert not isinstance(error, SnapshotCorruptError)
-    assert (error.version, error.supported) == (2, 1)
+    assert (error.version, error.supported) == (3, 2)
     assert "newer rlmm" in str(error)
 
 
 def test_newer_version_with_bad_crc_is_corrupt() -> None:
-    data = bytearray(frame(b"v2 body", version=2))
+    data = bytearray(frame(b"v3 body", version=3))
     data[-1] ^= 1
     assert isinstance(_decode_error(bytes(data)), SnapshotCorruptError)
 

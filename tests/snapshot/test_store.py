@@ -60,7 +60,7 @@ def flip_byte(path: Path, position: int) -> None:
 
 
 def newer_version_file(path: Path) -> None:
-    head = MAGIC + struct.pack(">HQ", 2, 3) + b"v2!"
+    head = MAGIC + struct.pack(">HQ", 3, 3) + b"v3!"
     path.write_bytes(head + struct.pack(">I", crc32c.crc32c(head)))
 
 
@@ -216,7 +216,7 @@ def test_newer_version_skipped_with_log(tmp_path: Path, caplog: pytest.LogCaptur
     assert store.stats.skipped_newer_version == 1 and store.stats.skipped_corrupt == 0
     (record,) = [r for r in caplog.records if newer.name in r.getMessage()]
     assert record.levelno == logging.WARNING
-    assert "newer rlmm" in record.getMessage() and "version 2" in record.getMessage()
+    assert "newer rlmm" in record.getMessage() and "version 3" in record.getMessage()
 
 
 def test_directory_under_newest_name_is_ignored(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from remote.segments.batch import RecordBatchReader
 from rlmm.partitioning import metadata_partition_for
+from snapshot import FORMAT_VERSION
 from tests.rlmm.cli.store import Store, build_store, run_cli, sid
 
 
@@ -72,7 +73,7 @@ def test_snapshot_inspect(store: Store, tmp_path: Path) -> None:
     reports = json.loads(shown.stdout)["snapshots"]
     assert reports and all(r["ok"] for r in reports)
     newest = reports[0]
-    assert newest["format_version"] == 1 and newest["partition_count"] == 4
+    assert newest["format_version"] == FORMAT_VERSION and newest["partition_count"] == 4
     assert newest["segments"] == sum(len(ms) for ms in store.segments.values())
     assert newest["segments_by_state"] == {"COPY_SEGMENT_FINISHED": newest["segments"]}
 

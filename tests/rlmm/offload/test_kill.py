@@ -50,6 +50,7 @@ partitions = 3
 segment_bytes = {4096 + seed % 3 * 2048}
 [snapshot]
 every_events = {5 + seed % 7}
+retention = false   # keep the whole metadata log: the check replays it from offset 0
 [remote]
 fsync = false
 [offload]

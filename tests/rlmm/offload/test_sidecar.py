@@ -213,3 +213,43 @@ async def test_rich_progress_on_a_terminal(tmp_path: Path) -> None:
     text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", buffer.getvalue())
     assert f"offload {report.tally.copied} segments" in text
     assert "round over 4 partitions" in text
+
+
+@pytest.mark.slow
+def test_second_signal_abandons_uploads_cleanly(tmp_path: Path) -> None:
+    logs = tmp_path / "kafka-logs"
+    pdirs = [
+        write_partition(logs, "big", p, records=4000, value_size=2000, segment_bytes=1 << 20)
+        for p in range(3)
+    ]
+    path = write_config(tmp_path, '"remote.log.manager.copier.thread.pool.size" = 3\n')
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "rlmm"),
+            "offload",
+            "--config",
+            str(path),
+            "--log-dir",
+            str(logs),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "copied big-" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "stopped by signal" in out and "Traceback" not in err
+    import asyncio
+
+    asyncio.run(check_store(path, pdirs, complete=False))

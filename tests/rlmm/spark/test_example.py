@@ -28,18 +28,20 @@ def example() -> ModuleType:
 
 
 def expected_json(written: dict[str, Any]) -> dict[str, Any]:
+    """What ``make demo`` writes to expected.json, for the history fixture's archive."""
     topics = {}
     for codec in ("none", "zstd"):
         records = written[codec]
-        topics[f"h-{codec}"] = {
-            "0": {
-                "read_uncommitted": len(records),
-                "read_committed": sum(not e.aborted for e in records),
-                "first_offset": records[0].offset,
-                "last_offset": records[-1].offset,
-            }
+        entry = {
+            "start_offset": 0,
+            "end_offset": records[-1].offset + 1,  # the segment may end with a marker
+            "read_uncommitted": len(records),
+            "read_committed": sum(not e.aborted for e in records),
+            "first_offset": records[0].offset,
+            "last_offset": records[-1].offset,
         }
-    return {"topics": topics}
+        topics[f"h-{codec}"] = {"topic_id": "-", "partitions": {"0": entry}}
+    return {"config": "rlmm.toml", "topics": topics}
 
 
 @pytest.mark.spark
@@ -56,11 +58,13 @@ def test_the_example_checks_the_counts(
     out = capsys.readouterr().out
     assert "OK (read_uncommitted): 2 partitions" in out and "OK (read_committed)" in out
     assert "h-zstd" in out and "value_bytes" in out  # a few rows and the per-partition table
-    data["topics"]["h-none"]["0"]["read_committed"] += 1
+    data["topics"]["h-none"]["partitions"]["0"]["read_committed"] += 1
+    data["topics"]["h-zstd"]["partitions"]["0"]["end_offset"] = 5
     expected.write_text(json.dumps(data))
     assert module.run(registered, args) == 1
     out = capsys.readouterr().out
     assert "MISMATCH h-none-0: read" in out and "under read_committed" in out
+    assert "MISMATCH h-zstd-0: read offsets 0.." in out and "outside archived 0..5" in out
 
 
 def test_without_java_the_example_says_how_and_skips(tmp_path: Path) -> None:

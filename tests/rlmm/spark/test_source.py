@@ -8,6 +8,7 @@ import asyncio
 import json
 import pickle
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from remote import available_codecs
 from rlmm.archive import open_metadata_view
+from rlmm.config import load_config
 from rlmm.spark import parse_options
 from rlmm.spark.planning import plan
 from tests.remote.segments._data import TIMEINDEX_TEST, TOPIC_A, TOPIC_B
@@ -183,6 +185,25 @@ def test_fail_on_data_loss(registered: Any, tmp_path: Path) -> None:
     df = read(registered, subscribe="g", failOnDataLoss="false", **overrides(config))
     kept = [e for e in archived(pdir, expected) if not gap[0] <= e.offset < gap[1]]
     assert spark_rows(df)[("g", 0)] == expected_rows(kept, headers=False)
+
+
+@pytest.mark.kafka
+def test_a_kafka_event_log(registered: Any, kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The metadata in a Kafka topic (``__remote_log_metadata``'s format): the driver
+    replays it; executors still only read remote storage."""
+    topic = f"rlmm-spark-{uuid.uuid4().hex[:8]}"
+    toml = tmp_path / "kafka.toml"
+    toml.write_text(
+        f'data_dir = "{tmp_path / "rlmm"}"\n[snapshot]\nenabled = false\n'
+        f'[eventlog]\ntype = "kafka"\nbootstrap_servers = "{kafka_bootstrap}"\n'
+        f'topic = "{topic}"\npartitions = 4\nreplication_factor = 1\n'
+    )
+    config = load_config(toml, env={})
+    pdir, expected = write_history(tmp_path / "logs", "kt", 0, "snappy")
+    asyncio.run(offload(config, [pdir]))
+    df = read(registered, config=str(toml), subscribe="kt", isolationLevel="read_committed")
+    committed = [e for e in archived(pdir, expected) if not e.aborted]
+    assert spark_rows(df)[("kt", 0)] == expected_rows(committed, headers=False)
 
 
 @pytest.mark.s3
