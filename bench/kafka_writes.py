@@ -1,4 +1,4 @@
-"""Benchmark: acknowledged segment lifecycles/s through the manager on KafkaEventLog (Tansu).
+"""Benchmark: acknowledged segment lifecycles/s through the manager on KafkaEventLog.
 
 A lifecycle is add COPY_SEGMENT_STARTED + update COPY_SEGMENT_FINISHED, each awaited:
 a write returns once the manager's own apply loop has consumed it back from the
@@ -11,9 +11,17 @@ Tansu it sets the floor of a write's latency.
 Same-run baseline: KafkaEventLog appends alone (produce acks=all, no apply loop)
 with the same writer counts; ``apply_overhead`` = appends/s / writes/s.
 
-Starts a Tansu broker on memory storage on a free loopback port (stopped at the end,
-also on error) unless ``--bootstrap`` is given. Prints ONE JSON document. Usage:
+Brokers (``--brokers``): Tansu on memory storage, and Apache Kafka (the test suite's
+pinned release, fetched with Maven; one KRaft node, tiered storage off so that
+``__remote_log_metadata`` is free for Kafka's own RLMM). On Apache Kafka the same
+workload also runs through Kafka's own TopicBasedRemoteLogMetadataManager, driven by
+bench/java/KafkaRlmmBench.java (compiled with javac against the fetched jars):
+``ours_vs_kafka_rlmm_<W>_writers`` = our lifecycles/s / Kafka's (target >= 2 at 64).
+Each broker runs on free loopback ports and is stopped at the end, also on error;
+``--bootstrap`` measures an external Kafka instead (no Kafka RLMM run). Prints ONE
+JSON document. Usage:
   python bench/kafka_writes.py [--seconds 4] [--writers 1,64] [--fetch-max-wait 200,10]
+                               [--brokers tansu,apache] [--apache-fetch-max-wait 500]
 """
 
 from __future__ import annotations
@@ -21,7 +29,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -40,6 +51,7 @@ from rlmm.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from tests.fixtures.apache_kafka import KAFKA_VERSION, ApacheKafkaBroker, classpath
 from tests.fixtures.kafka import TansuBroker
 
 PARTITIONS = 50  # Kafka's default remote.log.metadata.topic.num.partitions
@@ -152,9 +164,8 @@ async def bench_appends(bootstrap: str, writers: int, seconds: float) -> dict[st
     }
 
 
-async def run(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
+async def run(args: argparse.Namespace, bootstrap: str, waits: list[int]) -> dict[str, Any]:
     writer_counts = [int(w) for w in args.writers.split(",")]
-    waits = [int(w) for w in args.fetch_max_wait.split(",")]
     low, high = min(writer_counts), max(writer_counts)
     baseline = {w: await bench_appends(bootstrap, w, args.baseline_seconds) for w in writer_counts}
     by_wait: dict[str, Any] = {}
@@ -174,36 +185,138 @@ async def run(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     return {"baseline_appends": list(baseline.values()), "manager": by_wait}
 
 
+_QUIET_LOG4J2 = """\
+status = warn
+appender.err.type = Console
+appender.err.name = STDERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = STDERR
+"""
+
+
+def kafka_rlmm_runs(
+    broker: ApacheKafkaBroker, writer_counts: list[int], seconds: float, work: Path
+) -> list[dict[str, Any]]:
+    """The same lifecycles through Kafka's own RLMM (Java API), one JVM per writer count."""
+    source = Path(__file__).resolve().parent / "java" / "KafkaRlmmBench.java"
+    classes = work / "classes"
+    javac = shutil.which("javac")
+    if javac is None:
+        raise RuntimeError("javac not on PATH: cannot build bench/java/KafkaRlmmBench.java")
+    subprocess.run(
+        [javac, "-d", str(classes), "-cp", classpath(broker.libs), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (work / "log4j2.properties").write_text(_QUIET_LOG4J2)
+    out = []
+    for writers in writer_counts:
+        log_dir = work / f"rlmm-{writers}"
+        log_dir.mkdir()
+        done = subprocess.run(
+            [
+                broker.java, "-Xmx512m",
+                f"-Dlog4j2.configurationFile={work / 'log4j2.properties'}",
+                "-cp", f"{classpath(broker.libs)}:{classes}",
+                "KafkaRlmmBench", broker.bootstrap, str(writers), str(seconds), str(WARMUP_S),
+                str(PARTITIONS), str(log_dir),
+            ],
+            capture_output=True, text=True, timeout=300 + seconds, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"KafkaRlmmBench failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        out.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return out
+
+
+async def run_apache(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    # Tiered storage off: the broker's own RLMM would hold __remote_log_metadata.
+    broker = ApacheKafkaBroker(
+        root / "broker", overrides={"remote.log.storage.system.enable": "false"}
+    )
+    try:
+        await asyncio.to_thread(broker.start)
+        waits = [int(w) for w in args.apache_fetch_max_wait.split(",")]
+        ours = await run(args, broker.bootstrap, waits)
+        writer_counts = [int(w) for w in args.writers.split(",")]
+        kafka = await asyncio.to_thread(
+            kafka_rlmm_runs, broker, writer_counts, args.seconds, root / "java"
+        )
+    finally:
+        await asyncio.to_thread(broker.stop)
+    ours_runs = ours["manager"][f"fetch_max_wait_ms={waits[0]}"]["runs"]
+    ratios = {
+        f"ours_vs_kafka_rlmm_{k['writers']}_writers": round(
+            o["lifecycles_per_s"] / max(k["lifecycles_per_s"], 1e-9), 2
+        )
+        for o, k in zip(ours_runs, kafka, strict=True)
+    }
+    return {
+        "broker": f"Apache Kafka {KAFKA_VERSION}, one KRaft node",
+        **ours,
+        "kafka_rlmm": {
+            "what": "Kafka's TopicBasedRemoteLogMetadataManager via its Java API, same workload",
+            "runs": kafka,
+        },
+        **ratios,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=4.0, help="per manager run")
     parser.add_argument("--baseline-seconds", type=float, default=2.0)
     parser.add_argument("--writers", default="1,64")
-    parser.add_argument("--fetch-max-wait", default="200,10", help="consumer fetch_max_wait_ms")
-    parser.add_argument("--bootstrap", default=None, help="external Kafka (default: start Tansu)")
+    parser.add_argument(
+        "--fetch-max-wait", default="200,10", help="consumer fetch_max_wait_ms on Tansu"
+    )
+    parser.add_argument(
+        "--apache-fetch-max-wait",
+        default="500",
+        help="consumer fetch_max_wait_ms on Apache Kafka (it answers when data arrives)",
+    )
+    parser.add_argument("--brokers", default="tansu,apache", help="tansu and/or apache")
+    parser.add_argument("--bootstrap", default=None, help="external Kafka (instead of --brokers)")
     args = parser.parse_args()
-    broker = None
-    bootstrap = args.bootstrap
-    try:
-        if bootstrap is None:
-            broker = TansuBroker("memory://tansu/")
-            broker.start()
-            bootstrap = broker.bootstrap
-        results = asyncio.run(run(args, bootstrap))
-    finally:
-        if broker is not None:
-            broker.stop()
-            broker.log_path.unlink(missing_ok=True)
+    brokers = set(args.brokers.split(","))
+    results: dict[str, Any] = {}
+    if args.bootstrap:
+        waits = [int(w) for w in args.fetch_max_wait.split(",")]
+        results = {"broker": "external", **asyncio.run(run(args, args.bootstrap, waits))}
+    if "tansu" in brokers and not args.bootstrap:
+        tansu = TansuBroker("memory://tansu/")
+        try:
+            tansu.start()
+            waits = [int(w) for w in args.fetch_max_wait.split(",")]
+            results = {
+                "broker": "tansu memory://",
+                **asyncio.run(run(args, tansu.bootstrap, waits)),
+            }
+        finally:
+            tansu.stop()
+            tansu.log_path.unlink(missing_ok=True)
+    if "apache" in brokers and not args.bootstrap:
+        root = Path(tempfile.mkdtemp(prefix="bench-kafka-writes-"))
+        try:
+            results["apache_kafka"] = asyncio.run(run_apache(args, root))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
     print(
         json.dumps(
             {
                 "benchmark": "kafka_writes",
-                "broker": "external" if args.bootstrap else "tansu memory://",
                 "event_log": f"KafkaEventLog, {PARTITIONS} partitions, acks=all",
                 "machine": machine(),
                 "params": vars(args),
                 **results,
-                "targets": {"ratio_64_vs_1_writers": 10},
+                "targets": {
+                    "ratio_64_vs_1_writers": 10,
+                    "apache_kafka.ours_vs_kafka_rlmm_64_writers": 2,
+                },
             },
             indent=2,
         )

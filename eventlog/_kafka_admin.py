@@ -129,6 +129,13 @@ async def ensure_topic(
         for name, code, message in _topic_errors(response):
             if code == kafka_errors.TopicAlreadyExistsError.errno:
                 continue  # another instance created it first: verify it below
+            if code == kafka_errors.InvalidReplicationFactorError.errno:
+                # Kafka's default (3) on a cluster with fewer brokers: refused at once.
+                raise EventLogConfigError(
+                    f"create topic {name}: replication_factor={replication_factor} "
+                    "(remote.log.metadata.topic.replication.factor) is more than the "
+                    f"cluster's brokers; set it to at most their number ({message})"
+                )
             if code:
                 err = translate_error(kafka_errors.for_code(code)(message), f"create topic {name}")
                 if isinstance(err, EventLogTransportError) and not err.retriable:
@@ -139,7 +146,8 @@ async def ensure_topic(
     if found != partitions:
         raise EventLogConfigError(
             f"topic {topic} exists with {found} partitions, expected {partitions}: "
-            "the metadata partitioner depends on the count, refusing to use it"
+            "the metadata partitioner depends on the count, refusing to use it "
+            f"(set partitions / remote.log.metadata.topic.num.partitions to {found})"
         )
     return created
 
@@ -170,35 +178,49 @@ async def _await_topic_metadata(admin: AIOKafkaAdminClient, topic: str, timeout_
 
 
 async def fetch_end_offsets(
-    client: AIOKafkaClient, topic: str, partitions: Iterable[int], *, attempts: int = 5
+    client: AIOKafkaClient,
+    topic: str,
+    partitions: Iterable[int],
+    *,
+    timeout_s: float = 30.0,
+    backoff_s: float = 0.05,
+    max_backoff_s: float = 1.0,
 ) -> dict[int, int]:
     """Log end offset (high watermark) of each partition, read from Fetch responses.
 
     ListOffsets(latest) is asked first only as a hint of where to fetch, so the
     fetch returns little data on a correct broker; the answer is the fetch's
-    high watermark. Partitions a broker leaves out of its answer are asked again.
+    high watermark. Partitions a broker leaves out of its answer, or answers for
+    with a metadata error, are asked again after a backoff until ``timeout_s``:
+    Apache Kafka answers NOT_LEADER_OR_FOLLOWER for a while after it created a
+    topic (its partitions become leaders asynchronously), Tansu never does.
     """
     wanted = sorted(set(partitions))
     if not wanted:
         return {}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     result: dict[int, int] = {}
-    for attempt in range(attempts):
+    attempt = 0
+    while True:
         missing = [p for p in wanted if p not in result]
         if not missing:
-            break
+            return result
+        if attempt and loop.time() + backoff_s >= deadline:
+            raise EventLogTransportError(
+                f"end offsets of topic {topic} partitions {missing}: no high watermark "
+                f"after {attempt} fetch attempts in {timeout_s:.1f}s"
+            )
+        if attempt:
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, max_backoff_s)
         by_leader = await _leaders(client, topic, missing)
         answers = await asyncio.gather(
             *(_end_offsets_from(client, node, topic, ps, attempt) for node, ps in by_leader.items())
         )
         for answer in answers:
             result.update(answer)
-    missing = [p for p in wanted if p not in result]
-    if missing:
-        raise EventLogTransportError(
-            f"end offsets of topic {topic} partitions {missing}: no high watermark "
-            f"after {attempts} fetch attempts"
-        )
-    return result
+        attempt += 1
 
 
 async def _leaders(
@@ -244,7 +266,7 @@ async def _end_offsets_from(
     if hints:
         # max_wait > 0: Tansu answers a zero-wait fetch with no partitions at all.
         request = FetchRequest(
-            1 + 50 * attempt,
+            min(1 + 50 * attempt, 200),
             1,
             1024 * 1024,
             0,

@@ -275,6 +275,10 @@ class KafkaEventLog(EventLog):
             await admin.close()
         self._control = AIOKafkaClient(**self._client_kwargs())
         await self._control.bootstrap()
+        if self.topic_created:
+            # Apache Kafka makes a new topic's partitions leaders asynchronously: wait
+            # until every one answers, so the first appends and reads do not bounce.
+            await self._end_offsets_now(range(self._partitions))
         self._producer = AIOKafkaProducer(
             **self._client_kwargs(),
             acks="all",
@@ -420,12 +424,23 @@ class KafkaEventLog(EventLog):
         async def attempt() -> dict[int, int]:
             if self._control is None:
                 raise EventLogClosedError(f"kafka log {self.topic} is closed")
-            return await fetch_end_offsets(self._control, self.topic, wanted)
+            return await self._end_offsets_now(wanted)
 
         result: dict[int, int] = await self._with_retries(
             attempt, f"end offsets of {self.topic} partitions {sorted(set(wanted))}"
         )
         return {p: result[p] for p in wanted}
+
+    async def _end_offsets_now(self, partitions: Iterable[int]) -> dict[int, int]:
+        assert self._control is not None
+        return await fetch_end_offsets(
+            self._control,
+            self.topic,
+            partitions,
+            timeout_s=self._request_timeout_ms / 1000,
+            backoff_s=self._retry_backoff_ms / 1000 / 2,
+            max_backoff_s=self._retry_backoff_max_ms / 1000,
+        )
 
     async def read_batches(
         self, partition: int, start_offset: int = 0

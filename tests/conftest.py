@@ -1,3 +1,8 @@
-"""Shared test fixtures: a real Kafka-protocol broker (Tansu) and a moto S3 server."""
+"""Shared test fixtures: Kafka brokers (Tansu, Apache Kafka), a moto S3 server, Spark."""
 
-pytest_plugins = ["tests.fixtures.s3", "tests.fixtures.kafka", "tests.fixtures.spark"]
+pytest_plugins = [
+    "tests.fixtures.s3",
+    "tests.fixtures.kafka",
+    "tests.fixtures.apache_kafka",
+    "tests.fixtures.spark",
+]

@@ -50,6 +50,10 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
         return {}
     except OSError as e:
         raise LogDirError(f"{path}: cannot read: {e}") from e
+    if not lines:
+        # Kafka creates its checkpoint files empty at start and fills them on the
+        # first checkpoint (the log start one only after a minute).
+        return {}
     try:
         if int(lines[0]) != 0:
             raise ValueError(f"unknown version {lines[0]!r}")

@@ -1,7 +1,8 @@
 """Event log fixtures: ``make_log`` builds a started log of the backend under test.
 
-Invariant: every contract test runs once per backend (memory, file, kafka); the kafka
-case skips with a reason, never errors, when its module or broker is not available.
+Invariant: every contract test runs once per backend (memory, file, and Kafka on each
+broker of tests/fixtures/kafka.py: Tansu and Apache Kafka); a Kafka case skips with a
+reason when its broker cannot be had (see the fixture for when it fails instead).
 Every log a test opens is closed after it, so no test leaks a writer or a lock.
 """
 
@@ -17,10 +18,18 @@ import pytest
 from eventlog import EventLog
 from eventlog.file import FileEventLog
 from eventlog.memory import MemoryEventLog
+from tests.fixtures.kafka import KAFKA_BROKERS, bootstrap_for
 
 MakeLog = Callable[..., Awaitable[EventLog]]
 
-BACKENDS = ["memory", "file", pytest.param("kafka", marks=pytest.mark.kafka)]
+BACKENDS = [
+    "memory",
+    "file",
+    *(
+        pytest.param(f"kafka-{p.values[0]}", marks=p.marks, id=f"kafka-{p.values[0]}")
+        for p in KAFKA_BROKERS
+    ),
+]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -37,12 +46,8 @@ async def make_log(
     opened: list[EventLog] = []
     bootstrap = ""
     topic = f"rlmm-contract-{uuid4().hex[:8]}"
-    if backend == "kafka":
-        pytest.importorskip("eventlog.kafka", reason="eventlog.kafka is not available yet")
-        try:
-            bootstrap = str(request.getfixturevalue("kafka_bootstrap"))
-        except pytest.FixtureLookupError:
-            pytest.skip("no kafka_bootstrap fixture (tests/fixtures/kafka.py) yet")
+    if backend.startswith("kafka-"):
+        bootstrap = bootstrap_for(backend.removeprefix("kafka-"), request)
 
     async def make(partitions: int = 3) -> EventLog:
         log: EventLog
@@ -53,7 +58,13 @@ async def make_log(
         else:
             from eventlog.kafka import KafkaEventLog
 
-            log = KafkaEventLog(bootstrap_servers=bootstrap, partitions=partitions, topic=topic)
+            # One broker on loopback: replication factor 1 (Apache Kafka refuses 3).
+            log = KafkaEventLog(
+                bootstrap_servers=bootstrap,
+                partitions=partitions,
+                topic=topic,
+                replication_factor=1,
+            )
         opened.append(log)
         await log.start()
         return log

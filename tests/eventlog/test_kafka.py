@@ -328,6 +328,15 @@ async def test_fifty_partitions_are_served_by_one_shared_consumer(kafka_bootstra
         assert await log.end_offsets(range(50)) == dict.fromkeys(range(50), 2)
 
 
+async def test_end_offsets_right_after_the_topic_is_created(kafka_bootstrap: str) -> None:
+    """Apache Kafka answers NOT_LEADER_OR_FOLLOWER for a while after creating a topic:
+    end offsets wait for the partitions' leaders instead of failing (Tansu hid this)."""
+    log = make_log(kafka_bootstrap, partitions=50)
+    async with log:
+        assert log.topic_created
+        assert await log.end_offsets(range(50)) == dict.fromkeys(range(50), 0)
+
+
 def test_broker_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
     try:
         broker = TansuBroker("bogus://nowhere/", log_dir=str(tmp_path))

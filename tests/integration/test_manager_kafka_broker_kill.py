@@ -1,4 +1,6 @@
-"""The manager across a broker crash: Tansu on s3:// (moto) is SIGKILLed mid-workload.
+"""The manager across a broker crash: the broker is SIGKILLed mid-workload.
+
+Brokers: Tansu on s3:// (moto), and Apache Kafka restarted on its ports and log dirs.
 
 Invariants checked, on one manager instance that is never restarted:
 - no acknowledged write is lost: its bytes are on the topic and its effect is in the
@@ -37,11 +39,11 @@ from rlmm.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from tests.fixtures.kafka import TansuBroker
+from tests.fixtures.kafka import RestartableBroker
 from tests.integration.kafka_replay import digest, read_topic, replay, unmet_acknowledged
 from tests.rlmm.factories import S, segment, tp, update
 
-pytestmark = [pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 N = 3
 WRITES_AFTER_RESTART = 30  # per writer
@@ -56,11 +58,11 @@ def segment_states(
 
 
 async def test_manager_recovers_from_broker_sigkill_without_restarting(
-    s3_tansu: TansuBroker,
+    crashable_kafka: RestartableBroker,
 ) -> None:
     topic = f"rlmm-crash-{uuid4().hex[:8]}"
     log = KafkaEventLog(
-        s3_tansu.bootstrap,
+        crashable_kafka.bootstrap,
         N,
         topic=topic,
         replication_factor=1,
@@ -111,10 +113,10 @@ async def test_manager_recovers_from_broker_sigkill_without_restarting(
         async with asyncio.timeout(30):
             while len(acked) < 80:
                 await asyncio.sleep(0.01)
-        s3_tansu.kill()
+        crashable_kafka.kill()
         acked_at_kill = len(acked)
         await asyncio.sleep(1.0)
-        await asyncio.to_thread(s3_tansu.start)
+        await asyncio.to_thread(crashable_kafka.start)
         restarted.set()
         await asyncio.wait_for(asyncio.gather(*writers), timeout=90)
 
@@ -134,7 +136,7 @@ async def test_manager_recovers_from_broker_sigkill_without_restarting(
             assert not isinstance(e, EventLogTransportError) or e.retriable
         assert len(failures) <= 2 * len(tps), failures
 
-        records = await read_topic(s3_tansu.bootstrap, topic, N)
+        records = await read_topic(crashable_kafka.bootstrap, topic, N)
         last = {p: rs[-1].offset for p, rs in records.items() if rs}
         # The apply loop resumed by itself and caught up with everything on the topic.
         async with asyncio.timeout(30):

@@ -1,0 +1,97 @@
+"""Child process of the Spark-vs-archive test: read a topic with Spark's own Kafka source
+(and, when given an rlmm config, with ``kafka-archive``) and write the rows as JSON.
+
+Run as ``python -m tests.integration.spark_kafka_reads REQUEST.json``. REQUEST holds
+``bootstrap``, ``topic``, ``ending`` ({partition: exclusive end offset}), ``isolation``
+levels to read at, ``jars`` (Spark's Kafka source, for ``spark.jars``), optional
+``rlmm_config`` and ``output``. It runs in its own process because ``spark.jars`` is
+fixed when a JVM starts: the test session's shared Spark JVM has no Kafka source.
+
+Invariant: one row per record, every column of Spark's Kafka source, in
+(partition, offset) order; bytes as hex so the JSON compares exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def rows(df: Any) -> list[dict[str, Any]]:
+    out = []
+    for r in df.orderBy("partition", "offset").collect():
+        out.append(
+            {
+                "key": None if r["key"] is None else bytes(r["key"]).hex(),
+                "value": None if r["value"] is None else bytes(r["value"]).hex(),
+                "topic": r["topic"],
+                "partition": r["partition"],
+                "offset": r["offset"],
+                "timestamp": r["timestamp"].isoformat(),
+                "timestampType": r["timestampType"],
+                "headers": [
+                    [h["key"], None if h["value"] is None else bytes(h["value"]).hex()]
+                    for h in (r["headers"] or [])
+                ],
+            }
+        )
+    return out
+
+
+def main(request_path: str) -> None:
+    request = json.loads(Path(request_path).read_text())
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("rlmm-spark-kafka-vs-archive")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.jars", ",".join(request["jars"]))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        topic = request["topic"]
+        ending = json.dumps({topic: {str(p): o for p, o in request["ending"].items()}})
+        result: dict[str, Any] = {}
+        for isolation in request["isolation"]:
+            live = (
+                spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", request["bootstrap"])
+                .option("subscribe", topic)
+                .option("startingOffsets", "earliest")
+                .option("endingOffsets", ending)
+                .option("includeHeaders", "true")
+                .option("kafka.isolation.level", isolation)
+                .load()
+            )
+            result[f"kafka/{isolation}"] = rows(live)
+            if request.get("rlmm_config"):
+                import rlmm.spark
+
+                rlmm.spark.register(spark)
+                archived = (
+                    spark.read.format("kafka-archive")
+                    .option("config", request["rlmm_config"])
+                    .option("subscribe", topic)
+                    .option("endingOffsets", ending)
+                    .option("includeHeaders", "true")
+                    .option("kafka.isolation.level", isolation)
+                    .load()
+                )
+                result[f"kafka-archive/{isolation}"] = rows(archived)
+        Path(request["output"]).write_text(json.dumps(result))
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

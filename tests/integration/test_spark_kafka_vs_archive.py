@@ -1,0 +1,197 @@
+"""Spark's own Kafka source against ours: the same records, live and from the archive.
+
+Records go to a plain topic on the real Apache Kafka broker: three partitions, keys
+(some null), headers, one committed and one aborted transaction. The rolled segments
+in the broker's own log dir are offloaded by our sidecar (``rlmm offload`` logic, one
+round). Then Spark reads the same offsets twice: live with ``format("kafka")`` (Spark's
+spark-sql-kafka, fetched with Maven) and from the archive with ``format("kafka-archive")``.
+
+Invariant checked: the two DataFrames are equal row for row, all columns and headers
+included, under ``read_uncommitted`` and under ``read_committed``
+(``kafka.isolation.level``); aborted records appear only in the first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from rlmm.config import load_config
+from rlmm.offload.logdir import read_offset_checkpoint
+from rlmm.offload.sidecar import run_sidecar
+from tests.fixtures.apache_kafka import (
+    ApacheKafkaBroker,
+    ApacheKafkaUnavailable,
+    spark_kafka_jars,
+)
+from tests.fixtures.kafka import BrokerStartError
+
+pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 3
+SEGMENT_MS = 1500
+ISOLATION = ["read_uncommitted", "read_committed"]
+
+
+def headers_for(i: int) -> list[tuple[str, bytes]]:
+    if i % 3 == 0:
+        return []
+    return [("trace", f"t-{i}".encode()), ("bin", bytes([i % 256, 0, 255]))][: 1 + i % 2]
+
+
+async def produce(bootstrap: str, topic: str) -> dict[int, int]:
+    """Plain records, a committed and an aborted transaction, then (after segment.ms)
+    one record per partition that rolls the segment; returns those records' offsets."""
+    base_ts = int(time.time() * 1000) - 60_000
+    plain = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    txn = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id=f"rlmm-test-{topic}", enable_idempotence=True
+    )
+    await plain.start()
+    await txn.start()
+    try:
+
+        async def send_plain(start: int, count: int) -> None:
+            for i in range(start, start + count):
+                key = None if i % 5 == 0 else f"key-{i % 7}".encode()
+                await plain.send_and_wait(
+                    topic, f"value-{i}".encode() * (1 + i % 4), key=key,
+                    partition=i % PARTITIONS, timestamp_ms=base_ts + i, headers=headers_for(i),
+                )  # fmt: skip
+
+        await send_plain(0, 60)
+        async with txn.transaction():  # committed
+            for i in range(100, 110):
+                await txn.send(topic, f"committed-{i}".encode(), key=b"c", partition=i % 2,
+                               timestamp_ms=base_ts + i, headers=[("txn", b"commit")])  # fmt: skip
+        await txn.begin_transaction()  # aborted
+        for i in range(200, 210):
+            await txn.send(topic, f"aborted-{i}".encode(), key=b"a", partition=1 + i % 2,
+                           timestamp_ms=base_ts + i, headers=[("txn", b"abort")])  # fmt: skip
+        await txn.abort_transaction()
+        await send_plain(300, 30)
+        await asyncio.sleep(SEGMENT_MS / 1000 + 0.5)
+        ends = {}
+        for p in range(PARTITIONS):
+            meta = await plain.send_and_wait(topic, b"roll", partition=p)
+            ends[p] = meta.offset
+        return ends
+    finally:
+        await txn.stop()
+        await plain.stop()
+
+
+async def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        configs = {"segment.ms": str(SEGMENT_MS), "retention.ms": "-1"}
+        await admin.create_topics([NewTopic(topic, PARTITIONS, 1, topic_configs=configs)])
+    finally:
+        await admin.close()
+
+
+def read_with_spark(request: dict[str, object], work: Path) -> dict[str, list[dict[str, object]]]:
+    """Both reads in a child process with its own Spark JVM (spark.jars is per JVM)."""
+    (work / "request.json").write_text(json.dumps(request))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.spark_kafka_reads", str(work / "request.json")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its Spark JVM is in the group: killed with it
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        _out, err = child.communicate(timeout=240)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+    assert child.returncode == 0, err.decode(errors="replace")[-4000:]
+    result: dict[str, list[dict[str, object]]] = json.loads(
+        Path(str(request["output"])).read_text()
+    )
+    return result
+
+
+async def test_spark_kafka_source_equals_kafka_archive(
+    apache_kafka_broker: ApacheKafkaBroker, tmp_path: Path
+) -> None:
+    try:
+        jars = await asyncio.to_thread(spark_kafka_jars)
+    except ApacheKafkaUnavailable as e:
+        pytest.skip(f"needs Java and Maven: {e}")
+    except BrokerStartError as e:
+        pytest.fail(f"Spark's Kafka source jars: {e}", pytrace=False)
+    broker = apache_kafka_broker
+    topic = f"spark-src-{uuid4().hex[:8]}"
+    await create_topic(broker.bootstrap, topic)
+    ends = await produce(broker.bootstrap, topic)
+
+    # The sidecar copies nothing past the high watermark Kafka checkpointed (every
+    # replica.high.watermark.checkpoint.interval.ms, 5 s by default): wait for it.
+    checkpoint = broker.data_dir / "replication-offset-checkpoint"
+    async with asyncio.timeout(60):
+        while True:
+            marks = read_offset_checkpoint(checkpoint)
+            if all(marks.get((topic, p), -1) > end for p, end in ends.items()):
+                break
+            await asyncio.sleep(0.5)
+
+    # Our sidecar offloads the rolled segments of this topic from the broker's log dir.
+    config_path = tmp_path / "rlmm.toml"
+    config_path.write_text(
+        f"""
+data_dir = "{tmp_path / "rlmm"}"
+[eventlog]
+partitions = 4
+[offload]
+"remote.storage.enable" = false
+"remote.log.manager.task.interval.ms" = 200
+[offload.topics.{topic}]
+"remote.storage.enable" = true
+"retention.ms" = -1
+"""
+    )
+    config = load_config(config_path, env={})
+    report = await run_sidecar(config, [broker.data_dir], once=True)
+    assert report.tally.errors == [] and report.tally.copied >= PARTITIONS, report
+
+    result = await asyncio.to_thread(
+        read_with_spark,
+        {
+            "bootstrap": broker.bootstrap,
+            "topic": topic,
+            "ending": ends,
+            "isolation": ISOLATION,
+            "jars": [str(j) for j in jars],
+            "rlmm_config": str(config_path),
+            "output": str(tmp_path / "rows.json"),
+        },
+        tmp_path,
+    )
+    for isolation in ISOLATION:
+        live, archived = result[f"kafka/{isolation}"], result[f"kafka-archive/{isolation}"]
+        assert archived == live, f"{isolation}: kafka-archive differs from Spark's Kafka source"
+    uncommitted, committed = result["kafka/read_uncommitted"], result["kafka/read_committed"]
+    values = [bytes.fromhex(str(r["value"])) for r in uncommitted]
+    assert sum(v.startswith(b"aborted-") for v in values) == 10
+    assert not any(bytes.fromhex(str(r["value"])).startswith(b"aborted-") for r in committed)
+    assert sum(bytes.fromhex(str(r["value"])).startswith(b"committed-") for r in committed) == 10
+    assert len(committed) == 60 + 10 + 30
+    assert any(r["headers"] for r in committed) and any(r["key"] is None for r in committed)
+    assert {r["partition"] for r in committed} == set(range(PARTITIONS))
