@@ -15,7 +15,7 @@ import logging
 import re
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, BinaryIO
 
@@ -50,6 +50,32 @@ log = logging.getLogger("remote.s3")
 _MiB = 1024 * 1024
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 _SSE_MODES = (None, "AES256", "aws:kms")
+# How the client talks to S3 unless the options say otherwise (the manager's defaults).
+_MAX_ATTEMPTS = 8
+_RETRY_MODE = "adaptive"
+_CONNECT_TIMEOUT = 10.0
+_READ_TIMEOUT = 60.0
+
+
+def make_s3_client(options: Mapping[str, Any], *, max_pool_connections: int = 4) -> Any:
+    """A boto3 S3 client set up as ``S3RemoteStorageManager(**options)`` sets up its own.
+
+    ``options`` are the ``[remote]`` settings (``endpoint_url``, ``region``, retries,
+    timeouts, ``addressing_style``; other keys are ignored): for other users of the
+    same bucket, such as the S3 snapshot store.
+    """
+    return make_client(
+        S3ClientSettings(
+            endpoint_url=options.get("endpoint_url"),
+            region=options.get("region"),
+            max_pool_connections=max_pool_connections,
+            max_attempts=int(options.get("max_attempts", _MAX_ATTEMPTS)),
+            retry_mode=str(options.get("retry_mode", _RETRY_MODE)),
+            connect_timeout=float(options.get("connect_timeout", _CONNECT_TIMEOUT)),
+            read_timeout=float(options.get("read_timeout", _READ_TIMEOUT)),
+            addressing_style=options.get("addressing_style"),
+        )
+    )
 
 
 class S3RemoteStorageManager(RemoteStorageManager):
@@ -76,10 +102,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
         max_concurrency: int = 8,
         sse: str | None = None,
         sse_kms_key_id: str | None = None,
-        max_attempts: int = 8,
-        retry_mode: str = "adaptive",
-        connect_timeout: float = 10.0,
-        read_timeout: float = 60.0,
+        max_attempts: int = _MAX_ATTEMPTS,
+        retry_mode: str = _RETRY_MODE,
+        connect_timeout: float = _CONNECT_TIMEOUT,
+        read_timeout: float = _READ_TIMEOUT,
         addressing_style: str | None = None,
     ) -> None:
         if not isinstance(bucket, str) or not bucket:
@@ -367,4 +393,4 @@ def _epoch_ms(value: datetime) -> int:
     return int(value.timestamp() * 1000)
 
 
-__all__ = ["S3RemoteStorageManager"]
+__all__ = ["S3RemoteStorageManager", "make_s3_client"]

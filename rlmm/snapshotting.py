@@ -208,22 +208,10 @@ class Snapshotter:
 
 
 def _s3_client(config: RlmmConfig) -> Any:
-    remote = config.remote_options()
     # The segment store's client settings: one place says how we talk to S3.
-    from remote._s3_client import S3ClientSettings, make_client
+    from remote.s3 import make_s3_client
 
-    return make_client(
-        S3ClientSettings(
-            endpoint_url=remote.get("endpoint_url"),
-            region=remote.get("region"),
-            max_pool_connections=4,
-            max_attempts=int(remote.get("max_attempts", 8)),
-            retry_mode=str(remote.get("retry_mode", "adaptive")),
-            connect_timeout=float(remote.get("connect_timeout", 10.0)),
-            read_timeout=float(remote.get("read_timeout", 60.0)),
-            addressing_style=remote.get("addressing_style"),
-        )
-    )
+    return make_s3_client(config.remote_options())
 
 
 def snapshot_store_options(config: RlmmConfig, *, read_only: bool = False) -> dict[str, Any]:
