@@ -210,6 +210,13 @@ FAST_BLOCKS: Final = _fast_path_works()
 _segments: Final[_Builder] = _fast_segments if FAST_BLOCKS else _slow_segments
 
 
+def segments_from_state(
+    tp: TopicIdPartition, items: list[Any]
+) -> tuple[list[RemoteLogSegmentId], list[RemoteLogSegmentMetadata]]:
+    """Segment ids and metadata of :func:`segment_to_state` lists (trusted input)."""
+    return _segments(tp, items)
+
+
 # ---- decoding ------------------------------------------------------------------------------
 
 

@@ -17,9 +17,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from typing import Any
 
-from rlmm import _codec_build as _build
-from rlmm._cache_block import decode_block, encode_block, segment_to_state
-from rlmm._codec_wire import uuid_from_bytes
+from rlmm._cache_block import decode_block, encode_block, segment_to_state, segments_from_state
 from rlmm.errors import InvalidStateTransitionError, RemoteResourceNotFoundError
 from rlmm.model import (
     RemoteLogSegmentId,
@@ -311,16 +309,11 @@ class RemoteLogMetadataCache:
         """Rebuild from format-1 :meth:`to_state` output (trusted: from a CRC-checked file)."""
         segments_state, epochs_state = state
         cache = cls(tp)
-        by_uuid: dict[bytes, RemoteLogSegmentId] = {}
+        sids, metas = segments_from_state(tp, segments_state)
+        by_uuid = {item[0]: sid for item, sid in zip(segments_state, sids, strict=True)}
         segments = cache.segments
-        total = 0
-        for item in segments_state:
-            metadata = _segment_from_state(tp, item)
-            sid = metadata.remote_log_segment_id
-            by_uuid[item[0]] = sid
-            segments[sid] = metadata
-            total += metadata.segment_size_in_bytes
-        cache.total_size_bytes = total
+        segments.update(zip(sids, metas, strict=True))
+        cache.total_size_bytes = sum(m.segment_size_in_bytes for m in metas)
         for epoch, index, unreferenced, highest in epochs_state:
             st = RemoteLogLeaderEpochState()
             st.starts = [start for start, _ in index]
@@ -359,23 +352,3 @@ def _sort_key(metadata: RemoteLogSegmentMetadata) -> tuple[int, int, int]:
 _segment_to_state = segment_to_state
 
 
-def _segment_from_state(tp: TopicIdPartition, item: list[Any]) -> RemoteLogSegmentMetadata:
-    raw, start, end, max_ts, broker, event_ts, size, flat, state, custom, txn_empty = item
-    # The codec's builders: the same objects the constructors make, minus re-validation
-    # of values that were validated before they were snapshotted.
-    return _build.segment_metadata(
-        _build.segment_id(tp, uuid_from_bytes(raw)),
-        start,
-        end,
-        max_ts,
-        broker,
-        event_ts,
-        size,
-        {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)},
-        _STATES[state],
-        custom,
-        txn_empty,
-    )
-
-
-_STATES = tuple(RemoteLogSegmentState)
