@@ -39,7 +39,9 @@ def list_segments(
         session().output.segments(list_segments(view, where))
 
 
-@segments.command("show")
+# Kafka's base64url ids may start with "-" ("-b0w86WETV-..."): an unknown option-like
+# token is the id, not an error (known options such as --json still work).
+@segments.command("show", context_settings={"ignore_unknown_options": True})
 @click.argument("segment_id")
 @common_options
 def show_segment(segment_id: str) -> None:

@@ -116,6 +116,10 @@ def test_bad_input_is_one_clear_line(store: Store, tmp_path: Path) -> None:
     as_json = store.run("segments", "show", "AAAAAAAAAAAAAAAAAAAAAA", "--json")
     assert as_json.returncode == 2
     assert json.loads(as_json.stdout)["error"]["type"] == "RemoteResourceNotFoundError"
+    # base64url ids may start with "-": still an id, not an unknown option
+    dashed = store.run("segments", "show", "-b0w86WETV-ESQCTZb0w8A", "--json")
+    assert dashed.returncode == 2
+    assert json.loads(dashed.stdout)["error"]["type"] == "RemoteResourceNotFoundError"
     unreachable = store.run(
         "verify", "--set", "remote.type=s3", "--set", "remote.bucket=b",
         "--set", "remote.endpoint_url=http://127.0.0.1:9", "--set", "remote.max_attempts=1",
