@@ -151,16 +151,25 @@ async def test_manager_lists_exactly_what_kafkas_rlmm_tiered(
                 sorted(manager.list_remote_log_segments(tp), key=lambda s: s.start_offset),
             )
 
-        async with asyncio.timeout(60):
+        # Kafka may still tier a segment it could not copy yet (the high watermark is
+        # checkpointed every 5 s): settled means agreeing and unchanged for 6 s.
+        loop = asyncio.get_running_loop()
+        agreed_since: float | None = None
+        agreed_ids: list[object] = []
+        async with asyncio.timeout(90):
             while True:
                 files, segments = view()
                 finished = all(
                     s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for s in segments
                 )
-                if finished and [f.segment_id for f in files] == [
-                    s.remote_log_segment_id.id for s in segments
-                ]:
-                    break
+                ids = [f.segment_id for f in files]
+                if finished and ids == [s.remote_log_segment_id.id for s in segments]:
+                    if ids != agreed_ids or agreed_since is None:
+                        agreed_since, agreed_ids = loop.time(), ids
+                    elif loop.time() - agreed_since >= 6:
+                        break
+                else:
+                    agreed_since = None
                 await asyncio.sleep(0.3)
         files, segments = view()
         fingerprint = manager.fingerprint([tp])
