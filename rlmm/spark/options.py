@@ -130,17 +130,22 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     return text == "true"
 
 
-def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+def _int_at_least(options: Mapping[str, str], name: str, minimum: int, what: str) -> int | None:
+    """The integer option ``name`` (None if unset); ``what`` words the error."""
     raw = options.get(name.lower())
     if raw is None:
         return None
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise KafkaArchiveOptionError(name, f"must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise KafkaArchiveOptionError(name, f"must be a positive integer, got {raw!r}")
+        raise KafkaArchiveOptionError(name, f"must be {what}, got {raw!r}") from None
+    if value < minimum:
+        raise KafkaArchiveOptionError(name, f"must be {what}, got {raw!r}")
     return value
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    return _int_at_least(options, name, 1, "a positive integer")
 
 
 def _json(name: str, raw: str) -> Any:
@@ -213,16 +218,7 @@ def _offsets(
 
 
 def _timestamp(options: Mapping[str, str], name: str) -> int | None:
-    raw = options.get(name.lower())
-    if raw is None:
-        return None
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise KafkaArchiveOptionError(name, f"must be a timestamp in ms, got {raw!r}") from None
-    if value < 0:
-        raise KafkaArchiveOptionError(name, f"must be a timestamp in ms >= 0, got {raw!r}")
-    return value
+    return _int_at_least(options, name, 0, "a timestamp in ms >= 0")
 
 
 def _by_timestamp(options: Mapping[str, str], name: str) -> dict[PartitionKey, int] | None:

@@ -9,6 +9,9 @@ Every log a test opens is closed after it, so no test leaks a writer or a lock.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from uuid import uuid4
@@ -98,3 +101,30 @@ async def aclose(iterator: object) -> None:
     close = getattr(iterator, "aclose", None)
     if close is not None:
         await close()
+
+
+async def run_and_sigkill(script: Path, args: list[str], run_for: float) -> list[str]:
+    """Run a writer child until it prints ``ready``, let it work ``run_for`` s, SIGKILL it.
+
+    Returns its whole stdout lines (the last piece is "" or a line cut by the kill, so
+    it is dropped: never an acknowledgement).
+    """
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert child.stdout is not None and child.stderr is not None
+    ready = await asyncio.wait_for(child.stdout.readline(), 30)
+    assert ready == b"ready\n", (ready, await child.stderr.read())
+    # Drain stdout while it runs so the child never blocks on a full pipe.
+    output = asyncio.create_task(child.stdout.read())
+    await asyncio.sleep(run_for)
+    child.send_signal(signal.SIGKILL)
+    lines = (await output).decode().split("\n")
+    errors = await child.stderr.read()
+    assert await child.wait() == -signal.SIGKILL, errors.decode()
+    return lines[:-1]

@@ -12,18 +12,15 @@ Invariant: the seed is printed in every failure message, so a failing run replay
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import random
-import signal
-import sys
 from pathlib import Path
 
 import pytest
 
 from eventlog.file import FileEventLog
-from tests.eventlog.conftest import collect
+from tests.eventlog.conftest import collect, run_and_sigkill
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("_file_child.py")
@@ -33,28 +30,9 @@ ROUNDS = 25
 
 async def run_and_kill(directory: Path, seed: int, run_for: float) -> list[str]:
     """Start the crashing writer, let it append for ``run_for`` s, SIGKILL it; its lines."""
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(CHILD),
-        "crash",
-        str(directory),
-        str(PARTITIONS),
-        str(seed),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    return await run_and_sigkill(
+        CHILD, ["crash", str(directory), str(PARTITIONS), str(seed)], run_for
     )
-    assert child.stdout is not None and child.stderr is not None
-    ready = await asyncio.wait_for(child.stdout.readline(), 30)
-    assert ready == b"ready\n", (ready, await child.stderr.read())
-    # Drain stdout while it runs so the child never blocks on a full pipe.
-    output = asyncio.create_task(child.stdout.read())
-    await asyncio.sleep(run_for)
-    child.send_signal(signal.SIGKILL)
-    lines = (await output).decode().split("\n")
-    errors = await child.stderr.read()
-    assert await child.wait() == -signal.SIGKILL, errors.decode()
-    return lines[:-1]  # the last piece is "" or a line cut by the kill: not an ack
 
 
 def tear_tail(directory: Path, rng: random.Random) -> int:

@@ -11,8 +11,6 @@ import asyncio
 import hashlib
 import os
 import random
-import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ import pytest
 from eventlog import OffsetBeforeLogStartError
 from eventlog.errors import EventLogConfigError
 from eventlog.file import FileEventLog, stored_start_offsets
-from tests.eventlog.conftest import collect
+from tests.eventlog.conftest import collect, run_and_sigkill
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("_retention_child.py")
@@ -205,26 +203,7 @@ async def test_follower_whose_known_segments_all_went(tmp_path: Path) -> None:
 
 
 async def run_and_kill(directory: Path, partitions: int, seed: int, run_for: float) -> list[str]:
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(CHILD),
-        str(directory),
-        str(partitions),
-        str(seed),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert child.stdout is not None and child.stderr is not None
-    ready = await asyncio.wait_for(child.stdout.readline(), 30)
-    assert ready == b"ready\n", (ready, await child.stderr.read())
-    output = asyncio.create_task(child.stdout.read())
-    await asyncio.sleep(run_for)
-    child.send_signal(signal.SIGKILL)
-    lines = (await output).decode().split("\n")
-    errors = await child.stderr.read()
-    assert await child.wait() == -signal.SIGKILL, errors.decode()
-    return lines[:-1]
+    return await run_and_sigkill(CHILD, [str(directory), str(partitions), str(seed)], run_for)
 
 
 @pytest.mark.slow
