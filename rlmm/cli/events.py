@@ -27,7 +27,7 @@ def events(
     files: tuple[Path, ...], partitions: tuple[int, ...], from_offset: int, follow: bool
 ) -> None:
     """Print metadata events as JSON lines (from the event log, or from FILES)."""
-    from rlmm.event_dump import DumpedEvent, dump_event_log, dump_segment_file
+    from rlmm.ops.event_dump import DumpedEvent, dump_event_log, dump_segment_file
 
     out = session().output
     errors = 0

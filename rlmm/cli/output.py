@@ -5,7 +5,7 @@ of result; ``ConsoleOutput`` prints aligned tables with sizes and times in human
 units, ``JsonOutput`` prints exactly one JSON document on stdout (streams — events,
 records — print one JSON object per line). Invariant: stdout carries only results;
 errors, warnings and progress go to stderr; JSON field names are the stable ones of
-``rlmm.describe`` and of each result's ``to_dict``.
+``rlmm.ops.describe`` and of each result's ``to_dict``.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from rlmm.describe import segment_fields
-from rlmm.event_dump import DumpedEvent
-from rlmm.inventory import PartitionSummary, SegmentDetail
 from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
-from rlmm.repair import RepairPlan
-from rlmm.snapshot_report import SnapshotReport
-from rlmm.verification import VerifyReport
+from rlmm.ops.describe import segment_fields
+from rlmm.ops.event_dump import DumpedEvent
+from rlmm.ops.inventory import PartitionSummary, SegmentDetail
+from rlmm.ops.repair import RepairPlan
+from rlmm.ops.snapshot_report import SnapshotReport
+from rlmm.ops.verification import VerifyReport
 
 
 def human_bytes(n: int | None) -> str:

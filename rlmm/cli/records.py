@@ -42,7 +42,7 @@ def records(
     isolation: str, fmt: str,
 ) -> None:  # fmt: skip
     """Print the archived records of TOPIC."""
-    from rlmm.record_dump import RecordQuery, raw_value, read_records, record_fields
+    from rlmm.ops.record_dump import RecordQuery, raw_value, read_records, record_fields
 
     query = RecordQuery(topic, partitions, from_offset, limit, isolation)
     out = session().output

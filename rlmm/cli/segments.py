@@ -1,7 +1,7 @@
 """`rlmm segments list|show` and `rlmm partitions`: what the remote log holds.
 
 Invariant: read-only (a MetadataView and the RSM's listing); each command calls one
-library function of rlmm.inventory and hands the result to the Output.
+library function of rlmm.ops.inventory and hands the result to the Output.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def list_segments(
 ) -> None:
     """List segments (every state), by topic, partition and start offset."""
     from rlmm.archive import open_metadata_view
-    from rlmm.inventory import SegmentFilter, list_segments
+    from rlmm.ops.inventory import SegmentFilter, list_segments
 
     where = SegmentFilter(
         topic, partition, None if state is None else RemoteLogSegmentState[state.upper()], epoch
@@ -48,7 +48,7 @@ def show_segment(segment_id: str) -> None:
     """Everything about one segment: metadata, stored objects, the events that made it."""
     from rlmm.archive import open_metadata_view
     from rlmm.factory import open_remote_storage
-    from rlmm.inventory import describe_segment
+    from rlmm.ops.inventory import describe_segment
 
     config = session().config
     with open_metadata_view(config) as view, open_remote_storage(config) as rsm:
@@ -61,7 +61,7 @@ def show_segment(segment_id: str) -> None:
 def partitions(topic: str | None) -> None:
     """Per partition: segments, remote bytes, offsets, highest offset per epoch, states."""
     from rlmm.archive import open_metadata_view
-    from rlmm.inventory import SegmentFilter, summarize_partitions
+    from rlmm.ops.inventory import SegmentFilter, summarize_partitions
 
     with open_metadata_view(session().config) as view:
         session().output.partitions(summarize_partitions(view, SegmentFilter(topic)))

@@ -21,7 +21,7 @@ def snapshot() -> None:
 def inspect(path: Path | None) -> None:
     """Version, applied offsets, counts and checksum of PATH (a snapshot file or a
     directory of them; default: the configured snapshot directory)."""
-    from rlmm.snapshot_report import inspect_snapshots
+    from rlmm.ops.snapshot_report import inspect_snapshots
 
     reports = inspect_snapshots(path if path is not None else session().config.snapshot_dir())
     session().output.snapshots(reports)

@@ -1,7 +1,7 @@
 """`rlmm verify` and `rlmm gc`: the metadata against the objects, and the garbage repair.
 
 Invariant: verify never writes; gc is a dry run unless --apply, and removes exactly
-what a verify run at that moment proves is garbage (rlmm.repair). Exit 0 when clean
+what a verify run at that moment proves is garbage (rlmm.ops.repair). Exit 0 when clean
 (gc: nothing left to do), 1 when problems are found (or remain).
 """
 
@@ -15,7 +15,7 @@ import click
 from rlmm.cli.session import common_options, session
 
 if TYPE_CHECKING:
-    from rlmm.verification import VerifyReport
+    from rlmm.ops.verification import VerifyReport
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -49,7 +49,7 @@ def _verify_options(fn: click.decorators.FC) -> click.decorators.FC:
 def _run_verify(deep: bool, topic: str | None, safety_window: float) -> VerifyReport:
     from rlmm.archive import open_metadata_view
     from rlmm.factory import open_remote_storage
-    from rlmm.verification import verify
+    from rlmm.ops.verification import verify
 
     s = session()
     config = s.config
@@ -82,7 +82,7 @@ def gc_command(apply: bool, deep: bool, topic: str | None, safety_window: float)
     """Remove what verify proves is garbage: orphan objects, stale multipart uploads,
     segments stuck in a STARTED state (through the DELETE path of the metadata)."""
     from rlmm.factory import open_remote_storage
-    from rlmm.repair import apply_repairs, plan_repairs
+    from rlmm.ops.repair import apply_repairs, plan_repairs
 
     plan = plan_repairs(_run_verify(deep, topic, safety_window))
     if apply and plan.actions:

@@ -19,8 +19,8 @@ from rlmm.codec import encode
 from rlmm.errors import RemoteStorageNotReadyError, SnapshotBlockError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
+from rlmm.ops.snapshot_report import inspect_snapshot
 from rlmm.partitioning import metadata_partition_for
-from rlmm.snapshot_report import inspect_snapshot
 from rlmm.snapshotting import SnapshotPolicy
 from snapshot import Snapshot, SnapshotStore
 from tests.rlmm.factories import S, segment, tp, update

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlmm.config import load_config
-from rlmm.describe import segment_fields
+from rlmm.ops.describe import segment_fields
 from tests.rlmm.archive.archive_data import offload
 from tests.rlmm.cli.store import run_cli, sid, write_partition
 

@@ -11,8 +11,8 @@ import pytest
 from remote import iter_records
 from remote.storage import OBJECT_KINDS, SegmentManifest, object_name
 from rlmm.archive import open_metadata_view
-from rlmm.describe import segment_fields
-from rlmm.inventory import summarize_partitions
+from rlmm.ops.describe import segment_fields
+from rlmm.ops.inventory import summarize_partitions
 from tests.rlmm.cli.store import Store, build_store, run_cli, sid
 
 

@@ -22,15 +22,15 @@ from remote.storage import (
 )
 from rlmm.archive import MetadataView
 from rlmm.config import RlmmConfig
-from rlmm.describe import partition_fields, segment_fields
 from rlmm.errors import RemoteResourceNotFoundError
-from rlmm.event_dump import DumpedEvent, segment_history
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
     kafka_uuid_from_str,
 )
+from rlmm.ops.describe import partition_fields, segment_fields
+from rlmm.ops.event_dump import DumpedEvent, segment_history
 
 _FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 

@@ -28,9 +28,9 @@ from remote.segments.records import decode_batch
 from rlmm.archive.view import open_read_only_event_log
 from rlmm.codec import decode
 from rlmm.config import RlmmConfig
-from rlmm.describe import event_fields
 from rlmm.errors import CodecError, ConfigError, RemoteStorageError
 from rlmm.model import RemoteLogMetadata, RemoteLogSegmentId, TopicIdPartition
+from rlmm.ops.describe import event_fields
 from rlmm.partitioning import metadata_partition_for
 
 

@@ -31,7 +31,7 @@ from rlmm.model import (
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
 )
-from rlmm.verification import GARBAGE, Problem, ProblemKind, VerifyReport
+from rlmm.ops.verification import GARBAGE, Problem, ProblemKind, VerifyReport
 
 _S = RemoteLogSegmentState
 _ACTIONS = {

@@ -1,4 +1,4 @@
-"""rlmm.verification and rlmm.repair in process: the safety window, the topic filter,
+"""rlmm.ops.verification and rlmm.ops.repair in process: the safety window, the topic filter,
 a plan that meets a changed state, and the event dump / snapshot report edge cases."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 from eventlog._batch import encode_batch
 from rlmm.archive import open_metadata_view
 from rlmm.codec import encode
-from rlmm.event_dump import dump_segment_file
 from rlmm.model import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
-from rlmm.repair import apply_repairs, plan_repairs
-from rlmm.snapshot_report import inspect_snapshot
-from rlmm.verification import ProblemKind, verify
+from rlmm.ops.event_dump import dump_segment_file
+from rlmm.ops.repair import apply_repairs, plan_repairs
+from rlmm.ops.snapshot_report import inspect_snapshot
+from rlmm.ops.verification import ProblemKind, verify
 from tests.rlmm.cli.store import (
     HOUR_MS,
     build_store,

@@ -1,0 +1,225 @@
+"""Remote layouts: where and how one segment copy's log and indexes are stored (read side).
+
+A Kafka cluster's remote tier is laid out by whichever RemoteStorageManager plugin its
+brokers load: rlmm's own layout (``local`` / ``s3``), Kafka's ``LocalTieredStorage``
+directory tree, or Aiven's S3 plugin (chunked, optionally compressed or encrypted log
+objects, a JSON manifest, the indexes packed in one object). Every read-side tool of
+rlmm (the archive reader and planner, ``rlmm segments show``, ``verify``, ``gc``)
+goes through this ABC, so each of them works on all of these layouts.
+
+Invariants:
+- a layout never writes except ``delete_objects``, and that only for names its own
+  ``parse_object_name`` accepts (a key outside the layout's pattern is refused);
+- names are relative to the layout's root (directory or bucket prefix), exactly as
+  ``list_objects`` reports them and ``segment_objects`` names them;
+- errors name the object key: ``RemoteResourceNotFoundError`` for an absent object,
+  ``RemoteIntegrityError`` (with ``object_name``) for one that is there but unreadable
+  as the layout's format.
+
+``load_remote_layout(options)`` picks the layout from ``options["type"]`` and imports
+its module lazily (this package's ``__init__`` sits above the layout modules; no layout
+module imports another).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO
+
+from remote.errors import InvalidRemotePathError, RemoteStorageError
+from remote.storage import IndexType, MultipartUpload, RemoteObject
+from rlmm.errors import ConfigError
+from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
+
+LOG_LABEL = "log segment"
+
+
+def index_label(kind: IndexType) -> str:
+    return f"{kind.name} index"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentObject:
+    """One object a finished segment copy must (or may) have in a layout.
+
+    ``recorded_size`` / ``recorded_crc32c`` are what the writer recorded (a manifest),
+    None when it recorded nothing; ``holds_log`` says the object's stored bytes are
+    the segment's log bytes as they are (so a deep check can walk its batches in the
+    same pass that hashes it).
+    """
+
+    name: str
+    label: str
+    recorded_size: int | None = None
+    recorded_crc32c: int | None = None
+    required: bool = True
+    holds_log: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectName:
+    """The parts of an object name in a layout's pattern."""
+
+    topic: str
+    topic_id: str  # Kafka's base64url text
+    partition: int
+    start_offset: int
+    segment_id: str  # Kafka's base64url text
+    label: str
+    temporary: bool = False  # a temp file of a copy that never published
+
+
+class RemoteLayout(abc.ABC):
+    """Reads one layout of segment copies: naming, fetching, inventory (thread-safe)."""
+
+    type_name: str = ""
+
+    # --- naming -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def segment_objects(self, metadata: RemoteLogSegmentMetadata) -> list[SegmentObject]:
+        """The objects of ``metadata``'s copy with what the writer recorded about them.
+
+        May read a manifest object; raises RemoteResourceNotFoundError (manifest absent)
+        or RemoteIntegrityError (manifest unreadable), each naming the key."""
+
+    @abc.abstractmethod
+    def log_object_name(self, metadata: RemoteLogSegmentMetadata) -> str:
+        """The name of the object holding the segment's log data (no I/O)."""
+
+    def index_object_name(self, metadata: RemoteLogSegmentMetadata, kind: IndexType) -> str:
+        """The name of the object holding index ``kind`` (no I/O; for messages)."""
+        return self.log_object_name(metadata)
+
+    @abc.abstractmethod
+    def parse_object_name(self, name: str) -> ObjectName | None:
+        """Split ``name``; None when it is not in this layout's pattern."""
+
+    @abc.abstractmethod
+    def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
+        """The name prefix of every object of one partition."""
+
+    # --- reading ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        """The segment's log bytes from ``start_position`` to ``end_position`` (inclusive,
+        clamped to the segment's end; None = to the end), as Kafka's fetchLogSegment."""
+
+    @abc.abstractmethod
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        """The whole index of ``index_type``; RemoteResourceNotFoundError if absent."""
+
+    # --- inventory ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def list_objects(
+        self, topic_id_partition: TopicIdPartition | None = None
+    ) -> Iterator[RemoteObject]:
+        """Every object under the layout's root (or one partition's prefix), by name."""
+
+    @abc.abstractmethod
+    def open_object(self, name: str) -> BinaryIO:
+        """The stored bytes of ``name`` as they are; RemoteResourceNotFoundError if absent."""
+
+    @abc.abstractmethod
+    def _delete(self, names: list[str]) -> None:
+        """Delete the named objects (absent ones are fine); names are already checked."""
+
+    def delete_objects(self, names: Iterable[str]) -> None:
+        """Delete objects by name; refuses (before deleting anything) a name outside the
+        layout's own pattern."""
+        checked = list(names)
+        for name in checked:
+            if self.parse_object_name(name) is None:
+                raise InvalidRemotePathError(
+                    f"{name!r} is not in the {self.type_name} layout's pattern: not deleted"
+                )
+        if checked:
+            self._delete(checked)
+
+    def delete_segment_objects(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Delete every object of ``metadata``'s copy (absent ones are fine)."""
+        self.delete_objects(self.segment_object_names(metadata))
+
+    def segment_object_names(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
+        """Every name a copy of ``metadata`` may have (no I/O: for deletes)."""
+        return [self.log_object_name(metadata)]
+
+    def list_multipart_uploads(self) -> list[MultipartUpload]:
+        """Open multipart uploads under the root (object stores only; none by default)."""
+        return []
+
+    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
+        raise RemoteStorageError(f"{self!r} has no multipart uploads to abort ({upload.name})")
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; idempotent."""
+
+    def __enter__(self) -> RemoteLayout:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+LAYOUT_TYPES = ("local", "s3", "local-tiered-storage", "aiven-s3")
+READ_ONLY_TYPES = ("local-tiered-storage", "aiven-s3")
+
+
+def load_remote_layout(config: Mapping[str, Any]) -> RemoteLayout:
+    """Build the read side of the configured ``[remote]`` settings.
+
+    ``type`` is ``local`` or ``s3`` (rlmm's own layout, over the RemoteStorageManager
+    of that name), ``local-tiered-storage`` (``dir`` = the brokers' ``rsm.config.dir``)
+    or ``aiven-s3`` (the bucket settings and the plugin's own property names).
+    """
+    options = dict(config)
+    kind = options.get("type", "local")
+    if kind in ("local", "s3"):
+        from remote.layouts.rlmm import RlmmLayout
+        from remote.storage import load_remote_storage_manager
+
+        return RlmmLayout(load_remote_storage_manager(options))
+    options.pop("type")
+    if kind == "local-tiered-storage":
+        from remote.layouts.local_tiered_storage import LocalTieredStorageLayout
+
+        unknown = sorted(set(options) - {"dir"})
+        if unknown or "dir" not in options:
+            raise ConfigError(
+                "remote.type = 'local-tiered-storage' takes one setting, remote.dir (the"
+                f" brokers' rsm.config.dir); got {sorted(options)}"
+            )
+        return LocalTieredStorageLayout(Path(options["dir"]))
+    if kind == "aiven-s3":
+        from remote.layouts.aiven_s3 import AivenS3Layout
+
+        return AivenS3Layout.from_options(options)
+    raise ConfigError(f"unknown remote storage type {kind!r} (expected one of {LAYOUT_TYPES})")
+
+
+__all__ = [
+    "LAYOUT_TYPES",
+    "LOG_LABEL",
+    "READ_ONLY_TYPES",
+    "ObjectName",
+    "RemoteLayout",
+    "SegmentObject",
+    "index_label",
+    "load_remote_layout",
+]

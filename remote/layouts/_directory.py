@@ -1,0 +1,96 @@
+"""Objects as files under a root directory: listing, opening and deleting by name.
+
+Invariant: a name is a clean relative path (no '..', '.', '//', NUL) that resolves
+under the root; a file removed while listing is skipped, not an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+from remote.errors import InvalidRemotePathError, RemoteResourceNotFoundError, RemoteStorageError
+from remote.storage import RemoteObject, check_object_name
+
+log = logging.getLogger(__name__)
+
+
+def path_of_name(root: Path, name: str) -> Path:
+    path = root / check_object_name(name)
+    if not path.resolve().is_relative_to(root):
+        raise InvalidRemotePathError(f"{path} escapes the remote storage root {root}")
+    return path
+
+
+def list_files(root: Path, top: Path) -> list[RemoteObject]:
+    """Every file under ``top`` (inside ``root``), named relative to ``root``, by name."""
+    found: list[RemoteObject] = []
+    for directory, _, files in os.walk(top):
+        for file in files:
+            path = Path(directory, file)
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise RemoteStorageError(f"cannot stat {path}: {e}") from e
+            name = path.relative_to(root).as_posix()
+            found.append(RemoteObject(name, st.st_size, st.st_mtime_ns // 1_000_000))
+    found.sort(key=lambda o: o.name)
+    return found
+
+
+def open_file(root: Path, name: str) -> BinaryIO:
+    path = path_of_name(root, name)
+    try:
+        return open(path, "rb")
+    except FileNotFoundError as e:
+        raise RemoteResourceNotFoundError(f"object {name} not found: {path}") from e
+    except OSError as e:
+        raise RemoteStorageError(f"cannot open {path}: {e}") from e
+
+
+def unlink_files(root: Path, names: Iterable[str], *, remove_empty_dirs: bool) -> None:
+    """Delete each named file (one already gone is fine); optionally drop emptied dirs."""
+    paths = [path_of_name(root, name) for name in names]
+    for path in paths:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise RemoteStorageError(f"cannot delete {path}: {e}") from e
+    if not remove_empty_dirs:
+        return
+    for directory in sorted({p.parent for p in paths}, reverse=True):
+        while directory != root and directory.is_relative_to(root):
+            try:
+                directory.rmdir()
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                    log.warning("cannot remove empty directory %s: %s", directory, e)
+                if e.errno != errno.ENOENT:
+                    break
+            directory = directory.parent
+
+
+def read_file(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as e:
+        raise RemoteResourceNotFoundError(f"{what} not found: {path}") from e
+    except OSError as e:
+        raise RemoteStorageError(f"cannot read {path}: {e}") from e
+
+
+def close_quietly(f: BinaryIO) -> None:
+    with contextlib.suppress(OSError):
+        f.close()
+
+
+__all__ = ["close_quietly", "list_files", "open_file", "path_of_name", "read_file", "unlink_files"]

@@ -1,0 +1,183 @@
+"""LocalTieredStorageLayout: Kafka's own test RSM (``LocalTieredStorage``), read as it is.
+
+Kafka's ``LocalTieredStorage`` stores each copy under ``<rsm.config.dir>/kafka-tiered-storage``
+as ``<topic>-<partition>-<topic_id>/<start_offset:020>-<segment_id><suffix>`` with the
+suffixes ``.log``, ``.index``, ``.timeindex``, ``.txnindex`` (only when the segment has
+aborted transactions), ``.snapshot`` and ``.leader_epoch_checkpoint``; ids are Kafka's
+base64url Uuid text. The files are Kafka's own segment and index files, byte for byte,
+and there is no manifest: the log's size is the metadata's ``segment_size_in_bytes``.
+
+Invariants: reads only, except ``delete_objects`` of names in that pattern (the
+partition directories stay, as Kafka's own delete leaves them); a fetched range is
+exactly the bytes asked for, or an error naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from remote.errors import InvalidRemotePathError, RemoteResourceNotFoundError
+from remote.layouts import LOG_LABEL, ObjectName, RemoteLayout, SegmentObject, index_label
+from remote.layouts._directory import list_files, open_file, read_file, unlink_files
+from remote.storage import (
+    IndexType,
+    RemoteObject,
+    check_range,
+    check_topic_name,
+    resolve_range,
+    verifying_stream,
+)
+from rlmm.errors import RemoteStorageError
+from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition, kafka_uuid_to_str
+
+ROOT_DIR_NAME = "kafka-tiered-storage"
+LOG_SUFFIX = ".log"
+SUFFIXES: dict[IndexType, str] = {
+    IndexType.OFFSET: ".index",
+    IndexType.TIMESTAMP: ".timeindex",
+    IndexType.TRANSACTION: ".txnindex",
+    IndexType.PRODUCER_SNAPSHOT: ".snapshot",
+    IndexType.LEADER_EPOCH: ".leader_epoch_checkpoint",
+}
+_LABEL_OF_SUFFIX = {LOG_SUFFIX: LOG_LABEL} | {s: index_label(k) for k, s in SUFFIXES.items()}
+_NAME = re.compile(
+    r"(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>\d+)-(?P<topic_id>[A-Za-z0-9_-]{22})/"
+    r"(?P<start_offset>\d{20})-(?P<segment_id>[A-Za-z0-9_-]{22})(?P<suffix>\.[a-z_]+)"
+)
+
+
+class LocalTieredStorageLayout(RemoteLayout):
+    """The files Kafka's LocalTieredStorage wrote under ``rsm_config_dir``."""
+
+    type_name = "local-tiered-storage"
+
+    def __init__(self, rsm_config_dir: Path) -> None:
+        self._dir = Path(rsm_config_dir).resolve()
+        self._root = self._dir / ROOT_DIR_NAME
+        if not self._dir.is_dir():
+            raise RemoteStorageError(
+                f"remote.dir {self._dir} is not a directory (it should be the brokers'"
+                " rsm.config.dir of LocalTieredStorage)"
+            )
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"LocalTieredStorageLayout(root={str(self._root)!r})"
+
+    # --- naming -------------------------------------------------------------------------
+
+    def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
+        tp = topic_id_partition
+        topic = check_topic_name(tp.topic)
+        return f"{topic}-{tp.partition}-{kafka_uuid_to_str(tp.topic_id)}/"
+
+    def _base(self, metadata: RemoteLogSegmentMetadata) -> str:
+        segment_id = metadata.remote_log_segment_id
+        return (
+            f"{self.partition_prefix(segment_id.topic_id_partition)}"
+            f"{metadata.start_offset:020d}-{kafka_uuid_to_str(segment_id.id)}"
+        )
+
+    def log_object_name(self, metadata: RemoteLogSegmentMetadata) -> str:
+        return self._base(metadata) + LOG_SUFFIX
+
+    def index_object_name(self, metadata: RemoteLogSegmentMetadata, kind: IndexType) -> str:
+        return self._base(metadata) + SUFFIXES[IndexType(kind)]
+
+    def segment_object_names(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
+        base = self._base(metadata)
+        return [base + LOG_SUFFIX, *(base + s for s in SUFFIXES.values())]
+
+    def segment_objects(self, metadata: RemoteLogSegmentMetadata) -> list[SegmentObject]:
+        base = self._base(metadata)
+        out = [
+            SegmentObject(
+                base + LOG_SUFFIX, LOG_LABEL, metadata.segment_size_in_bytes, holds_log=True
+            )
+        ]
+        for kind, suffix in SUFFIXES.items():
+            if kind == IndexType.TRANSACTION and metadata.txn_index_empty:
+                continue
+            out.append(SegmentObject(base + suffix, index_label(kind)))
+        return out
+
+    def parse_object_name(self, name: str) -> ObjectName | None:
+        match = _NAME.fullmatch(name)
+        if match is None or match["suffix"] not in _LABEL_OF_SUFFIX:
+            return None
+        return ObjectName(
+            topic=match["topic"],
+            topic_id=match["topic_id"],
+            partition=int(match["partition"]),
+            start_offset=int(match["start_offset"]),
+            segment_id=match["segment_id"],
+            label=_LABEL_OF_SUFFIX[match["suffix"]],
+        )
+
+    def _path(self, name: str) -> Path:
+        path = self._root / name
+        if not path.resolve().is_relative_to(self._root):
+            raise InvalidRemotePathError(f"{path} escapes {self._root}")
+        return path
+
+    # --- reading ------------------------------------------------------------------------
+
+    def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        check_range(metadata, start_position, end_position)
+        path = self._path(self.log_object_name(metadata))
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - handed to the returned stream, closed there
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(
+                f"log segment of {metadata.remote_log_segment_id} not found: {path}"
+            ) from e
+        except OSError as e:
+            raise RemoteStorageError(f"cannot open {path}: {e}") from e
+        try:
+            size = os.fstat(f.fileno()).st_size
+            start, length = resolve_range(str(path), size, start_position, end_position)
+            f.seek(start)
+        except BaseException:
+            f.close()
+            raise
+        return verifying_stream(str(path), f.read, f.close, length, None, _translate)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        kind = IndexType(index_type)
+        path = self._path(self.index_object_name(metadata, kind))
+        return read_file(path, f"{index_label(kind)} of segment {metadata.remote_log_segment_id}")
+
+    # --- inventory ----------------------------------------------------------------------
+
+    def list_objects(
+        self, topic_id_partition: TopicIdPartition | None = None
+    ) -> Iterator[RemoteObject]:
+        top = self._root
+        if topic_id_partition is not None:
+            top = self._root / self.partition_prefix(topic_id_partition)
+        return iter(list_files(self._root, top))
+
+    def open_object(self, name: str) -> BinaryIO:
+        return open_file(self._root, name)
+
+    def _delete(self, names: list[str]) -> None:
+        unlink_files(self._root, names, remove_empty_dirs=False)
+
+
+def _translate(e: Exception) -> Exception:
+    return RemoteStorageError(f"reading a LocalTieredStorage segment failed: {e}")
+
+
+__all__ = ["ROOT_DIR_NAME", "LocalTieredStorageLayout"]

@@ -1,0 +1,136 @@
+"""RlmmLayout: rlmm's own layout, read through the RemoteStorageManager that wrote it.
+
+Objects are ``<topic>-<topic_id>/<partition>/<start_offset:020>-<segment_id>.<suffix>``
+under the local root or the S3 prefix; the copy's custom metadata carries a manifest
+(size and CRC-32C per object). Invariant: every call goes to the wrapped manager, so
+reads here verify exactly as the offloader's own reads do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from remote.layouts import LOG_LABEL, ObjectName, RemoteLayout, SegmentObject
+from remote.storage import (
+    OBJECT_KINDS,
+    IndexType,
+    MultipartUpload,
+    ObjectKind,
+    RemoteObject,
+    RemoteStorageManager,
+    SegmentManifest,
+    kind_label,
+    object_name,
+    parse_object_name,
+    partition_prefix,
+)
+from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
+
+_MANDATORY: tuple[ObjectKind, ...] = (
+    None,
+    IndexType.OFFSET,
+    IndexType.TIMESTAMP,
+    IndexType.PRODUCER_SNAPSHOT,
+    IndexType.LEADER_EPOCH,
+)
+
+
+class RlmmLayout(RemoteLayout):
+    """rlmm's layout over a ``local`` or ``s3`` RemoteStorageManager (owned: closed here)."""
+
+    def __init__(self, rsm: RemoteStorageManager) -> None:
+        self.rsm = rsm
+        self.type_name = "s3" if type(rsm).__name__.startswith("S3") else "local"
+
+    def __repr__(self) -> str:
+        return repr(self.rsm)
+
+    def segment_objects(self, metadata: RemoteLogSegmentMetadata) -> list[SegmentObject]:
+        manifest = SegmentManifest.of(metadata)
+        out = []
+        if manifest is not None:
+            for kind, recorded in manifest.objects.items():
+                out.append(
+                    SegmentObject(
+                        object_name(metadata, kind),
+                        kind_label(kind),
+                        recorded.size,
+                        recorded.crc32c,
+                        holds_log=kind is None,
+                    )
+                )
+            return out
+        for kind in OBJECT_KINDS:
+            if kind in _MANDATORY or not metadata.txn_index_empty:
+                size = metadata.segment_size_in_bytes if kind is None else None
+                out.append(
+                    SegmentObject(
+                        object_name(metadata, kind), kind_label(kind), size, holds_log=kind is None
+                    )
+                )
+        return out
+
+    def log_object_name(self, metadata: RemoteLogSegmentMetadata) -> str:
+        return object_name(metadata, None)
+
+    def index_object_name(self, metadata: RemoteLogSegmentMetadata, kind: IndexType) -> str:
+        return object_name(metadata, kind)
+
+    def segment_object_names(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
+        return [object_name(metadata, kind) for kind in OBJECT_KINDS]
+
+    def parse_object_name(self, name: str) -> ObjectName | None:
+        parsed = parse_object_name(name)
+        if parsed is None:
+            return None
+        return ObjectName(
+            parsed.topic,
+            parsed.topic_id,
+            parsed.partition,
+            parsed.start_offset,
+            parsed.segment_id,
+            LOG_LABEL if parsed.kind is None else kind_label(parsed.kind),
+            parsed.temporary,
+        )
+
+    def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
+        return partition_prefix(topic_id_partition)
+
+    def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        return self.rsm.fetch_log_segment(metadata, start_position, end_position)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        return self.rsm.fetch_index(metadata, index_type)
+
+    def list_objects(
+        self, topic_id_partition: TopicIdPartition | None = None
+    ) -> Iterator[RemoteObject]:
+        return self.rsm.list_objects(topic_id_partition)
+
+    def open_object(self, name: str) -> BinaryIO:
+        return self.rsm.open_object(name)
+
+    def _delete(self, names: list[str]) -> None:
+        self.rsm.delete_objects(names)
+
+    def delete_segment_objects(self, metadata: RemoteLogSegmentMetadata) -> None:
+        # The manager's own delete also removes temp files of crashed copies.
+        self.rsm.delete_log_segment_data(metadata)
+
+    def list_multipart_uploads(self) -> list[MultipartUpload]:
+        return self.rsm.list_multipart_uploads()
+
+    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
+        self.rsm.abort_multipart_upload(upload)
+
+    def close(self) -> None:
+        self.rsm.close()
+
+
+__all__ = ["RlmmLayout"]
