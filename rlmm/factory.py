@@ -10,6 +10,7 @@ from typing import Any
 
 from eventlog import EventLog, EventLogConfigError, load_event_log
 from remote import RemoteStorageManager, load_remote_storage_manager
+from remote.layouts import READ_ONLY_TYPES, RemoteLayout, load_remote_layout
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
@@ -44,7 +45,20 @@ def open_event_log(config: RlmmConfig) -> EventLog:
 
 
 def open_remote_storage(config: RlmmConfig) -> RemoteStorageManager:
-    return load_remote_storage_manager(config.remote_options())
+    """The RemoteStorageManager that copies segments (rlmm's own layout: local or s3)."""
+    options = config.remote_options()
+    if options.get("type") in READ_ONLY_TYPES:
+        raise ConfigError(
+            f"remote.type = {options['type']!r} is a Kafka cluster's own remote tier, read"
+            " as it is: rlmm reads it but never copies into it (the offloader writes rlmm's"
+            " layout: remote.type = 'local' or 's3')"
+        )
+    return load_remote_storage_manager(options)
+
+
+def open_remote_layout(config: RlmmConfig) -> RemoteLayout:
+    """The read side of the configured remote tier (any layout)."""
+    return load_remote_layout(config.remote_options())
 
 
 def create_manager(

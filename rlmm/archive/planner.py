@@ -29,8 +29,9 @@ from typing import Any
 from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.legacy_records import LegacyRecordBatch
 
-from remote import IndexType, RemoteStorageManager
+from remote import IndexType
 from remote.errors import RemoteResourceNotFoundError
+from remote.layouts import RemoteLayout
 from remote.segments import (
     AbortedTxn,
     OffsetIndexEntry,
@@ -40,7 +41,6 @@ from remote.segments import (
     read_time_index,
     read_txn_index,
 )
-from remote.storage import object_name
 from rlmm.archive.batches import iter_batches
 from rlmm.archive.errors import ArchiveError, DataLossError
 from rlmm.archive.lineage import LineageRange, gaps
@@ -116,10 +116,10 @@ class _Planner:
     """Plans one request; caches the indexes it fetched (one fetch per index at most)."""
 
     def __init__(
-        self, request: ReadRequest, rsm: RemoteStorageManager, remote_options: Mapping[str, Any]
+        self, request: ReadRequest, layout: RemoteLayout, remote_options: Mapping[str, Any]
     ) -> None:
         self.request = request
-        self.rsm = rsm
+        self.layout = layout
         self.remote_options = dict(remote_options)
         self._offset_indexes: dict[RemoteLogSegmentId, list[OffsetIndexEntry]] = {}
 
@@ -135,9 +135,11 @@ class _Planner:
     def offset_index(self, segment: RemoteLogSegmentMetadata) -> list[OffsetIndexEntry]:
         entries = self._offset_indexes.get(segment.remote_log_segment_id)
         if entries is None:
-            data = self.rsm.fetch_index(segment, IndexType.OFFSET)
+            data = self.layout.fetch_index(segment, IndexType.OFFSET)
             entries = read_offset_index(
-                data, segment.start_offset, name=object_name(segment, IndexType.OFFSET)
+                data,
+                segment.start_offset,
+                name=self.layout.index_object_name(segment, IndexType.OFFSET),
             )
             self._offset_indexes[segment.remote_log_segment_id] = entries
         return entries
@@ -154,14 +156,16 @@ class _Planner:
                 continue
             segment = r.segment
             try:
-                data = self.rsm.fetch_index(segment, IndexType.TRANSACTION)
+                data = self.layout.fetch_index(segment, IndexType.TRANSACTION)
             except RemoteResourceNotFoundError as e:
                 raise DataLossError(
                     f"segment {segment.remote_log_segment_id.id} has aborted transactions but"
                     f" its transaction index cannot be read: {e}"
                 ) from e
             complete = False
-            for txn in read_txn_index(data, name=object_name(segment, IndexType.TRANSACTION)):
+            for txn in read_txn_index(
+                data, name=self.layout.index_object_name(segment, IndexType.TRANSACTION)
+            ):
                 if txn.last_offset >= start and txn.first_offset < end:
                     out.append(txn)
                 complete = complete or txn.last_stable_offset >= end
@@ -173,13 +177,13 @@ class _Planner:
         """First offset of the batch at ``position`` (an offset-index position), where a
         split there passes from one slice to the next; None when the batch does not
         say (a compressed magic 0/1 wrapper carries only its last offset)."""
-        with self.rsm.fetch_log_segment(segment, position, position + 17) as f:
+        with self.layout.fetch_log_segment(segment, position, position + 17) as f:
             data = f.read()
         if len(data) < 18:
             raise DataLossError(
                 f"segment {segment.remote_log_segment_id.id}: object"
-                f" {object_name(segment, None)} ends inside the batch header at byte position"
-                f" {position} (its offset index points there)"
+                f" {self.layout.log_object_name(segment)} ends inside the batch header at byte"
+                f" position {position} (its offset index points there)"
             )
         offset, _, magic, legacy_attributes = _SPLIT_HEADER.unpack(data)
         if magic < 2 and legacy_attributes & 0x07:
@@ -190,11 +194,11 @@ class _Planner:
         """First offset of the earliest transaction still open at the end of ``segment``
         (from the producer snapshot copied with it), or None when none is open."""
         try:
-            data = self.rsm.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT)
+            data = self.layout.fetch_index(segment, IndexType.PRODUCER_SNAPSHOT)
         except RemoteResourceNotFoundError:
             return None
         entries = read_producer_snapshot(
-            data, name=object_name(segment, IndexType.PRODUCER_SNAPSHOT)
+            data, name=self.layout.index_object_name(segment, IndexType.PRODUCER_SNAPSHOT)
         )
         open_txns = [e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0]
         return min(open_txns) if open_txns else None
@@ -215,16 +219,16 @@ class _Planner:
     def _offset_in_segment(self, r: LineageRange, timestamp: int) -> int | None:
         segment = r.segment
         entries = read_time_index(
-            self.rsm.fetch_index(segment, IndexType.TIMESTAMP),
+            self.layout.fetch_index(segment, IndexType.TIMESTAMP),
             segment.start_offset,
-            name=object_name(segment, IndexType.TIMESTAMP),
+            name=self.layout.index_object_name(segment, IndexType.TIMESTAMP),
         )
         # Largest entry with a timestamp <= the target: no earlier record reaches it.
         i = bisect_left([e.timestamp for e in entries], timestamp)
         not_before = max(entries[i - 1].offset if i else segment.start_offset, r.first_offset)
         position = lookup_offset(self.offset_index(segment), not_before)
-        name = object_name(segment, None)
-        with self.rsm.fetch_log_segment(segment, position) as stream:
+        name = self.layout.log_object_name(segment)
+        with self.layout.fetch_log_segment(segment, position) as stream:
             for header, data in iter_batches(
                 stream,
                 position,
@@ -405,10 +409,10 @@ def plan_slices(
     request: ReadRequest,
     remote_options: Mapping[str, Any],
     *,
-    rsm: RemoteStorageManager | None = None,
+    layout: RemoteLayout | None = None,
 ) -> list[Slice]:
     """Slices covering the request, partition by partition, each in offset order."""
-    planner = _Planner(request, rsm or remote_storage_for(remote_options), remote_options)
+    planner = _Planner(request, layout or remote_storage_for(remote_options), remote_options)
     out: list[Slice] = []
     for tp in select_partitions(view, request):
         ranges = view.lineage_ranges(tp)

@@ -25,7 +25,6 @@ import pyarrow as pa
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from remote.segments.batch import RecordBatchHeader
-from remote.storage import object_name
 from rlmm.archive.batches import iter_batches
 from rlmm.archive.columns import ColumnBuilder
 from rlmm.archive.errors import CorruptBatchError, DataLossError
@@ -55,7 +54,7 @@ def read_slice(piece: Slice, *, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
         return
     rsm = remote_storage_for(piece.remote_options)
     segment_id = str(piece.segment.remote_log_segment_id.id)
-    name = f"{rsm!r}: {object_name(piece.segment, None)}"
+    name = f"{rsm!r}: {rsm.log_object_name(piece.segment)}"
     builder = ColumnBuilder(
         piece.topic, piece.partition, piece.from_offset, piece.until_offset, piece.include_headers
     )

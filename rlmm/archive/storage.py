@@ -1,10 +1,11 @@
-"""One RemoteStorageManager per process and configuration, for planners and slice readers.
+"""One RemoteLayout per process and configuration, for planners and slice readers.
 
 Job: an executor reading many slices must not build (and leak) a boto3 client per
-slice: :func:`remote_storage_for` hands out one shared manager per distinct
-``remote_options`` dict (RemoteStorageManager methods are thread-safe).
+slice: :func:`remote_storage_for` hands out one shared layout reader per distinct
+``remote_options`` dict (RemoteLayout methods are thread-safe). The layout is the
+one ``[remote] type`` names: rlmm's own, Kafka's LocalTieredStorage or Aiven's S3.
 
-Invariant: every manager built here is closed once, at interpreter exit or by
+Invariant: every layout built here is closed once, at interpreter exit or by
 :func:`close_remote_storage`; a closed one is never handed out again.
 """
 
@@ -16,23 +17,23 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from remote import RemoteStorageManager, load_remote_storage_manager
+from remote.layouts import RemoteLayout, load_remote_layout
 
 _lock = threading.Lock()
-_managers: dict[str, RemoteStorageManager] = {}
+_managers: dict[str, RemoteLayout] = {}
 
 
 def _key(options: Mapping[str, Any]) -> str:
     return json.dumps(dict(options), sort_keys=True, default=str)
 
 
-def remote_storage_for(options: Mapping[str, Any]) -> RemoteStorageManager:
-    """The process's manager for these options (built on first use)."""
+def remote_storage_for(options: Mapping[str, Any]) -> RemoteLayout:
+    """The process's layout reader for these options (built on first use)."""
     key = _key(options)
     with _lock:
         rsm = _managers.get(key)
         if rsm is None:
-            rsm = _managers[key] = load_remote_storage_manager(dict(options))
+            rsm = _managers[key] = load_remote_layout(dict(options))
         return rsm
 
 

@@ -47,12 +47,12 @@ def list_segments(
 def show_segment(segment_id: str) -> None:
     """Everything about one segment: metadata, stored objects, the events that made it."""
     from rlmm.archive import open_metadata_view
-    from rlmm.factory import open_remote_storage
+    from rlmm.factory import open_remote_layout
     from rlmm.ops.inventory import describe_segment
 
     config = session().config
-    with open_metadata_view(config) as view, open_remote_storage(config) as rsm:
-        session().output.segment_detail(describe_segment(config, view, rsm, segment_id))
+    with open_metadata_view(config) as view, open_remote_layout(config) as layout:
+        session().output.segment_detail(describe_segment(config, view, layout, segment_id))
 
 
 @click.command("partitions")

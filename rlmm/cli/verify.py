@@ -48,18 +48,18 @@ def _verify_options(fn: click.decorators.FC) -> click.decorators.FC:
 
 def _run_verify(deep: bool, topic: str | None, safety_window: float) -> VerifyReport:
     from rlmm.archive import open_metadata_view
-    from rlmm.factory import open_remote_storage
+    from rlmm.factory import open_remote_layout
     from rlmm.ops.verification import verify
 
     s = session()
     config = s.config
     with (
         open_metadata_view(config) as view,
-        open_remote_storage(config) as rsm,
+        open_remote_layout(config) as layout,
         s.progress("verifying") as progress,
     ):
         return verify(
-            view, rsm, deep=deep, topic=topic, safety_window_s=safety_window, progress=progress
+            view, layout, deep=deep, topic=topic, safety_window_s=safety_window, progress=progress
         )
 
 
@@ -81,13 +81,13 @@ def verify_command(deep: bool, topic: str | None, safety_window: float) -> None:
 def gc_command(apply: bool, deep: bool, topic: str | None, safety_window: float) -> None:
     """Remove what verify proves is garbage: orphan objects, stale multipart uploads,
     segments stuck in a STARTED state (through the DELETE path of the metadata)."""
-    from rlmm.factory import open_remote_storage
+    from rlmm.factory import open_remote_layout
     from rlmm.ops.repair import apply_repairs, plan_repairs
 
     plan = plan_repairs(_run_verify(deep, topic, safety_window))
     if apply and plan.actions:
-        with open_remote_storage(session().config) as rsm:
-            apply_repairs(session().config, rsm, plan)
+        with open_remote_layout(session().config) as layout:
+            apply_repairs(session().config, layout, plan)
     session().output.repair(plan)
     remaining = plan.left_alone or plan.skipped or (plan.actions and not apply)
     if remaining:

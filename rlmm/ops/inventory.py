@@ -12,22 +12,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.storage import (
-    OBJECT_KINDS,
-    ObjectKind,
-    RemoteStorageManager,
-    SegmentManifest,
-    kind_label,
-    object_name,
-)
+from remote.layouts import RemoteLayout
 from rlmm.archive import MetadataView
 from rlmm.config import RlmmConfig
-from rlmm.errors import RemoteResourceNotFoundError
+from rlmm.errors import RemoteResourceNotFoundError, RemoteStorageError
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
     kafka_uuid_from_str,
+    kafka_uuid_to_str,
 )
 from rlmm.ops.describe import partition_fields, segment_fields
 from rlmm.ops.event_dump import DumpedEvent, segment_history
@@ -92,7 +86,7 @@ class StoredObject:
     """One object of a segment copy: what the manifest recorded and what is stored."""
 
     name: str
-    kind: ObjectKind
+    kind: str  # what the object holds: "log segment", "OFFSET index", "manifest", ...
     recorded_size: int | None
     recorded_crc32c: int | None
     stored_size: int | None  # None: not in remote storage
@@ -101,7 +95,7 @@ class StoredObject:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "kind": kind_label(self.kind),
+            "kind": self.kind,
             "recorded_size": self.recorded_size,
             "recorded_crc32c": None
             if self.recorded_crc32c is None
@@ -127,37 +121,50 @@ class SegmentDetail:
         }
 
 
-def stored_objects(rsm: RemoteStorageManager, m: RemoteLogSegmentMetadata) -> list[StoredObject]:
-    """The objects of ``m``'s copy: every kind the manifest records or the store holds."""
-    listing = {o.name: o for o in rsm.list_objects(m.topic_id_partition)}
-    manifest = SegmentManifest.of(m)
+def stored_objects(layout: RemoteLayout, m: RemoteLogSegmentMetadata) -> list[StoredObject]:
+    """The objects of ``m``'s copy: every one the layout expects (with what its writer
+    recorded) and any other stored object of the same segment id."""
+    listing = {o.name: o for o in layout.list_objects(m.topic_id_partition)}
+    try:
+        expected = layout.segment_objects(m)
+    except RemoteStorageError:
+        # An unreadable manifest: show what is stored (``rlmm verify`` names the problem).
+        expected = []
     out = []
-    for kind in OBJECT_KINDS:
-        name = object_name(m, kind)
-        recorded = manifest.objects.get(kind) if manifest is not None else None
-        stored = listing.get(name)
-        if recorded is None and stored is None:
+    seen = set()
+    for obj in expected:
+        stored = listing.get(obj.name)
+        if stored is None and not obj.required:
             continue
+        seen.add(obj.name)
         out.append(
             StoredObject(
-                name,
-                kind,
-                None if recorded is None else recorded.size,
-                None if recorded is None else recorded.crc32c,
+                obj.name,
+                obj.label,
+                obj.recorded_size,
+                obj.recorded_crc32c,
                 None if stored is None else stored.size,
                 None if stored is None else stored.last_modified_ms,
             )
+        )
+    segment_id = kafka_uuid_to_str(m.remote_log_segment_id.id)
+    for name, stored in listing.items():
+        parsed = layout.parse_object_name(name)
+        if name in seen or parsed is None or parsed.segment_id != segment_id:
+            continue
+        out.append(
+            StoredObject(name, parsed.label, None, None, stored.size, stored.last_modified_ms)
         )
     return out
 
 
 def describe_segment(
-    config: RlmmConfig, view: MetadataView, rsm: RemoteStorageManager, segment_id: str
+    config: RlmmConfig, view: MetadataView, layout: RemoteLayout, segment_id: str
 ) -> SegmentDetail:
     """One segment in full: its metadata, stored objects and metadata events."""
     m = find_segment(view, segment_id)
     return SegmentDetail(
-        m, stored_objects(rsm, m), segment_history(config, m.remote_log_segment_id)
+        m, stored_objects(layout, m), segment_history(config, m.remote_log_segment_id)
     )
 
 

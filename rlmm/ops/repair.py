@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.storage import MultipartUpload, RemoteStorageManager
+from remote.layouts import RemoteLayout
+from remote.storage import MultipartUpload
 from rlmm.config import RlmmConfig
 from rlmm.factory import create_manager, open_event_log
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
@@ -79,7 +80,7 @@ def plan_repairs(report: VerifyReport) -> RepairPlan:
 
 
 async def _delete_segments(
-    config: RlmmConfig, rsm: RemoteStorageManager, plan: RepairPlan, actions: list[RepairAction]
+    config: RlmmConfig, layout: RemoteLayout, plan: RepairPlan, actions: list[RepairAction]
 ) -> None:
     targets = [a.problem.segment for a in actions if a.problem.segment is not None]
     tps = sorted({m.topic_id_partition for m in targets}, key=lambda t: (t.topic, t.partition))
@@ -105,7 +106,7 @@ async def _delete_segments(
                     (action, f"state changed since verify ({found.state.name} -> {now})")
                 )
                 continue
-            await _delete_segment(config, rsm, manager, current)
+            await _delete_segment(config, layout, manager, current)
             plan.done.append(action)
     finally:
         await manager.close()
@@ -113,7 +114,7 @@ async def _delete_segments(
 
 async def _delete_segment(
     config: RlmmConfig,
-    rsm: RemoteStorageManager,
+    layout: RemoteLayout,
     manager: TopicBasedRemoteLogMetadataManager,
     m: RemoteLogSegmentMetadata,
 ) -> None:
@@ -128,11 +129,11 @@ async def _delete_segment(
 
     if m.state == _S.COPY_SEGMENT_STARTED:
         await manager.update_remote_log_segment_metadata(update(_S.DELETE_SEGMENT_STARTED))
-    await asyncio.to_thread(rsm.delete_log_segment_data, m)
+    await asyncio.to_thread(layout.delete_segment_objects, m)
     await manager.update_remote_log_segment_metadata(update(_S.DELETE_SEGMENT_FINISHED))
 
 
-def apply_repairs(config: RlmmConfig, rsm: RemoteStorageManager, plan: RepairPlan) -> RepairPlan:
+def apply_repairs(config: RlmmConfig, layout: RemoteLayout, plan: RepairPlan) -> RepairPlan:
     """Carry out ``plan`` (objects and uploads first, then the segments); returns it with
     ``done`` and ``skipped`` filled in. Errors of the store or the metadata log raise."""
     plan.applied = True
@@ -141,16 +142,16 @@ def apply_repairs(config: RlmmConfig, rsm: RemoteStorageManager, plan: RepairPla
         by_kind.setdefault(action.action, []).append(action)
     objects = by_kind.get("delete_object", [])
     if objects:
-        rsm.delete_objects([a.problem.object_name for a in objects if a.problem.object_name])
+        layout.delete_objects([a.problem.object_name for a in objects if a.problem.object_name])
         plan.done.extend(objects)
     for action in by_kind.get("abort_multipart_upload", []):
         p = action.problem
         assert p.object_name is not None and p.upload_id is not None
-        rsm.abort_multipart_upload(MultipartUpload(p.object_name, p.upload_id, 0))
+        layout.abort_multipart_upload(MultipartUpload(p.object_name, p.upload_id, 0))
         plan.done.append(action)
     segments = by_kind.get("delete_segment", [])
     if segments:
-        asyncio.run(_delete_segments(config, rsm, plan, segments))
+        asyncio.run(_delete_segments(config, layout, plan, segments))
     return plan
 
 

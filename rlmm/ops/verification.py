@@ -1,13 +1,17 @@
 """Verification of remote storage: the metadata against the stored objects, both ways.
 
-The library side of ``rlmm verify``. From a read-only MetadataView and the RSM's
-inventory it finds, each naming its segment id or object:
+The library side of ``rlmm verify``. From a read-only MetadataView and the inventory
+of a RemoteLayout (rlmm's own, Kafka's LocalTieredStorage, Aiven's S3 plugin) it
+finds, each naming its segment id or object:
 
 - ``missing_object``: an object of a COPY_SEGMENT_FINISHED segment is not stored;
 - ``size_mismatch``: a stored object's size differs from the manifest (or, without
   one, the log object's size from ``segment_size_in_bytes``);
 - ``checksum_mismatch`` (deep): its CRC-32C differs from the manifest's;
-- ``batch_crc_error`` (deep): a record batch of the log object fails its own CRC;
+- ``batch_crc_error`` (deep): a record batch of the log data fails its own CRC;
+- ``corrupt_object``: an object that is there but unreadable in the layout's format
+  (a manifest that is not JSON, a chunk index that does not match the object, a
+  truncated or undecodable chunk);
 - ``orphan_object``: an object no live segment owns (or a temp file of a copy that
   never published), older than the safety window;
 - ``stuck_copy_started`` / ``stuck_delete_started``: a segment left in a STARTED state
@@ -30,32 +34,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, BinaryIO, cast
 
-from remote.errors import SegmentFormatError
+from remote.errors import RemoteIntegrityError, SegmentFormatError
+from remote.layouts import RemoteLayout, SegmentObject
 from remote.segments.batch import RecordBatchReader
-from remote.storage import (
-    OBJECT_KINDS,
-    IndexType,
-    ObjectChecksum,
-    ObjectKind,
-    RemoteObject,
-    RemoteStorageManager,
-    SegmentManifest,
-    crc32c_of,
-    object_name,
-    parse_object_name,
-)
+from remote.storage import RemoteObject, crc32c_of
 from rlmm.archive import MetadataView
+from rlmm.errors import RemoteResourceNotFoundError, RemoteStorageError
 from rlmm.model import RemoteLogSegmentMetadata, RemoteLogSegmentState, kafka_uuid_to_str
 
 DEFAULT_SAFETY_WINDOW_S = 3600.0
 _S = RemoteLogSegmentState
-_MANDATORY = (
-    None,
-    IndexType.OFFSET,
-    IndexType.TIMESTAMP,
-    IndexType.PRODUCER_SNAPSHOT,
-    IndexType.LEADER_EPOCH,
-)
 _READ_CHUNK = 4 * 1024 * 1024
 
 
@@ -69,6 +57,7 @@ class ProblemKind(enum.StrEnum):
     STUCK_DELETE_STARTED = "stuck_delete_started"
     LINEAGE_GAP = "lineage_gap"
     STALE_MULTIPART_UPLOAD = "stale_multipart_upload"
+    CORRUPT_OBJECT = "corrupt_object"
 
 
 _STUCK = {
@@ -163,20 +152,11 @@ def _utc(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def expected_objects(m: RemoteLogSegmentMetadata) -> dict[ObjectKind, ObjectChecksum | None]:
-    """The objects a finished copy of ``m`` must have, with what the manifest recorded."""
-    manifest = SegmentManifest.of(m)
-    if manifest is not None:
-        return dict(manifest.objects)
-    kinds = [k for k in OBJECT_KINDS if k in _MANDATORY or not m.txn_index_empty]
-    return {k: None for k in kinds}
-
-
 class _Verifier:
     def __init__(
         self,
         view: MetadataView,
-        rsm: RemoteStorageManager,
+        layout: RemoteLayout,
         deep: bool,
         topic: str | None,
         window_s: float,
@@ -184,7 +164,7 @@ class _Verifier:
         progress: Progress | None,
     ) -> None:
         self.view = view
-        self.rsm = rsm
+        self.layout = layout
         self.deep = deep
         self.topic = topic
         self.cutoff_ms = now_ms - int(window_s * 1000)
@@ -192,7 +172,7 @@ class _Verifier:
         self.report = VerifyReport([], deep, window_s)
 
     def run(self) -> VerifyReport:
-        listing = {o.name: o for o in self.rsm.list_objects()}
+        listing = {o.name: o for o in self.layout.list_objects()}
         tps = [tp for tp in self.view.topic_partitions() if self.topic in (None, tp.topic)]
         segments = [m for tp in tps for m in self.view.segments(tp)]
         live = {
@@ -231,84 +211,106 @@ class _Verifier:
             return
         if m.state != _S.COPY_SEGMENT_FINISHED:
             return
-        for kind, recorded in expected_objects(m).items():
-            self.check_object(m, kind, recorded, listing)
+        try:
+            objects = self.layout.segment_objects(m)
+        except RemoteResourceNotFoundError as e:
+            name = getattr(e, "object_name", None) or self.layout.log_object_name(m)
+            self.add(ProblemKind.MISSING_OBJECT, m, _one_line(e, name), name)
+            return
+        except RemoteIntegrityError as e:
+            name = getattr(e, "object_name", None) or self.layout.log_object_name(m)
+            self.add(ProblemKind.CORRUPT_OBJECT, m, _one_line(e, name), name)
+            return
+        complete = True
+        for obj in objects:
+            complete = self.check_object(m, obj, listing) and complete
+        if self.deep and complete and not any(o.holds_log for o in objects):
+            self.read_log_through_layout(m)
+
+    def add(
+        self, kind: ProblemKind, m: RemoteLogSegmentMetadata, detail: str, name: str | None
+    ) -> None:
+        self.report.problems.append(_segment_problem(kind, m, detail, name))
 
     def check_object(
-        self,
-        m: RemoteLogSegmentMetadata,
-        kind: ObjectKind,
-        recorded: ObjectChecksum | None,
-        listing: dict[str, RemoteObject],
-    ) -> None:
-        name = object_name(m, kind)
+        self, m: RemoteLogSegmentMetadata, obj: SegmentObject, listing: dict[str, RemoteObject]
+    ) -> bool:
+        """Presence and size (and, deep, content) of one object; False if it is unusable."""
         self.report.objects_checked += 1
-        stored = listing.get(name)
+        stored = listing.get(obj.name)
         if stored is None:
-            self.report.problems.append(
-                _segment_problem(ProblemKind.MISSING_OBJECT, m, "not in remote storage", name)
+            if obj.required:
+                self.add(ProblemKind.MISSING_OBJECT, m, "not in remote storage", obj.name)
+            return not obj.required
+        if obj.recorded_size is not None and stored.size != obj.recorded_size:
+            self.add(
+                ProblemKind.SIZE_MISMATCH,
+                m,
+                f"stored {stored.size} bytes, recorded {obj.recorded_size}",
+                obj.name,
             )
-            return
-        expected_size = (
-            recorded.size
-            if recorded is not None
-            else (m.segment_size_in_bytes if kind is None else None)
-        )
-        if expected_size is not None and stored.size != expected_size:
-            self.report.problems.append(
-                _segment_problem(
-                    ProblemKind.SIZE_MISMATCH,
-                    m,
-                    f"stored {stored.size} bytes, recorded {expected_size}",
-                    name,
-                )
-            )
-            return
-        if self.deep:
-            self.read_deeply(m, kind, recorded, name)
+            return False
+        if self.deep and (obj.holds_log or obj.recorded_crc32c is not None):
+            self.read_deeply(m, obj)
+        return True
 
-    def read_deeply(
-        self,
-        m: RemoteLogSegmentMetadata,
-        kind: ObjectKind,
-        recorded: ObjectChecksum | None,
-        name: str,
-    ) -> None:
+    def read_deeply(self, m: RemoteLogSegmentMetadata, obj: SegmentObject) -> None:
         # One streaming pass per object (segments are up to a GiB): the CRC-32C of every
-        # byte, and for the log object each batch's own CRC on the way.
-        with self.rsm.open_object(name) as stream:
+        # byte, and for an object holding the log as it is, each batch's own CRC on the way.
+        name = obj.name
+        with self.layout.open_object(name) as stream:
             reading = _Checksummed(stream)
-            if kind is None:
-                reader = RecordBatchReader(
-                    cast(BinaryIO, reading),
-                    name=name,
-                    verify_crc=True,
-                    strict=False,
-                    allow_truncated_tail=False,
-                )
-                for _ in reader:
-                    pass
-                error: SegmentFormatError | None = reader.error
-                if error is not None:
-                    detail = str(error).removeprefix(f"{name}: ")  # the object has its column
-                    self.report.problems.append(
-                        _segment_problem(ProblemKind.BATCH_CRC_ERROR, m, detail, name)
-                    )
+            if obj.holds_log:
+                self.walk_batches(m, cast(BinaryIO, reading), name)
             reading.drain()
         self.report.bytes_read += reading.size
-        if recorded is not None and reading.crc != recorded.crc32c:
-            self.report.problems.append(
-                _segment_problem(
-                    ProblemKind.CHECKSUM_MISMATCH,
-                    m,
-                    f"CRC-32C {reading.crc:08x}, recorded {recorded.crc32c:08x}",
-                    name,
-                )
+        if obj.recorded_crc32c is not None and reading.crc != obj.recorded_crc32c:
+            self.add(
+                ProblemKind.CHECKSUM_MISMATCH,
+                m,
+                f"CRC-32C {reading.crc:08x}, recorded {obj.recorded_crc32c:08x}",
+                name,
+            )
+
+    def walk_batches(self, m: RemoteLogSegmentMetadata, stream: BinaryIO, name: str) -> None:
+        reader = RecordBatchReader(
+            stream, name=name, verify_crc=True, strict=False, allow_truncated_tail=False
+        )
+        for _ in reader:
+            pass
+        error: SegmentFormatError | None = reader.error
+        if error is not None:
+            detail = str(error).removeprefix(f"{name}: ")  # the object has its column
+            self.add(ProblemKind.BATCH_CRC_ERROR, m, detail, name)
+
+    def read_log_through_layout(self, m: RemoteLogSegmentMetadata) -> None:
+        """Deep check of a log stored transformed (chunked, compressed, encrypted): read
+        it back through the layout (every chunk checked there) and walk its batches."""
+        name = self.layout.log_object_name(m)
+        try:
+            with self.layout.fetch_log_segment(m, 0) as stream:
+                reading = _Checksummed(stream)
+                self.walk_batches(m, cast(BinaryIO, reading), name)
+                reading.drain()
+        except RemoteIntegrityError as e:
+            where = getattr(e, "object_name", None) or name
+            self.add(ProblemKind.CORRUPT_OBJECT, m, _one_line(e, where), where)
+            return
+        except RemoteStorageError as e:
+            self.add(ProblemKind.CORRUPT_OBJECT, m, _one_line(e, name), name)
+            return
+        self.report.bytes_read += reading.size
+        if reading.size != m.segment_size_in_bytes:
+            self.add(
+                ProblemKind.SIZE_MISMATCH,
+                m,
+                f"log data is {reading.size} bytes, recorded {m.segment_size_in_bytes}",
+                name,
             )
 
     def orphans(self, listing: dict[str, RemoteObject], live: set[str]) -> None:
         for obj in listing.values():
-            parsed = parse_object_name(obj.name)
+            parsed = self.layout.parse_object_name(obj.name)
             if parsed is None or self.topic not in (None, parsed.topic):
                 continue  # not ours to judge: a name outside rlmm's layout is left alone
             if obj.last_modified_ms >= self.cutoff_ms:
@@ -332,8 +334,8 @@ class _Verifier:
             )
 
     def uploads(self) -> None:
-        for upload in self.rsm.list_multipart_uploads():
-            parsed = parse_object_name(upload.name)
+        for upload in self.layout.list_multipart_uploads():
+            parsed = self.layout.parse_object_name(upload.name)
             topic = parsed.topic if parsed is not None else None
             if self.topic not in (None, topic) or upload.initiated_ms >= self.cutoff_ms:
                 continue
@@ -348,6 +350,12 @@ class _Verifier:
                     upload_id=upload.upload_id,
                 )
             )
+
+
+def _one_line(e: Exception, name: str) -> str:
+    """The error's first line, without the object name it starts with (it has a column)."""
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return text.removeprefix(f"{name}: ")
 
 
 class _Checksummed(io.RawIOBase):
@@ -385,7 +393,7 @@ class _Checksummed(io.RawIOBase):
 
 def verify(
     view: MetadataView,
-    rsm: RemoteStorageManager,
+    layout: RemoteLayout,
     *,
     deep: bool = False,
     topic: str | None = None,
@@ -393,11 +401,11 @@ def verify(
     now_ms: int | None = None,
     progress: Progress | None = None,
 ) -> VerifyReport:
-    """Check the metadata of ``view`` against the objects of ``rsm`` (see the module doc)."""
+    """Check the metadata of ``view`` against the objects of ``layout`` (see the module doc)."""
     if safety_window_s < 0:
         raise ValueError(f"safety window {safety_window_s}s < 0")
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    return _Verifier(view, rsm, deep, topic, safety_window_s, now, progress).run()
+    return _Verifier(view, layout, deep, topic, safety_window_s, now, progress).run()
 
 
 __all__ = [
@@ -406,6 +414,5 @@ __all__ = [
     "Problem",
     "ProblemKind",
     "VerifyReport",
-    "expected_objects",
     "verify",
 ]

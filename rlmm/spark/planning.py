@@ -46,10 +46,13 @@ def rlmm_config(options: KafkaArchiveOptions) -> RlmmConfig:
 
 
 def remote_options(config: RlmmConfig) -> dict[str, Any]:
-    """``config.remote_options()`` with a local root made absolute (on the driver)."""
+    """``config.remote_options()`` with a local root (or LocalTieredStorage dir) made
+    absolute on the driver, so executors with another working directory find it."""
     out = config.remote_options()
-    if out.get("type", "local") == "local" and "root" in out:
-        out["root"] = str(Path(out["root"]).resolve())
+    kind = out.get("type", "local")
+    for key in ("root", "dir"):
+        if kind in ("local", "local-tiered-storage") and key in out:
+            out[key] = str(Path(out[key]).resolve())
     return out
 
 

@@ -171,6 +171,7 @@ def test_a_slice_boundary_inside_a_transaction(history: Any) -> None:
 def test_bounds_prune_segments_before_any_fetch(history: Any) -> None:
     config, written = history
     from remote import LocalRemoteStorageManager
+    from remote.layouts.rlmm import RlmmLayout
 
     class Counting(LocalRemoteStorageManager):
         def __init__(self, root: Path) -> None:
@@ -186,6 +187,7 @@ def test_bounds_prune_segments_before_any_fetch(history: Any) -> None:
             return super().fetch_log_segment(metadata, start, end)
 
     rsm = Counting(Path(config.remote_options()["root"]))
+    layout = RlmmLayout(rsm)
     key = ("h-none", 0)
     with open_metadata_view(config) as view:
         tp = view.find(*key)
@@ -196,7 +198,7 @@ def test_bounds_prune_segments_before_any_fetch(history: Any) -> None:
             starting_offsets={key: third.start_offset},
             ending_offsets={key: third.end_offset + 1},
         )
-        slices = plan_slices(view, request, config.remote_options(), rsm=rsm)
+        slices = plan_slices(view, request, config.remote_options(), layout=layout)
         assert [s.segment for s in slices] == [third]
         assert rsm.calls == []  # a whole segment: planned from its metadata alone
         request = ReadRequest(
@@ -204,7 +206,7 @@ def test_bounds_prune_segments_before_any_fetch(history: Any) -> None:
             starting_offsets={key: third.start_offset + 50},
             ending_offsets={key: third.end_offset - 20},
         )
-        (piece,) = plan_slices(view, request, config.remote_options(), rsm=rsm)
+        (piece,) = plan_slices(view, request, config.remote_options(), layout=layout)
         assert rsm.calls == [("index", third.start_offset)]  # only the one segment's index
         assert 0 < piece.start_position < piece.end_position < third.segment_size_in_bytes
         got = rows(read_slice(piece))
@@ -213,7 +215,7 @@ def test_bounds_prune_segments_before_any_fetch(history: Any) -> None:
         rsm.calls.clear()
         target = next(e for e in written["none"] if e.offset == third.start_offset + 10)
         request = ReadRequest(topics=("h-none",), starting_timestamp_ms=target.timestamp)
-        slices = plan_slices(view, request, config.remote_options(), rsm=rsm)
+        slices = plan_slices(view, request, config.remote_options(), layout=layout)
         assert {start for _, start in rsm.calls} == {third.start_offset}
         assert slices[0].from_offset == target.offset
     rsm.close()

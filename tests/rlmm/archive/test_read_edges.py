@@ -167,7 +167,7 @@ def test_a_segment_deleted_after_planning(tmp_path: Path, caplog: Any) -> None:
         slices = plan_slices(view, ReadRequest(topics=("del",)), config.remote_options())
     gone = slices[1]
     # retention deletes the middle segment between planning and reading
-    remote_storage_for(config.remote_options()).delete_log_segment_data(gone.segment)
+    remote_storage_for(config.remote_options()).delete_segment_objects(gone.segment)
     with pytest.raises(DataLossError, match=r"del-0: offsets \[40, 80\) are gone"):
         list(read_slice(gone))
     with caplog.at_level(logging.WARNING):

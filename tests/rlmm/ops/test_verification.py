@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from eventlog._batch import encode_batch
+from remote.layouts.rlmm import RlmmLayout
 from rlmm.archive import open_metadata_view
 from rlmm.codec import encode
 from rlmm.model import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
@@ -35,14 +36,14 @@ def test_safety_window_and_topic_filter(tmp_path: Path) -> None:
     try:
         orphans = seed_orphan(store, rsm, age_ms=0)
         with open_metadata_view(store.config) as view:
-            assert verify(view, rsm).ok  # young: maybe a copy in flight
+            assert verify(view, RlmmLayout(rsm)).ok  # young: maybe a copy in flight
             later = int(time.time() * 1000) + 2 * HOUR_MS
-            aged = verify(view, rsm, now_ms=later)
+            aged = verify(view, RlmmLayout(rsm), now_ms=later)
             assert {(p.kind, p.object_name) for p in aged.problems} == {
                 (ProblemKind.ORPHAN_OBJECT, name) for _, _, name in orphans
             }
-            assert verify(view, rsm, now_ms=later, topic="other").ok
-            assert verify(view, rsm, now_ms=later, safety_window_s=3 * 3600).ok
+            assert verify(view, RlmmLayout(rsm), now_ms=later, topic="other").ok
+            assert verify(view, RlmmLayout(rsm), now_ms=later, safety_window_s=3 * 3600).ok
     finally:
         rsm.close()
 
@@ -53,7 +54,7 @@ def test_repair_leaves_a_segment_whose_state_changed(tmp_path: Path) -> None:
     rsm = store.rsm()
     try:
         with open_metadata_view(store.config) as view:
-            report = verify(view, rsm)
+            report = verify(view, RlmmLayout(rsm))
         assert kinds(report) == ["stuck_copy_started"]
         plan = plan_repairs(report)
 
@@ -69,7 +70,7 @@ def test_repair_leaves_a_segment_whose_state_changed(tmp_path: Path) -> None:
             )
 
         asyncio.run(with_manager(store.config, [started.topic_id_partition], finish))
-        apply_repairs(store.config, rsm, plan)
+        apply_repairs(store.config, RlmmLayout(rsm), plan)
         assert plan.done == []
         assert [(a.problem.segment_id, why) for a, why in plan.skipped] == [
             (
