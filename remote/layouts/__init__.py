@@ -178,6 +178,39 @@ class RemoteLayout(abc.ABC):
 
 
 LAYOUT_TYPES = ("local", "s3", "local-tiered-storage", "aiven-s3")
+
+# Object name endings only one layout writes: enough to tell a misconfigured
+# ``remote.type`` from a store that is merely empty or foreign.
+_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (".rsm-manifest", ("aiven-s3",)),
+    (".leader_epoch_checkpoint", ("local-tiered-storage",)),
+    (".leader-epoch-checkpoint", ("local", "s3")),
+)
+
+
+def detect_layout(names: Iterable[str]) -> tuple[tuple[str, ...], str] | None:
+    """(layout types, a name that shows it) for the first name only those layouts write."""
+    for name in names:
+        for ending, kinds in _SIGNATURES:
+            if name.endswith(ending):
+                return kinds, name
+    return None
+
+
+def check_layout_matches(layout: RemoteLayout, names: Iterable[str]) -> None:
+    """Raise ConfigError (one line, naming an object) when none of ``names`` is in
+    ``layout``'s pattern but one of them shows another layout's."""
+    names = list(names)
+    if not names or any(layout.parse_object_name(n) is not None for n in names):
+        return
+    found = detect_layout(names)
+    if found is not None and layout.type_name not in found[0]:
+        raise ConfigError(
+            f"remote.type = {layout.type_name!r}, but {found[1]} is in the"
+            f" {' or '.join(found[0])} layout"
+            f" and nothing stored is in the {layout.type_name!r} one: set remote.type to"
+            " the layout the brokers' RemoteStorageManager writes"
+        )
 READ_ONLY_TYPES = ("local-tiered-storage", "aiven-s3")
 
 
@@ -220,6 +253,8 @@ __all__ = [
     "ObjectName",
     "RemoteLayout",
     "SegmentObject",
+    "check_layout_matches",
+    "detect_layout",
     "index_label",
     "load_remote_layout",
 ]

@@ -31,7 +31,7 @@ from remote.storage import (
     resolve_range,
     verifying_stream,
 )
-from rlmm.errors import RemoteStorageError
+from rlmm.errors import ConfigError, RemoteStorageError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition, kafka_uuid_to_str
 
 ROOT_DIR_NAME = "kafka-tiered-storage"
@@ -58,10 +58,15 @@ class LocalTieredStorageLayout(RemoteLayout):
     def __init__(self, rsm_config_dir: Path) -> None:
         self._dir = Path(rsm_config_dir).resolve()
         self._root = self._dir / ROOT_DIR_NAME
-        if not self._dir.is_dir():
-            raise RemoteStorageError(
-                f"remote.dir {self._dir} is not a directory (it should be the brokers'"
-                " rsm.config.dir of LocalTieredStorage)"
+        if not self._root.is_dir():
+            hint = (
+                f"; use its parent {self._dir.parent}"
+                if self._dir.name == ROOT_DIR_NAME
+                else " (LocalTieredStorage creates it when a broker starts)"
+            )
+            raise ConfigError(
+                f"remote.dir = {str(self._dir)!r} holds no {ROOT_DIR_NAME} directory: it"
+                f" should be the brokers' rsm.config.dir{hint}"
             )
 
     @property

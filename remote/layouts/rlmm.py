@@ -8,10 +8,17 @@ reads here verify exactly as the offloader's own reads do.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from remote.layouts import LOG_LABEL, ObjectName, RemoteLayout, SegmentObject
+from remote.layouts import (
+    LOG_LABEL,
+    ObjectName,
+    RemoteLayout,
+    SegmentObject,
+    check_layout_matches,
+)
 from remote.storage import (
     OBJECT_KINDS,
     IndexType,
@@ -25,6 +32,7 @@ from remote.storage import (
     parse_object_name,
     partition_prefix,
 )
+from rlmm.errors import RemoteResourceNotFoundError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 _MANDATORY: tuple[ObjectKind, ...] = (
@@ -106,7 +114,16 @@ class RlmmLayout(RemoteLayout):
         return self.rsm.fetch_log_segment(metadata, start_position, end_position)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        return self.rsm.fetch_index(metadata, index_type)
+        try:
+            return self.rsm.fetch_index(metadata, index_type)
+        except RemoteResourceNotFoundError:
+            # Not ours at all? Say which layout the stored objects are in (a sample of
+            # the partition's, or of the store's when the partition has none).
+            names = [o.name for o in self.rsm.list_objects(metadata.topic_id_partition)]
+            if not names:
+                names = [o.name for o in itertools.islice(self.rsm.list_objects(), 1000)]
+            check_layout_matches(self, names)
+            raise
 
     def list_objects(
         self, topic_id_partition: TopicIdPartition | None = None

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, BinaryIO, cast
 
 from remote.errors import RemoteIntegrityError, SegmentFormatError
-from remote.layouts import RemoteLayout, SegmentObject
+from remote.layouts import RemoteLayout, SegmentObject, check_layout_matches
 from remote.segments.batch import RecordBatchReader
 from remote.storage import RemoteObject, crc32c_of
 from rlmm.archive import MetadataView
@@ -173,6 +173,7 @@ class _Verifier:
 
     def run(self) -> VerifyReport:
         listing = {o.name: o for o in self.layout.list_objects()}
+        check_layout_matches(self.layout, listing)
         tps = [tp for tp in self.view.topic_partitions() if self.topic in (None, tp.topic)]
         segments = [m for tp in tps for m in self.view.segments(tp)]
         live = {
