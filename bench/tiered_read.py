@@ -1,0 +1,240 @@
+"""Benchmark: a topic that lives only in Kafka's remote tier, read by Spark two ways.
+
+An Apache Kafka 4.1.1 broker (the suite's pinned release, one KRaft node) tiers with
+Kafka's own RemoteLogManager, TopicBasedRemoteLogMetadataManager and LocalTieredStorage.
+Kafka's ProducerPerformance writes ``--records`` records of ``--record-size`` bytes to
+a ``--partitions`` topic with ``remote.storage.enable=true``; Kafka tiers the rolled
+segments and deletes the local copies (``local.retention.ms=1000``), so everything
+read lives only under ``rsm.config.dir``.
+
+In one Spark session (``local[2]``): (a) Spark's own ``format("kafka")`` reads the
+tiered offsets through the broker (which fetches them from the remote tier), and (b)
+``format("kafka-archive")`` reads the same offsets straight from LocalTieredStorage's
+files, with the metadata from the cluster's ``__remote_log_metadata``. Both queries
+touch every value (``sum(length(value))``); each runs once to warm up (JIT, Python
+workers), then ``--repeat`` times (best wall time counted). Target: (b) >= 3x (a).
+Prints ONE JSON document. Usage:
+  python bench/tiered_read.py [--records 2000000] [--record-size 100] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from bench._machine import machine
+from tests.fixtures.apache_kafka import (
+    KAFKA_VERSION,
+    METADATA_PARTITIONS,
+    ApacheKafkaBroker,
+    run_java,
+    spark_kafka_jars,
+)
+
+SPARK_CORES = 2
+SEGMENT_BYTES = 16 << 20
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        configs = {
+            "remote.storage.enable": "true",
+            "segment.bytes": str(SEGMENT_BYTES),
+            "segment.ms": "600000",
+            "local.retention.ms": "1000",
+            "retention.ms": "-1",
+        }
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
+    finally:
+        await admin.close()
+
+
+async def roll(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """One record per partition with a timestamp 30 minutes ahead: more than the topic's
+    ``segment.ms`` past the active segment's first record, so it rolls that segment;
+    returns those records' offsets."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        ahead = int(time.time() * 1000) + 1_800_000  # < message.timestamp.after.max.ms (1 h)
+        return {
+            p: (
+                await producer.send_and_wait(topic, b"roll", partition=p, timestamp_ms=ahead)
+            ).offset
+            for p in range(partitions)
+        }
+    finally:
+        await producer.stop()
+
+
+def local_bases(broker: ApacheKafkaBroker, topic: str, p: int) -> list[int]:
+    return sorted(int(f.stem) for f in (broker.data_dir / f"{topic}-{p}").glob("*.log"))
+
+
+def wait_tiered(broker: ApacheKafkaBroker, topic: str, rolls: dict[int, int]) -> dict[int, int]:
+    """Until one local segment per partition is left (the rest tiered and deleted
+    locally); returns its base offset per partition (the end of what is tiered)."""
+    deadline = time.monotonic() + 600
+    while True:
+        local = {p: local_bases(broker, topic, p) for p in rolls}
+        if all(len(b) == 1 and b[0] >= rolls[p] for p, b in local.items()):
+            return {p: b[0] for p, b in local.items()}
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not tiered within 600 s: local segments {local}")
+        time.sleep(1)
+
+
+def start_spark(jars: list[Path]) -> tuple[Any, float]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import rlmm.spark
+
+    t0 = time.perf_counter()
+    spark = (
+        SparkSession.builder.master(f"local[{SPARK_CORES}]")
+        .appName("rlmm-bench-tiered-read")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.shuffle.partitions", str(SPARK_CORES))
+        .config("spark.jars", ",".join(str(j) for j in jars))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    rlmm.spark.register(spark)
+    return spark, time.perf_counter() - t0
+
+
+def query(reader: Any) -> tuple[int, int]:
+    row = reader.load().selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+    return int(row["n"]), int(row["b"] or 0)
+
+
+def timed(run: Any, repeat: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    first = run()
+    warmup = time.perf_counter() - t0
+    walls = []
+    result = first
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = run()
+        walls.append(time.perf_counter() - t0)
+    assert result == first, (result, first)
+    return {"rows": result[0], "value_bytes": result[1], "wall_s": min(walls), "first_s": warmup}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--record-size", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    out: dict[str, Any] = {
+        "bench": "tiered_read",
+        "machine": machine(),
+        "kafka": KAFKA_VERSION,
+        "records": args.records,
+        "record_size": args.record_size,
+        "partitions": args.partitions,
+        "spark_master": f"local[{SPARK_CORES}]",
+        "target": {"archive_vs_kafka_source": 3.0},
+    }
+    jars = spark_kafka_jars()
+    root = Path(tempfile.mkdtemp(prefix="rlmm-tiered-bench-"))
+    broker = ApacheKafkaBroker(root, heap="1g")
+    spark = None
+    try:
+        broker.start()
+        topic = f"tiered-{uuid4().hex[:8]}"
+        asyncio.run(create_topic(broker.bootstrap, topic, args.partitions))
+        t0 = time.perf_counter()
+        done = run_java(
+            broker.libs, "org.apache.kafka.tools.ProducerPerformance",
+            "--topic", topic, "--num-records", str(args.records),
+            "--record-size", str(args.record_size), "--throughput", "-1",
+            "--producer-props", f"bootstrap.servers={broker.bootstrap}", "acks=1",
+            "linger.ms=20", "batch.size=262144",
+            timeout=900, heap="512m",
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"ProducerPerformance failed:\n{done.stdout}{done.stderr}")
+        out["produce_s"] = round(time.perf_counter() - t0, 1)
+        rolls = asyncio.run(roll(broker.bootstrap, topic, args.partitions))
+        t0 = time.perf_counter()
+        ends = wait_tiered(broker, topic, rolls)
+        out["tier_wait_s"] = round(time.perf_counter() - t0, 1)
+        tiered = broker.remote_dir / "kafka-tiered-storage"
+        out["tiered_log_mb"] = round(
+            sum(f.stat().st_size for f in tiered.rglob(f"{topic}-*/*.log")) / 1e6, 1
+        )
+        config = root / "rlmm.toml"
+        config.write_text(
+            f'data_dir = "{root / "rlmm"}"\n[eventlog]\ntype = "kafka"\n'
+            f'bootstrap_servers = "{broker.bootstrap}"\npartitions = {METADATA_PARTITIONS}\n'
+            f'[remote]\ntype = "local-tiered-storage"\ndir = "{broker.remote_dir}"\n'
+        )
+        ending = json.dumps({topic: {str(p): o for p, o in ends.items()}})
+        spark, startup = start_spark(jars)
+        out["spark_session_start_s"] = round(startup, 1)
+
+        def kafka() -> tuple[int, int]:
+            return query(
+                spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", topic)
+                .option("startingOffsets", "earliest")
+                .option("endingOffsets", ending)
+                .option("minPartitions", str(SPARK_CORES))
+            )
+
+        def archive() -> tuple[int, int]:
+            return query(
+                spark.read.format("kafka-archive")
+                .option("config", str(config))
+                .option("subscribe", topic)
+                .option("endingOffsets", ending)
+                .option("minPartitions", str(SPARK_CORES))
+            )
+
+        a = timed(kafka, args.repeat)
+        b = timed(archive, args.repeat)
+        assert a["rows"] == b["rows"] == sum(ends.values()), (a, b, ends)
+        out["results"] = {
+            "rows": a["rows"],
+            "a_spark_kafka_source_wall_s": round(a["wall_s"], 2),
+            "a_first_query_s": round(a["first_s"], 2),
+            "a_records_per_s": round(a["rows"] / a["wall_s"]),
+            "b_kafka_archive_wall_s": round(b["wall_s"], 2),
+            "b_first_query_s": round(b["first_s"], 2),
+            "b_records_per_s": round(b["rows"] / b["wall_s"]),
+            "archive_vs_kafka_source": round(a["wall_s"] / b["wall_s"], 2),
+        }
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
