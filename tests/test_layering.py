@@ -60,3 +60,21 @@ def test_nothing_imports_the_outer_layer() -> None:
                 if outer is not None and not own.startswith(outer):
                     importer = next((o for o in OUTER if own.startswith(o)), own)
                     assert (importer, outer) in OUTER_ALLOWED, f"{own} imports the outer layer {m}"
+
+
+def test_the_core_and_the_archive_do_not_import_the_ops_library() -> None:
+    """rlmm.ops sits above the core and the archive, below the users."""
+    below = [p for p in modules("rlmm") if p.parent == ROOT / "rlmm" or "archive" in p.parts]
+    for path in below:
+        bad = {m for m in imports_of(path) if m == "rlmm.ops" or m.startswith("rlmm.ops.")}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_remote_layouts_do_not_import_each_other() -> None:
+    """The layout factory sits in remote.layouts' __init__; no layout imports another."""
+    layouts = [p for p in (ROOT / "remote" / "layouts").glob("*.py") if p.stem != "__init__"]
+    names = {f"remote.layouts.{p.stem}" for p in layouts if not p.stem.startswith("_")}
+    for path in layouts:
+        own = f"remote.layouts.{path.stem}"
+        bad = {m for m in imports_of(path) if m in names and m != own}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
