@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -80,6 +80,12 @@ class S3ClientSettings:
     connect_timeout: float
     read_timeout: float
     addressing_style: str | None
+    # Explicit credentials or a named profile; None: boto3's default chain. Kept out of
+    # repr so that no log or error message ever shows them.
+    aws_access_key_id: str | None = field(default=None, repr=False)
+    aws_secret_access_key: str | None = field(default=None, repr=False)
+    aws_session_token: str | None = field(default=None, repr=False)
+    profile: str | None = None
 
 
 def make_client(settings: S3ClientSettings) -> S3Client:
@@ -98,11 +104,17 @@ def make_client(settings: S3ClientSettings) -> S3Client:
     # A fresh session per client (sessions are not thread-safe, and a fresh one picks up
     # current credentials and event handlers) sharing one data loader, which caches the
     # parsed service model: each further client costs ~50 ms instead of ~0.3 s.
-    botocore_session = botocore.session.Session()
+    botocore_session = botocore.session.Session(profile=settings.profile)
     botocore_session.register_component("data_loader", _shared_loader())
     session = boto3.session.Session(botocore_session=botocore_session)
     return session.client(
-        "s3", endpoint_url=settings.endpoint_url, region_name=settings.region, config=config
+        "s3",
+        endpoint_url=settings.endpoint_url,
+        region_name=settings.region,
+        config=config,
+        aws_access_key_id=settings.aws_access_key_id,
+        aws_secret_access_key=settings.aws_secret_access_key,
+        aws_session_token=settings.aws_session_token,
     )
 
 

@@ -24,7 +24,17 @@ class RemoteObjectExistsError(RemoteStorageError):
 
 
 class RemoteIntegrityError(RemoteStorageError):
-    """Fetched bytes do not match the checksum stored when they were written."""
+    """Fetched bytes do not match the checksum stored when they were written, or an
+    object is there but unreadable in its layout's format; ``object_name`` names it
+    (relative to the layout's root) when known."""
+
+    def __init__(self, message: str, *, object_name: str | None = None) -> None:
+        super().__init__(message)
+        self.object_name = object_name
+
+
+class MissingKeyMaterialError(RemoteStorageError):
+    """An encrypted object whose key material is not configured (names the setting)."""
 
 
 class InvalidRemotePathError(RemoteStorageError, ValueError):
@@ -53,6 +63,7 @@ __all__ = [
     "InvalidRangeError",
     "InvalidRemotePathError",
     "InvalidSegmentDataError",
+    "MissingKeyMaterialError",
     "RemoteIntegrityError",
     "RemoteObjectExistsError",
     "RemoteResourceNotFoundError",

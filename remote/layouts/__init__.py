@@ -188,29 +188,31 @@ _SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def detect_layout(names: Iterable[str]) -> tuple[tuple[str, ...], str] | None:
-    """(layout types, a name that shows it) for the first name only those layouts write."""
+def detect_layouts(names: Iterable[str]) -> dict[tuple[str, ...], str]:
+    """The layouts (by the types that write them) whose signature some name carries,
+    each with the first such name."""
+    found: dict[tuple[str, ...], str] = {}
     for name in names:
         for ending, kinds in _SIGNATURES:
             if name.endswith(ending):
-                return kinds, name
-    return None
+                found.setdefault(kinds, name)
+    return found
 
 
 def check_layout_matches(layout: RemoteLayout, names: Iterable[str]) -> None:
-    """Raise ConfigError (one line, naming an object) when none of ``names`` is in
-    ``layout``'s pattern but one of them shows another layout's."""
-    names = list(names)
-    if not names or any(layout.parse_object_name(n) is not None for n in names):
+    """Raise ConfigError (one line, naming an object) when ``names`` carry another
+    layout's signature and none of ``layout``'s own (a misconfigured ``remote.type``)."""
+    found = detect_layouts(names)
+    if not found or any(layout.type_name in kinds for kinds in found):
         return
-    found = detect_layout(names)
-    if found is not None and layout.type_name not in found[0]:
-        raise ConfigError(
-            f"remote.type = {layout.type_name!r}, but {found[1]} is in the"
-            f" {' or '.join(found[0])} layout"
-            f" and nothing stored is in the {layout.type_name!r} one: set remote.type to"
-            " the layout the brokers' RemoteStorageManager writes"
-        )
+    kinds, name = next(iter(found.items()))
+    raise ConfigError(
+        f"remote.type = {layout.type_name!r}, but {name} is in the {' or '.join(kinds)}"
+        f" layout and nothing stored is in the {layout.type_name!r} one: set remote.type to"
+        " the layout the brokers' RemoteStorageManager writes"
+    )
+
+
 READ_ONLY_TYPES = ("local-tiered-storage", "aiven-s3")
 
 
@@ -254,7 +256,7 @@ __all__ = [
     "RemoteLayout",
     "SegmentObject",
     "check_layout_matches",
-    "detect_layout",
+    "detect_layouts",
     "index_label",
     "load_remote_layout",
 ]

@@ -9,6 +9,7 @@ reads here verify exactly as the offloader's own reads do.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -49,6 +50,8 @@ class RlmmLayout(RemoteLayout):
 
     def __init__(self, rsm: RemoteStorageManager) -> None:
         self.rsm = rsm
+        self._lock = threading.Lock()
+        self._checked: set[TopicIdPartition] = set()
         self.type_name = "s3" if type(rsm).__name__.startswith("S3") else "local"
 
     def __repr__(self) -> str:
@@ -111,19 +114,31 @@ class RlmmLayout(RemoteLayout):
         start_position: int,
         end_position: int | None = None,
     ) -> BinaryIO:
+        if SegmentManifest.of(metadata) is None:
+            # Not written by rlmm's offloader: make sure the objects are in our layout
+            # before decoding another plugin's bytes as a Kafka log.
+            self._check_partition_layout(metadata.topic_id_partition)
         return self.rsm.fetch_log_segment(metadata, start_position, end_position)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         try:
             return self.rsm.fetch_index(metadata, index_type)
         except RemoteResourceNotFoundError:
-            # Not ours at all? Say which layout the stored objects are in (a sample of
-            # the partition's, or of the store's when the partition has none).
-            names = [o.name for o in self.rsm.list_objects(metadata.topic_id_partition)]
-            if not names:
-                names = [o.name for o in itertools.islice(self.rsm.list_objects(), 1000)]
-            check_layout_matches(self, names)
+            self._check_partition_layout(metadata.topic_id_partition, again=True)
             raise
+
+    def _check_partition_layout(self, tp: TopicIdPartition, *, again: bool = False) -> None:
+        """ConfigError when the stored objects are in another layout (a sample of the
+        partition's, or of the store's when the partition has none); once per partition."""
+        with self._lock:
+            if tp in self._checked and not again:
+                return
+        names = [o.name for o in self.rsm.list_objects(tp)]
+        if not names:
+            names = [o.name for o in itertools.islice(self.rsm.list_objects(), 1000)]
+        check_layout_matches(self, names)
+        with self._lock:
+            self._checked.add(tp)
 
     def list_objects(
         self, topic_id_partition: TopicIdPartition | None = None
