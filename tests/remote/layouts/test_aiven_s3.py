@@ -281,3 +281,13 @@ def test_settings_and_deletes(s3: Any, reader: AivenS3Layout, segment: Any) -> N
     reader.delete_segment_objects(w.metadata)
     left = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
     assert left == [f"{PREFIX}README"]
+
+
+def test_aivens_objects_read_as_rlmms_layout(s3: Any, segment: Any) -> None:
+    """The other way round: remote.type = 's3' over the plugin's bucket names the layout."""
+    w = write_aiven(s3, BUCKET, PREFIX, *segment)
+    ours = load_remote_layout({"type": "s3", "bucket": BUCKET, "prefix": PREFIX})
+    with ours, pytest.raises(ConfigError) as e:
+        ours.fetch_log_segment(w.metadata, 0)
+    text = str(e.value)
+    assert "rsm-manifest is in the aiven-s3 layout" in text and "\n" not in text
