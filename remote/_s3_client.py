@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import boto3
 import botocore.session
@@ -243,6 +243,21 @@ class S3Calls:
                 return
             params["KeyMarker"] = response.get("NextKeyMarker", "")
             params["UploadIdMarker"] = response.get("NextUploadIdMarker", "")
+
+    def open(self, key: str) -> BinaryIO:
+        """The whole object ``key`` as a stream of exactly its length (unverified)."""
+        from remote.storage import verifying_stream
+
+        response = self.call("get_object", key)
+        body = response["Body"]
+        return verifying_stream(
+            self.url(key),
+            body.read,
+            body.close,
+            int(response["ContentLength"]),
+            None,
+            self.reader_error(key),
+        )
 
     def reader_error(self, key: str) -> Any:
         """A translator for errors raised while streaming the body of ``key``."""

@@ -9,7 +9,6 @@ and checked to stay under the root; a failed copy removes what it created.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import uuid
@@ -18,6 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from remote._directory import (
+    list_files,
+    open_file,
+    remove_empty_dirs,
+    unlink_files,
+    unlink_paths,
+)
 from remote.errors import (
     InvalidRemotePathError,
     InvalidSegmentDataError,
@@ -35,7 +41,6 @@ from remote.storage import (
     RemoteObject,
     RemoteStorageManager,
     SegmentManifest,
-    check_object_name,
     check_range,
     crc32c_of,
     kind_label,
@@ -264,7 +269,7 @@ class LocalRemoteStorageManager(RemoteStorageManager):
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         self._check_open()
         paths = [self.path_of(metadata, kind) for kind in OBJECT_KINDS]
-        _unlink_all(paths)
+        unlink_paths(paths)
         directory = paths[0].parent
         # Temp files of copies that crashed before publishing belong to this segment too.
         stem = paths[0].name.removesuffix(".log")
@@ -276,23 +281,9 @@ class LocalRemoteStorageManager(RemoteStorageManager):
 
     def _remove_empty_dirs(self, directory: Path) -> None:
         # Partition dir, then topic dir; stops at the first non-empty one, never the root.
-        while directory != self._root and directory.is_relative_to(self._root):
-            try:
-                directory.rmdir()
-            except OSError as e:
-                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
-                    log.warning("cannot remove empty directory %s: %s", directory, e)
-                if e.errno != errno.ENOENT:
-                    return
-            directory = directory.parent
+        remove_empty_dirs(self._root, directory)
 
     # --- inventory ----------------------------------------------------------------------
-
-    def _path_of_name(self, name: str) -> Path:
-        path = self._root / check_object_name(name)
-        if not path.resolve().is_relative_to(self._root):
-            raise InvalidRemotePathError(f"{path} escapes the remote storage root {self._root}")
-        return path
 
     def list_objects(
         self, topic_id_partition: TopicIdPartition | None = None
@@ -301,52 +292,19 @@ class LocalRemoteStorageManager(RemoteStorageManager):
         top = self._root
         if topic_id_partition is not None:
             top = self._root / partition_prefix(topic_id_partition)
-        found: list[RemoteObject] = []
         # os.walk ignores errors by default; a directory removed meanwhile is simply gone.
-        for directory, _, files in os.walk(top):
-            for file in files:
-                path = Path(directory, file)
-                try:
-                    st = path.stat()
-                except FileNotFoundError:
-                    continue  # deleted between listing and stat
-                except OSError as e:
-                    raise RemoteStorageError(f"cannot stat {path}: {e}") from e
-                name = path.relative_to(self._root).as_posix()
-                found.append(RemoteObject(name, st.st_size, st.st_mtime_ns // 1_000_000))
-        found.sort(key=lambda o: o.name)
-        return iter(found)
+        return iter(list_files(self._root, top))
 
     def open_object(self, name: str) -> BinaryIO:
         self._check_open()
-        path = self._path_of_name(name)
-        try:
-            return open(path, "rb")
-        except FileNotFoundError as e:
-            raise RemoteResourceNotFoundError(f"object {name} not found: {path}") from e
-        except OSError as e:
-            raise RemoteStorageError(f"cannot open {path}: {e}") from e
+        return open_file(self._root, name)
 
     def delete_objects(self, names: Iterable[str]) -> None:
         self._check_open()
-        paths = [self._path_of_name(name) for name in names]
-        _unlink_all(paths)
-        for directory in sorted({p.parent for p in paths}, reverse=True):
-            self._remove_empty_dirs(directory)
+        unlink_files(self._root, names, remove_empty=True)
 
     def close(self) -> None:
         self._closed = True
-
-
-def _unlink_all(paths: list[Path]) -> None:
-    """Delete each file; one already gone is fine (deletes are idempotent)."""
-    for path in paths:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise RemoteStorageError(f"cannot delete {path}: {e}") from e
 
 
 def _write_all(fd: int, tmp: Path, data: bytes) -> None:

@@ -342,17 +342,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     def open_object(self, name: str) -> BinaryIO:
         self._check_open()
-        key = self._key(name)
-        response = self._calls.call("get_object", key)
-        body = response["Body"]
-        return verifying_stream(
-            self._calls.url(key),
-            body.read,
-            body.close,
-            int(response["ContentLength"]),
-            None,
-            self._calls.reader_error(key),
-        )
+        return self._calls.open(self._key(name))
 
     def delete_objects(self, names: Iterable[str]) -> None:
         self._check_open()

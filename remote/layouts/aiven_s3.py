@@ -451,17 +451,7 @@ class AivenS3Layout(RemoteLayout):
 
     def open_object(self, name: str) -> BinaryIO:
         self._check_open()
-        key = self._prefix + name
-        response = self._calls.call("get_object", key)
-        body = response["Body"]
-        return verifying_stream(
-            self._calls.url(key),
-            body.read,
-            body.close,
-            int(response["ContentLength"]),
-            None,
-            self._calls.reader_error(key),
-        )
+        return self._calls.open(self._prefix + name)
 
     def _delete(self, names: list[str]) -> None:
         self._check_open()

@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from remote._directory import list_files, open_file, read_file, unlink_files
 from remote.errors import InvalidRemotePathError, RemoteResourceNotFoundError
 from remote.layouts import LOG_LABEL, ObjectName, RemoteLayout, SegmentObject, index_label
-from remote.layouts._directory import list_files, open_file, read_file, unlink_files
 from remote.storage import (
     IndexType,
     RemoteObject,
@@ -178,7 +178,7 @@ class LocalTieredStorageLayout(RemoteLayout):
         return open_file(self._root, name)
 
     def _delete(self, names: list[str]) -> None:
-        unlink_files(self._root, names, remove_empty_dirs=False)
+        unlink_files(self._root, names, remove_empty=False)
 
 
 def _translate(e: Exception) -> Exception:

@@ -6,7 +6,6 @@ under the root; a file removed while listing is skipped, not an error.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -55,9 +54,8 @@ def open_file(root: Path, name: str) -> BinaryIO:
         raise RemoteStorageError(f"cannot open {path}: {e}") from e
 
 
-def unlink_files(root: Path, names: Iterable[str], *, remove_empty_dirs: bool) -> None:
-    """Delete each named file (one already gone is fine); optionally drop emptied dirs."""
-    paths = [path_of_name(root, name) for name in names]
+def unlink_paths(paths: Iterable[Path]) -> None:
+    """Delete each file; one already gone is fine (deletes are idempotent)."""
     for path in paths:
         try:
             path.unlink()
@@ -65,18 +63,29 @@ def unlink_files(root: Path, names: Iterable[str], *, remove_empty_dirs: bool) -
             pass
         except OSError as e:
             raise RemoteStorageError(f"cannot delete {path}: {e}") from e
-    if not remove_empty_dirs:
-        return
-    for directory in sorted({p.parent for p in paths}, reverse=True):
-        while directory != root and directory.is_relative_to(root):
-            try:
-                directory.rmdir()
-            except OSError as e:
-                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
-                    log.warning("cannot remove empty directory %s: %s", directory, e)
-                if e.errno != errno.ENOENT:
-                    break
-            directory = directory.parent
+
+
+def remove_empty_dirs(root: Path, directory: Path) -> None:
+    """Remove ``directory`` and its parents while empty; stops at the first non-empty
+    one, never removes ``root``."""
+    while directory != root and directory.is_relative_to(root):
+        try:
+            directory.rmdir()
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                log.warning("cannot remove empty directory %s: %s", directory, e)
+            if e.errno != errno.ENOENT:
+                return
+        directory = directory.parent
+
+
+def unlink_files(root: Path, names: Iterable[str], *, remove_empty: bool) -> None:
+    """Delete each named file (one already gone is fine); optionally drop emptied dirs."""
+    paths = [path_of_name(root, name) for name in names]
+    unlink_paths(paths)
+    if remove_empty:
+        for directory in sorted({p.parent for p in paths}, reverse=True):
+            remove_empty_dirs(root, directory)
 
 
 def read_file(path: Path, what: str) -> bytes:
@@ -88,9 +97,12 @@ def read_file(path: Path, what: str) -> bytes:
         raise RemoteStorageError(f"cannot read {path}: {e}") from e
 
 
-def close_quietly(f: BinaryIO) -> None:
-    with contextlib.suppress(OSError):
-        f.close()
-
-
-__all__ = ["close_quietly", "list_files", "open_file", "path_of_name", "read_file", "unlink_files"]
+__all__ = [
+    "list_files",
+    "open_file",
+    "path_of_name",
+    "read_file",
+    "remove_empty_dirs",
+    "unlink_files",
+    "unlink_paths",
+]
