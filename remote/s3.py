@@ -87,7 +87,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
     fetches). ``sse``: None, ``"AES256"`` (SSE-S3) or ``"aws:kms"`` (SSE-KMS, with
     ``sse_kms_key_id`` or the bucket's default key). Retries: botocore's ``retry_mode``
     (adaptive: backoff plus client-side rate limiting on throttling) with
-    ``max_attempts`` attempts per request.
+    ``max_attempts`` attempts per request. Credentials: boto3's default chain, or a named
+    ``profile``, or ``aws_access_key_id`` / ``aws_secret_access_key`` (and
+    ``aws_session_token``), which never appear in a repr, log line or error.
     """
 
     def __init__(
@@ -107,6 +109,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
         connect_timeout: float = _CONNECT_TIMEOUT,
         read_timeout: float = _READ_TIMEOUT,
         addressing_style: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        profile: str | None = None,
     ) -> None:
         if not isinstance(bucket, str) or not bucket:
             raise ConfigError("s3 remote storage: 'bucket' must be a non-empty string")
@@ -146,6 +152,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 connect_timeout=connect_timeout,
                 read_timeout=read_timeout,
                 addressing_style=addressing_style,
+                aws_access_key_id=aws_access_key_id,
+                aws_secret_access_key=aws_secret_access_key,
+                aws_session_token=aws_session_token,
+                profile=profile,
             )
         )
         self._calls = S3Calls(self._client, bucket)

@@ -15,9 +15,11 @@ import atexit
 import json
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from remote.layouts import RemoteLayout, load_remote_layout
+from rlmm.secrets import SECRETS_FROM, is_secret
 
 _lock = threading.Lock()
 _managers: dict[str, RemoteLayout] = {}
@@ -28,13 +30,27 @@ def _key(options: Mapping[str, Any]) -> str:
 
 
 def remote_storage_for(options: Mapping[str, Any]) -> RemoteLayout:
-    """The process's layout reader for these options (built on first use)."""
+    """The process's layout reader for these options (built on first use). Options that
+    left their secrets behind (Spark input partitions) get them again from the config
+    file they name, when this process can read it."""
     key = _key(options)
     with _lock:
         rsm = _managers.get(key)
         if rsm is None:
-            rsm = _managers[key] = load_remote_layout(dict(options))
+            rsm = _managers[key] = load_remote_layout(_with_secrets(options))
         return rsm
+
+
+def _with_secrets(options: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(options)
+    source = out.pop(SECRETS_FROM, None)
+    if source is None or not Path(source).is_file():
+        return out  # the process's own credentials (the AWS chain) apply
+    from rlmm.config import load_config
+
+    full = load_config(source).remote_options()
+    out.update({k: v for k, v in full.items() if is_secret(k)})
+    return out
 
 
 def close_remote_storage() -> None:

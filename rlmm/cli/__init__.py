@@ -80,17 +80,22 @@ def main() -> None:
 @main.command("config")
 @common_options
 def show_config() -> None:
-    """Print the resolved configuration (flags > RLMM_* env > file > defaults) as JSON."""
+    """Print the resolved configuration (flags > RLMM_* env > file > defaults) as JSON;
+    passwords, JAAS secrets, private keys and secret keys are shown redacted."""
+    from rlmm.secrets import redact
+
     config = session().config
     session().output.config(
-        {
-            "source": config.source,
-            "broker_id": config.broker_id,
-            "eventlog": config.event_log_options(),
-            "snapshot": {**config.snapshot, "dir": str(config.snapshot_dir())},
-            "remote": config.remote_options(),
-            "manager": dict(config.manager),
-        }
+        redact(
+            {
+                "source": config.source,
+                "broker_id": config.broker_id,
+                "eventlog": config.event_log_options(),
+                "snapshot": {**config.snapshot, "dir": str(config.snapshot_dir())},
+                "remote": config.remote_options(),
+                "manager": dict(config.manager),
+            }
+        )
     )
 
 

@@ -46,13 +46,19 @@ def rlmm_config(options: KafkaArchiveOptions) -> RlmmConfig:
 
 
 def remote_options(config: RlmmConfig) -> dict[str, Any]:
-    """``config.remote_options()`` with a local root (or LocalTieredStorage dir) made
-    absolute on the driver, so executors with another working directory find it."""
-    out = config.remote_options()
+    """``config.remote_options()`` as executors get them: a local root (or LocalTieredStorage
+    dir) made absolute on the driver, and no secret (they travel in every pickled input
+    partition): an executor reads them again from the same config file, or uses its
+    own credentials (the AWS chain)."""
+    from rlmm.secrets import SECRETS_FROM, without_secrets
+
+    out, removed = without_secrets(config.remote_options())
     kind = out.get("type", "local")
     for key in ("root", "dir"):
         if kind in ("local", "local-tiered-storage") and key in out:
             out[key] = str(Path(out[key]).resolve())
+    if removed and config.source != "defaults":
+        out[SECRETS_FROM] = str(Path(config.source).resolve())
     return out
 
 

@@ -1,0 +1,68 @@
+"""Which settings hold secrets, and how they are shown: never as they are.
+
+Invariant: every tool output, log line and Spark input partition that carries settings
+goes through ``redact`` or ``without_secrets`` first, so a password, a JAAS secret, a
+private key or an AWS secret key never leaves the process that read it from its
+configuration. A setting is secret by its name (Kafka's and boto3's names); paths to
+key files are not secrets and stay visible.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "[redacted]"
+SECRETS_FROM = "secrets_from"
+"""Key of remote options that left their secrets behind: the config file to read them from."""
+_SECRET_WORDS = (
+    "password",
+    "secret",
+    "token",
+    "jaas.config",
+    "private.key",
+    "keystore.key",
+    "keystore.certificate.chain",
+    "credentials",
+    "session_token",
+)
+_NOT_SECRET_ENDINGS = (".file", "_file", ".location", ".type", ".url", ".class", ".endpoint")
+# password=... inside a JAAS line (quoted or bare), e.g. ScramLoginModule required
+# username="writer" password="...";
+_JAAS_PASSWORD = re.compile(r'(password\s*=\s*)("(?:[^"\\]|\\.)*"|[^\s;]+)', re.IGNORECASE)
+
+
+def is_secret(key: str) -> bool:
+    """True for a setting whose value is a secret (by its name)."""
+    name = key.lower()
+    if name.endswith(_NOT_SECRET_ENDINGS):
+        return False
+    return any(word in name for word in _SECRET_WORDS)
+
+
+def redact_value(key: str, value: Any) -> Any:
+    """``value`` as it may be shown: a JAAS line keeps its username, not its password."""
+    if not is_secret(key) or value is None:
+        return value
+    if key.lower().endswith("jaas.config") and isinstance(value, str):
+        return _JAAS_PASSWORD.sub(lambda m: f'{m.group(1)}"{REDACTED}"', value)
+    return REDACTED
+
+
+def redact(obj: Any, key: str = "") -> Any:
+    """A copy of ``obj`` (mappings and lists, nested) with every secret redacted."""
+    if isinstance(obj, Mapping):
+        return {k: redact(v, str(k)) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [redact(v, key) for v in obj]
+    return redact_value(key, obj)
+
+
+def without_secrets(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(the options without their secret settings, the names of those removed)."""
+    kept = {k: v for k, v in options.items() if not is_secret(k)}
+    return kept, sorted(k for k in options if is_secret(k))
+
+
+__all__ = ["REDACTED", "SECRETS_FROM", "is_secret", "redact", "redact_value", "without_secrets"]

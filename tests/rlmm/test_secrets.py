@@ -1,0 +1,100 @@
+"""No secret is ever shown: `rlmm config` (text and JSON), and Spark input partitions,
+which are pickled and shipped to executors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+
+from rlmm.archive import close_remote_storage, read_slice
+from rlmm.config import load_config
+from rlmm.secrets import REDACTED, is_secret, redact
+from rlmm.spark import parse_options
+from rlmm.spark.planning import plan
+from rlmm.spark.source import SlicePartition
+from tests.rlmm.archive.archive_data import archived, expected_rows, offload, rows, write_history
+
+JAAS = (
+    "org.apache.kafka.common.security.scram.ScramLoginModule required"
+    ' username="writer" password="jaas-pw-1729";'
+)
+SECRETS = ("jaas-pw-1729", "keystore-pw-4242", "aws-secret-9913", "session-token-5150")
+
+
+def test_names_that_are_secrets() -> None:
+    for key in (
+        "sasl.jaas.config", "remote.log.metadata.common.client.ssl.key.password",
+        "ssl.keystore.password", "ssl.keystore.key", "aws_secret_access_key",
+        "storage.aws.secret.access.key", "aws_session_token", "sasl_plain_password",
+    ):  # fmt: skip
+        assert is_secret(key), key
+    for key in (
+        "bootstrap_servers", "ssl.keystore.location", "aws_access_key_id",
+        "encryption.key.pairs.k1.private.key.file", "sasl.mechanism", "bucket",
+    ):  # fmt: skip
+        assert not is_secret(key), key
+    shown = redact({"sasl.jaas.config": JAAS, "nested": [{"ssl.key.password": "x"}]})
+    assert shown["sasl.jaas.config"].endswith(f'username="writer" password="{REDACTED}";')
+    assert shown["nested"] == [{"ssl.key.password": REDACTED}]
+
+
+def config_file(tmp_path: Path, *, kafka: bool = False, **remote: str) -> Path:
+    path = tmp_path / "rlmm.toml"
+    lines = [f'"{k}" = "{v}"' for k, v in remote.items()]
+    eventlog = "partitions = 4\n"
+    if kafka:
+        eventlog += (
+            'type = "kafka"\nbootstrap_servers = "127.0.0.1:9"\n'
+            f'"remote.log.metadata.common.client.sasl.jaas.config" = {json.dumps(JAAS)}\n'
+            '"remote.log.metadata.common.client.ssl.key.password" = "keystore-pw-4242"\n'
+        )
+    path.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n[eventlog]\n{eventlog}'
+        "[remote]\n" + "\n".join(lines) + "\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_rlmm_config_shows_secrets_redacted(tmp_path: Path, as_json: bool) -> None:
+    path = config_file(
+        tmp_path, kafka=True, type="s3", bucket="b", aws_secret_access_key="aws-secret-9913",
+        aws_session_token="session-token-5150",
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", "config", "--config", str(path)]
+        + (["--json"] if as_json else []),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout + done.stderr
+    assert not [s for s in SECRETS if s in out]
+    assert REDACTED in out and 'username=\\"writer\\"' in out
+
+
+@pytest.mark.s3
+def test_spark_input_partitions_carry_no_secret(s3_endpoint: str, tmp_path: Path) -> None:
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="secret-archive")
+    path = config_file(
+        tmp_path, type="s3", bucket="secret-archive", endpoint_url=s3_endpoint,
+        aws_access_key_id="testing", aws_secret_access_key="aws-secret-9913",
+    )  # fmt: skip
+    config = load_config(path, env={})
+    pdir, expected = write_history(tmp_path / "logs", "sec", 0, "none")
+    asyncio.run(offload(config, [pdir]))
+    close_remote_storage()
+    slices = plan(parse_options({"subscribe": "sec", "config": str(path)}))
+    blob = pickle.dumps([SlicePartition(s) for s in slices])
+    assert b"aws-secret-9913" not in blob and b"secret-archive" in blob
+    assert str(path).encode() in blob  # where an executor finds the secret again
+    # An executor (a fresh process cache) reads the slices with the secret from the file.
+    close_remote_storage()
+    got = [r for piece in pickle.loads(blob) for r in rows(read_slice(piece.slice))]
+    assert got == expected_rows(archived(pdir, expected), headers=False)
