@@ -107,7 +107,7 @@ class _Multipart:
 class UploadSettings:
     multipart_threshold: int
     part_size: int
-    object_args: dict[str, str]  # SSE headers for PutObject / CreateMultipartUpload
+    object_args: dict[str, Any]  # SSE headers for PutObject / CreateMultipartUpload
 
 
 class SegmentUploader:

@@ -74,8 +74,38 @@ def make_s3_client(options: Mapping[str, Any], *, max_pool_connections: int = 4)
             connect_timeout=float(options.get("connect_timeout", _CONNECT_TIMEOUT)),
             read_timeout=float(options.get("read_timeout", _READ_TIMEOUT)),
             addressing_style=options.get("addressing_style"),
+            aws_access_key_id=options.get("aws_access_key_id"),
+            aws_secret_access_key=options.get("aws_secret_access_key"),
+            aws_session_token=options.get("aws_session_token"),
+            profile=options.get("profile"),
         )
     )
+
+
+def encryption_args(
+    sse: str | None = None, sse_kms_key_id: str | None = None, bucket_key_enabled: bool = False
+) -> dict[str, Any]:
+    """The server-side encryption parameters of every PutObject / CreateMultipartUpload
+    (SSE-S3 ``AES256``; SSE-KMS ``aws:kms`` with a key id or the bucket's default key, and
+    the S3 Bucket Key option); ConfigError, naming the setting, for a bad combination."""
+    if sse not in _SSE_MODES:
+        raise ConfigError(f"s3 remote storage: sse={sse!r} (expected None, AES256 or aws:kms)")
+    if sse_kms_key_id is not None and sse != "aws:kms":
+        raise ConfigError("s3 remote storage: sse_kms_key_id needs sse='aws:kms'")
+    if not isinstance(bucket_key_enabled, bool):
+        raise ConfigError(
+            f"s3 remote storage: bucket_key_enabled={bucket_key_enabled!r} is not a bool"
+        )
+    if bucket_key_enabled and sse != "aws:kms":
+        raise ConfigError("s3 remote storage: bucket_key_enabled needs sse='aws:kms'")
+    args: dict[str, Any] = {}
+    if sse is not None:
+        args["ServerSideEncryption"] = sse
+    if sse_kms_key_id is not None:
+        args["SSEKMSKeyId"] = sse_kms_key_id
+    if bucket_key_enabled:
+        args["BucketKeyEnabled"] = True
+    return args
 
 
 class S3RemoteStorageManager(RemoteStorageManager):
@@ -104,6 +134,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         max_concurrency: int = 8,
         sse: str | None = None,
         sse_kms_key_id: str | None = None,
+        bucket_key_enabled: bool = False,
         max_attempts: int = _MAX_ATTEMPTS,
         retry_mode: str = _RETRY_MODE,
         connect_timeout: float = _CONNECT_TIMEOUT,
@@ -125,10 +156,6 @@ class S3RemoteStorageManager(RemoteStorageManager):
             raise ConfigError(f"s3 remote storage: multipart_threshold={multipart_threshold} < 0")
         if max_concurrency < 1:
             raise ConfigError(f"s3 remote storage: max_concurrency={max_concurrency} < 1")
-        if sse not in _SSE_MODES:
-            raise ConfigError(f"s3 remote storage: sse={sse!r} (expected None, AES256 or aws:kms)")
-        if sse_kms_key_id is not None and sse != "aws:kms":
-            raise ConfigError("s3 remote storage: sse_kms_key_id needs sse='aws:kms'")
         if retry_mode not in ("adaptive", "standard", "legacy"):
             raise ConfigError(f"s3 remote storage: retry_mode={retry_mode!r}")
         if max_attempts < 1:
@@ -136,11 +163,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._bucket = bucket
         self._prefix = check_prefix(prefix)
         self._max_concurrency = max_concurrency
-        object_args: dict[str, str] = {}
-        if sse is not None:
-            object_args["ServerSideEncryption"] = sse
-        if sse_kms_key_id is not None:
-            object_args["SSEKMSKeyId"] = sse_kms_key_id
+        object_args = encryption_args(sse, sse_kms_key_id, bucket_key_enabled)
         self._client = make_client(
             S3ClientSettings(
                 endpoint_url=endpoint_url,
@@ -393,4 +416,4 @@ def _epoch_ms(value: datetime) -> int:
     return int(value.timestamp() * 1000)
 
 
-__all__ = ["S3RemoteStorageManager", "make_s3_client"]
+__all__ = ["S3RemoteStorageManager", "encryption_args", "make_s3_client"]

@@ -230,8 +230,13 @@ def snapshot_store_options(config: RlmmConfig, *, read_only: bool = False) -> di
     remote = config.remote_options()
     if remote.get("type") != "s3" or not remote.get("bucket"):
         raise ConfigError("snapshot.store = 's3' needs remote.type = 's3' and remote.bucket")
+    from remote.s3 import encryption_args
+
     return {
         "type": "s3",
+        "object_args": encryption_args(
+            remote.get("sse"), remote.get("sse_kms_key_id"), remote.get("bucket_key_enabled", False)
+        ),
         "client": _s3_client(config),
         "bucket": remote["bucket"],
         "prefix": str(remote.get("prefix", "")),

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -87,6 +87,7 @@ class S3SnapshotStore(SnapshotStore):
         keep: int = 2,
         read_only: bool = False,
         close_client: bool = False,
+        object_args: Mapping[str, Any] | None = None,
     ) -> None:
         if type(keep) is not int or keep < 1:
             raise SnapshotConfigError(f"snapshot store keep must be an int >= 1, got {keep!r}")
@@ -105,6 +106,8 @@ class S3SnapshotStore(SnapshotStore):
         self.read_only = read_only
         self.stats = SnapshotStoreStats()
         self._close_client = close_client
+        # Server-side encryption of every snapshot object, as the segment store's.
+        self._object_args = dict(object_args or {})
         self._closed = False
         self._lock = threading.Lock()
         self._last_seq = 0
@@ -202,6 +205,7 @@ class S3SnapshotStore(SnapshotStore):
                         Body=data,
                         IfNoneMatch="*",
                         ContentType="application/octet-stream",
+                        **self._object_args,
                     )
                 except ClientError as e:
                     code, status = _status(e)
