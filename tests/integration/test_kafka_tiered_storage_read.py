@@ -229,7 +229,8 @@ dir = "{broker.remote_dir}"
     deep = rlmm(config, "verify", "--json", "--deep", "--topic", topic, "--safety-window", "0s")
     assert deep.returncode == 0, deep.stdout + deep.stderr
     report = json.loads(deep.stdout)
-    assert report["ok"] and report["segments_checked"] == len(segments)
+    # Kafka may tier more by now (its active segment rolls by segment.ms): at least these.
+    assert report["ok"] and report["segments_checked"] >= len(segments)
     assert report["objects_checked"] >= 5 * len(segments)
 
     first = segments[0]
