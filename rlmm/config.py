@@ -18,10 +18,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from remote.layouts import check_remote_options
 from rlmm.errors import ConfigError
 
-# Sections whose keys we validate ourselves; the eventlog and remote sections are
-# passed to their backend factories, which reject unknown keys themselves.
+# Sections whose keys we validate ourselves; the [remote] keys are checked against the
+# configured backend's own (remote.layouts.check_remote_options), the [eventlog] keys by
+# its backend factory.
 DEFAULTS: dict[str, Any] = {
     "broker_id": 0,
     "data_dir": "data/rlmm",
@@ -286,6 +288,11 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
             "snapshot.store = 's3' uses the [remote] S3 bucket: it needs remote.type = 's3'"
             f" (it is {merged['remote'].get('type')!r})"
         )
+    check_remote_options(merged["remote"])
+    for name in ("every_events", "keep"):
+        value = snapshot.get(name)
+        if isinstance(value, float):
+            raise ConfigError(f"snapshot.{name} must be a whole number, got {value!r}")
     offload = dict(merged["offload"])
     _check_offload(offload)
     broker_id = merged["broker_id"]

@@ -24,6 +24,7 @@ module imports another).
 from __future__ import annotations
 
 import abc
+import inspect
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,6 +217,51 @@ def check_layout_matches(layout: RemoteLayout, names: Iterable[str]) -> None:
 READ_ONLY_TYPES = ("local-tiered-storage", "aiven-s3")
 
 
+def _constructor_keys(factory: Any) -> set[str]:
+    params = inspect.signature(factory).parameters.values()
+    return {p.name for p in params if p.name != "self" and p.kind is not p.VAR_KEYWORD}
+
+
+def known_options(kind: str) -> set[str] | None:
+    """The ``[remote]`` settings of one type, from its backend; None when the backend
+    checks its own (Aiven's layout takes the plugin's open-ended property names)."""
+    if kind == "local":
+        from remote.local import LocalRemoteStorageManager
+
+        return _constructor_keys(LocalRemoteStorageManager)
+    if kind == "s3":
+        from remote.s3 import S3RemoteStorageManager
+
+        return _constructor_keys(S3RemoteStorageManager)
+    if kind == "local-tiered-storage":
+        return {"dir"}
+    return None
+
+
+def check_remote_options(options: Mapping[str, Any]) -> None:
+    """ConfigError, one line naming the key and the known ones, for a ``[remote]``
+    setting its type does not take (a typo, or another type's setting)."""
+    kind = options.get("type", "local")
+    if kind not in LAYOUT_TYPES:
+        raise ConfigError(f"unknown remote.type {kind!r} (expected one of {LAYOUT_TYPES})")
+    if kind == "aiven-s3":
+        from remote.layouts.aiven_s3 import AivenS3Layout
+
+        AivenS3Layout.check_options(options)
+        return
+    known = known_options(kind)
+    assert known is not None
+    for key in sorted(set(options) - known - {"type"}):
+        owners = [
+            k for k in ("local", "s3", "local-tiered-storage") if key in (known_options(k) or ())
+        ]
+        where = f" (a setting of remote.type = {owners[0]!r})" if owners else ""
+        raise ConfigError(
+            f"unknown setting remote.{key} for remote.type = {kind!r}{where};"
+            f" known: {', '.join(sorted(known))}"
+        )
+
+
 def load_remote_layout(config: Mapping[str, Any]) -> RemoteLayout:
     """Build the read side of the configured ``[remote]`` settings.
 
@@ -256,7 +302,9 @@ __all__ = [
     "RemoteLayout",
     "SegmentObject",
     "check_layout_matches",
+    "check_remote_options",
     "detect_layouts",
     "index_label",
+    "known_options",
     "load_remote_layout",
 ]

@@ -158,9 +158,20 @@ class AivenS3Layout(RemoteLayout):
         self._closed = False
 
     @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """ConfigError naming a ``[remote]`` setting this layout does not take."""
+        cls._arguments(options)
+
+    @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> AivenS3Layout:
         """From ``[remote]`` settings: ours or the plugin's property names (see _ALIASES);
         the plugin's writer-only settings are accepted and ignored."""
+        kwargs, keys = cls._arguments(options)
+        bucket = kwargs.pop("bucket", None)
+        return cls(bucket, private_key_files=keys, **kwargs)
+
+    @classmethod
+    def _arguments(cls, options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Path]]:
         kwargs: dict[str, Any] = {}
         keys: dict[str, Path] = {}
         for key, value in options.items():
@@ -185,8 +196,7 @@ class AivenS3Layout(RemoteLayout):
                     " plugin's writer settings)"
                 )
             kwargs[name] = value
-        bucket = kwargs.pop("bucket", None)
-        return cls(bucket, private_key_files=keys, **kwargs)
+        return kwargs, keys
 
     def __repr__(self) -> str:
         return f"AivenS3Layout(bucket={self._bucket!r}, key_prefix={self._prefix!r})"

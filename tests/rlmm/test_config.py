@@ -87,3 +87,51 @@ async def test_factory_builds_embedded_parts(tmp_path: Path) -> None:
     bad = load_config(env={}, overrides={"eventlog.fsync": "sometimes", "data_dir": str(tmp_path)})
     with pytest.raises(ConfigError, match="fsync"):
         open_event_log(bad)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"remote.roott": "/x"},
+            r"unknown setting remote\.roott for remote\.type = 'local'; known: fsync, root",
+        ),
+        (
+            {"remote.type": "s3", "remote.bucket": "b", "remote.root": "/x"},
+            r"remote\.root for remote\.type = 's3' \(a setting of remote\.type = 'local'\)",
+        ),
+        (
+            {"remote.type": "local-tiered-storage", "remote.bucket": "b"},
+            r"remote\.bucket .*known: dir",
+        ),
+        (
+            {"remote.type": "aiven-s3", "remote.bucket": "b", "remote.chunk_sise": 1},
+            r"remote\.chunk_sise",
+        ),
+        ({"remote.type": "nfs"}, r"unknown remote\.type 'nfs'"),
+        ({"snapshot.keep": 1.5}, r"snapshot\.keep must be a whole number, got 1\.5"),
+    ],
+)
+def test_settings_a_backend_does_not_take_are_refused_at_load(
+    overrides: dict, message: str
+) -> None:
+    """Not later, as a Python TypeError from the backend's constructor."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides=overrides, env={})
+
+
+def test_every_setting_of_each_remote_type_loads(tmp_path: Path) -> None:
+    load_config(None, overrides={"remote.root": str(tmp_path), "remote.fsync": False}, env={})
+    load_config(
+        None,
+        overrides={"remote.type": "s3", "remote.bucket": "b", "remote.sse": "aws:kms",
+                   "remote.bucket_key_enabled": True, "remote.profile": "p"},
+        env={},
+    )  # fmt: skip
+    load_config(None, overrides={"remote.type": "local-tiered-storage", "remote.dir": "/d"}, env={})
+    load_config(
+        None,
+        overrides={"remote.type": "aiven-s3", "remote.storage.s3.bucket.name": "b",
+                   "remote.key.prefix": "t/", "remote.compression.enabled": True},
+        env={},
+    )  # fmt: skip
