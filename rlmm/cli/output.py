@@ -241,17 +241,37 @@ class ConsoleOutput(Output):
             table.add_row(*(str(row.get(c, "-")) for c in columns), str(row["detail"]))
         self._print_table(table)
 
+    def _remedies(self, rows: list[dict[str, Any]]) -> None:
+        """One line per problem kind present: what to do about it."""
+        seen: dict[str, str] = {}
+        for row in rows:
+            seen.setdefault(str(row["kind"]), str(row["remedy"]))
+        for kind, remedy in seen.items():
+            self.out.print(f"  {kind}: {remedy}", markup=False, soft_wrap=True)
+
     def verification(self, report: VerifyReport) -> None:
         mode = "deep" if report.deep else "quick"
         summary = (
             f"{mode} verify: {report.segments_checked} segments, {report.objects_checked} objects"
             + (f", {human_bytes(report.bytes_read)} read" if report.deep else "")
         )
+        skipped = [
+            f"{n} {what}"
+            for n, what in (
+                (report.skipped_young, "younger than the safety window"),
+                (report.skipped_outside_layout, "outside the layout"),
+            )
+            if n
+        ]
+        if skipped:
+            summary += f" (skipped: {', '.join(skipped)})"
         if report.ok:
             self.out.print(f"{summary}: OK")
             return
-        self._problems([p.to_dict() for p in report.problems])
+        rows = [p.to_dict() for p in report.problems]
+        self._problems(rows)
         self.out.print(f"{summary}: {len(report.problems)} problem(s)")
+        self._remedies(rows)
 
     def repair(self, plan: RepairPlan) -> None:
         if plan.actions:
@@ -271,7 +291,9 @@ class ConsoleOutput(Output):
             self.out.print(
                 f"{len(plan.left_alone)} problem(s) are not garbage and need an operator:"
             )
-            self._problems([p.to_dict() for p in plan.left_alone])
+            rows = [p.to_dict() for p in plan.left_alone]
+            self._problems(rows)
+            self._remedies(rows)
 
 
 __all__ = ["ConsoleOutput", "JsonOutput", "Output", "human_bytes", "human_time"]

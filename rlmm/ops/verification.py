@@ -60,6 +60,40 @@ class ProblemKind(enum.StrEnum):
     CORRUPT_OBJECT = "corrupt_object"
 
 
+REMEDIES: dict[ProblemKind, str] = {
+    ProblemKind.MISSING_OBJECT: (
+        "restore the object (from a backup, or the broker's log dir if it still holds the"
+        " segment); until then readers with failOnDataLoss=false skip the segment"
+    ),
+    ProblemKind.SIZE_MISMATCH: (
+        "the object was truncated or replaced: restore it as for missing_object"
+        " (verify --deep shows which batches are still intact)"
+    ),
+    ProblemKind.CHECKSUM_MISMATCH: "its bytes changed since they were written: restore it",
+    ProblemKind.BATCH_CRC_ERROR: (
+        "a record batch is corrupt: restore the object; readers with failOnDataLoss=false"
+        " skip the batch"
+    ),
+    ProblemKind.CORRUPT_OBJECT: (
+        "unreadable in its layout's format: check that remote.type is the brokers' plugin,"
+        " then restore the object"
+    ),
+    ProblemKind.ORPHAN_OBJECT: "garbage: rlmm gc --apply deletes it",
+    ProblemKind.STUCK_COPY_STARTED: (
+        "garbage of a failed copy: rlmm gc --apply deletes its objects and marks it"
+        " DELETE_SEGMENT_FINISHED"
+    ),
+    ProblemKind.STUCK_DELETE_STARTED: (
+        "a delete that never finished: rlmm gc --apply finishes it"
+    ),
+    ProblemKind.LINEAGE_GAP: (
+        "expected after an unclean leader election; otherwise segments in that range"
+        " were never copied: check the broker still has them and the offloader's log"
+    ),
+    ProblemKind.STALE_MULTIPART_UPLOAD: "garbage: rlmm gc --apply aborts the upload",
+}
+"""One line per problem kind: what an operator does about it."""
+
 _STUCK = {
     _S.COPY_SEGMENT_STARTED: ProblemKind.STUCK_COPY_STARTED,
     _S.DELETE_SEGMENT_STARTED: ProblemKind.STUCK_DELETE_STARTED,
@@ -102,6 +136,7 @@ class Problem:
             if value is not None:
                 out[name] = value
         out["detail"] = self.detail
+        out["remedy"] = REMEDIES[self.kind]
         return out
 
 
@@ -113,6 +148,8 @@ class VerifyReport:
     segments_checked: int = 0
     objects_checked: int = 0
     bytes_read: int = 0
+    skipped_young: int = 0  # objects and uploads younger than the safety window
+    skipped_outside_layout: int = 0  # stored names not in the layout's pattern
 
     @property
     def ok(self) -> bool:
@@ -126,6 +163,8 @@ class VerifyReport:
             "segments_checked": self.segments_checked,
             "objects_checked": self.objects_checked,
             "bytes_read": self.bytes_read,
+            "skipped_young": self.skipped_young,
+            "skipped_outside_layout": self.skipped_outside_layout,
             "problems": [p.to_dict() for p in self.problems],
         }
 
@@ -312,9 +351,14 @@ class _Verifier:
     def orphans(self, listing: dict[str, RemoteObject], live: set[str]) -> None:
         for obj in listing.values():
             parsed = self.layout.parse_object_name(obj.name)
-            if parsed is None or self.topic not in (None, parsed.topic):
-                continue  # not ours to judge: a name outside rlmm's layout is left alone
+            if parsed is None:
+                # Not ours to judge: a name outside the layout is left alone.
+                self.report.skipped_outside_layout += 1
+                continue
+            if self.topic not in (None, parsed.topic):
+                continue
             if obj.last_modified_ms >= self.cutoff_ms:
+                self.report.skipped_young += 1
                 continue
             if parsed.segment_id in live and not parsed.temporary:
                 continue
@@ -338,7 +382,10 @@ class _Verifier:
         for upload in self.layout.list_multipart_uploads():
             parsed = self.layout.parse_object_name(upload.name)
             topic = parsed.topic if parsed is not None else None
-            if self.topic not in (None, topic) or upload.initiated_ms >= self.cutoff_ms:
+            if self.topic not in (None, topic):
+                continue
+            if upload.initiated_ms >= self.cutoff_ms:
+                self.report.skipped_young += 1
                 continue
             self.report.problems.append(
                 Problem(
@@ -412,6 +459,7 @@ def verify(
 __all__ = [
     "DEFAULT_SAFETY_WINDOW_S",
     "GARBAGE",
+    "REMEDIES",
     "Problem",
     "ProblemKind",
     "VerifyReport",

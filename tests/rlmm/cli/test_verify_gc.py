@@ -91,6 +91,10 @@ def test_verify_and_gc_on_a_damaged_local_store(tmp_path: Path) -> None:
 
     dry = store.run("gc")
     assert dry.returncode == 1 and "dry run" in dry.stdout
+    # The problems gc leaves for an operator each come with their remedy.
+    assert "  missing_object: restore the object" in dry.stdout
+    text = store.run("verify")
+    assert "  orphan_object: garbage: rlmm gc --apply deletes it" in text.stdout
     assert problems(store.run("verify", "--json")) == data_problems | garbage  # nothing changed
 
     applied = store.run("gc", "--apply", "--json")

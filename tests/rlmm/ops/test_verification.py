@@ -109,3 +109,15 @@ def test_snapshot_report_of_foreign_or_truncated_files(tmp_path: Path) -> None:
     report = inspect_snapshot(truncated)
     assert not report.ok and "truncated" in str(report.problem)
     assert report.to_dict()["path"] == str(truncated)
+
+
+def test_every_problem_kind_has_its_remedy_in_the_output_and_the_docs() -> None:
+    from pathlib import Path
+
+    from rlmm.ops.verification import REMEDIES, Problem
+
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
+    for kind in ProblemKind:
+        remedy = REMEDIES[kind]
+        assert Problem(kind, "t", 0, "d").to_dict()["remedy"] == remedy
+        assert f"- `{kind.value}`: {remedy}" in docs, kind
