@@ -2,7 +2,8 @@
 
 Invariant: a thin layer; parsing and rendering only, the work is
 ``rlmm.offload.sidecar.run_sidecar``. Errors are rendered by the root group (exit 2);
-``--once`` exits 1 when a segment could not be copied.
+``--once`` exits 1 when a segment could not be copied, or when a log dir does not look
+like a Kafka log dir (a partition dir, or one with no partition dir: named on stderr).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def offload(once: bool, log_dirs: tuple[Path, ...], metrics_port: int | None) ->
             "segments_deleted": t.deleted,
             "errors": t.errors,
             "stopped_by_signal": report.stopped_by_signal,
+            "warnings": report.warnings,
         }
         click.echo(json.dumps(summary, indent=2))
     else:
@@ -57,7 +59,7 @@ def offload(once: bool, log_dirs: tuple[Path, ...], metrics_port: int | None) ->
             f" copied ({t.copied_bytes} bytes), {t.deleted} deleted, {len(t.errors)} errors"
             + (" (stopped by signal)" if report.stopped_by_signal else "")
         )
-    if once and t.errors and not report.stopped_by_signal:
+    if once and (t.errors or report.warnings) and not report.stopped_by_signal:
         sys.exit(1)
 
 

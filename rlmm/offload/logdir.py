@@ -13,6 +13,7 @@ missing, truncated or corrupt raises SegmentCopyError naming the file.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -24,7 +25,7 @@ from remote import (
     read_producer_snapshot,
 )
 from remote.segment_data import log_segment_data
-from remote.segments import LogSegmentFiles
+from remote.segments import LogSegmentFiles, parse_partition_dir_name
 from rlmm.model import TopicIdPartition
 from rlmm.offload.errors import LogDirError, SegmentCopyError
 from rlmm.offload.settings import OffloadSettings
@@ -199,6 +200,35 @@ class LogDirSource(LogSource):
             txn_index_empty=summary.txn_index_empty,
             data=data,
         )
+
+
+def log_dir_problem(log_dir: Path) -> str | None:
+    """Why ``log_dir`` does not look like one of Kafka's ``log.dirs`` entries, or None.
+
+    One that looks like a partition dir itself (``orders-0``, holding ``.log`` files),
+    or that holds no partition dir (``<topic>-<partition>/``) at all, is most likely the
+    wrong directory: the sidecar would report success over nothing.
+    """
+    try:
+        entries = list(os.scandir(log_dir))
+    except OSError as e:
+        return f"log dir {log_dir} cannot be read: {e}"
+    if any(e.name.endswith(".log") and e.is_file() for e in entries) or any(
+        e.name == "partition.metadata" for e in entries
+    ):
+        return (
+            f"log dir {log_dir} looks like a partition dir itself: --log-dir takes the"
+            f" broker's log.dirs entry ({log_dir.parent}?), which holds <topic>-<partition>/ dirs"
+        )
+    for entry in entries:
+        if entry.is_dir():
+            with contextlib.suppress(SegmentFormatError):
+                parse_partition_dir_name(entry.name)
+                return None
+    return (
+        f"log dir {log_dir} holds no partition dir (<topic>-<partition>/): is it the"
+        " broker's log.dirs entry?"
+    )
 
 
 def scan_log_dirs(

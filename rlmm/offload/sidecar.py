@@ -25,7 +25,7 @@ from rlmm.config import RlmmConfig
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.model import TopicIdPartition
 from rlmm.offload.display import Display, Tally
-from rlmm.offload.logdir import scan_log_dirs
+from rlmm.offload.logdir import log_dir_problem, scan_log_dirs
 from rlmm.offload.manager import RemoteLogManager
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
 from rlmm.offload.settings import OffloadSettings
@@ -41,6 +41,7 @@ class SidecarReport:
     partitions: int = 0
     tally: Tally = field(default_factory=Tally)
     stopped_by_signal: bool = False
+    warnings: list[str] = field(default_factory=list)  # log dirs that look wrong
 
 
 class Sidecar:
@@ -116,6 +117,11 @@ class Sidecar:
         return report
 
     async def _rounds(self, rlm: RemoteLogManager, report: SidecarReport) -> None:
+        for log_dir in self.log_dirs:
+            problem = await asyncio.to_thread(log_dir_problem, log_dir)
+            if problem is not None:
+                log.warning("%s", problem)
+                report.warnings.append(problem)
         warned: set[str] = set()
         led: set[TopicIdPartition] = set()
         while not self._stop.is_set():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -253,3 +254,29 @@ def test_second_signal_abandons_uploads_cleanly(tmp_path: Path) -> None:
     import asyncio
 
     asyncio.run(check_store(path, pdirs, complete=False))
+
+
+def test_a_log_dir_that_is_not_one_is_named(tmp_path: Path) -> None:
+    """A partition dir, or a dir with no partition dir, given as --log-dir: a warning
+    naming what was expected, and with --once exit 1 (it used to report success)."""
+    import subprocess
+    import sys
+
+    from rlmm.offload.logdir import log_dir_problem
+
+    logs = tmp_path / "kafka-logs"
+    (logs / "orders-0").mkdir(parents=True)
+    (logs / "orders-0" / "00000000000000000000.log").write_bytes(b"")
+    (tmp_path / "empty").mkdir()
+    assert log_dir_problem(logs) is None
+    assert "looks like a partition dir" in str(log_dir_problem(logs / "orders-0"))
+    assert "holds no partition dir" in str(log_dir_problem(tmp_path / "empty"))
+    for wrong, expected in ((logs / "orders-0", f"({logs}?)"), (tmp_path / "empty", "log.dirs")):
+        done = subprocess.run(
+            [sys.executable, "-m", "rlmm.cli", "offload", "--once", "--log-dir", str(wrong),
+             "--set", f"data_dir={tmp_path / 'rlmm'}", "--json"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        assert expected in done.stderr
+        assert json.loads(done.stdout)["warnings"] and expected in done.stdout
