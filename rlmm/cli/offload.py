@@ -29,9 +29,17 @@ from rlmm.cli.session import common_options, session
     type=click.Path(path_type=Path, file_okay=False),
     help="a Kafka log dir (repeat for several)",
 )
-@click.option("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+@click.option("--metrics-port", type=int, help="serve Prometheus metrics on PORT")
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="address the metrics port binds (0.0.0.0: every interface, for a remote Prometheus)",
+)
 @common_options
-def offload(once: bool, log_dirs: tuple[Path, ...], metrics_port: int | None) -> None:
+def offload(
+    once: bool, log_dirs: tuple[Path, ...], metrics_port: int | None, metrics_host: str
+) -> None:
     """Copy rolled segments of Kafka log dirs to remote storage and apply remote retention."""
     from rlmm.offload.sidecar import run_sidecar
 
@@ -39,7 +47,11 @@ def offload(once: bool, log_dirs: tuple[Path, ...], metrics_port: int | None) ->
     if not s.debug:
         # one line per segment (or the progress bar on a terminal), warnings, errors
         logging.getLogger("rlmm.offload").setLevel(logging.INFO)
-    report = asyncio.run(run_sidecar(s.config, log_dirs, once=once, metrics_port=metrics_port))
+    report = asyncio.run(
+        run_sidecar(
+            s.config, log_dirs, once=once, metrics_port=metrics_port, metrics_host=metrics_host
+        )
+    )
     t = report.tally
     if s.json:
         summary = {

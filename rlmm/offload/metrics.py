@@ -26,6 +26,7 @@ class MetricsServer:
         self._server = server
         self._thread = thread
         self.port: int = server.server_port
+        self.host: str = str(server.server_address[0])
 
     def close(self) -> None:
         if self._thread.is_alive():

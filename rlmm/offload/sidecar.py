@@ -31,6 +31,8 @@ from rlmm.offload.metrics import MetricsServer, OffloadMetrics
 from rlmm.offload.settings import OffloadSettings
 
 log = logging.getLogger(__name__)
+# Loopback unless told otherwise: a scrape from another host needs --metrics-host.
+DEFAULT_METRICS_HOST = "127.0.0.1"
 
 
 @dataclass
@@ -54,9 +56,11 @@ class Sidecar:
         *,
         once: bool = False,
         metrics_port: int | None = None,
+        metrics_host: str = DEFAULT_METRICS_HOST,
         display: Display | None = None,
     ) -> None:
         self.config = config
+        self.metrics_host = metrics_host
         self.settings = OffloadSettings.from_config(config)
         self.log_dirs = [Path(d) for d in log_dirs]
         self.once = once
@@ -69,12 +73,40 @@ class Sidecar:
         self._signals = 0
         self._event_log: EventLog | None = None
 
+    def startup_summary(self) -> str:
+        """One line: config, store, event log, log dirs, metrics address, and what the
+        defaults are when no config file is in effect."""
+        from rlmm.secrets import redact
+
+        remote = redact(self.config.remote_options())
+        store = ", ".join(f"{k}={v}" for k, v in remote.items())
+        eventlog = self.config.event_log_options()
+        where = eventlog.get("dir") or eventlog.get("bootstrap_servers", "")
+        metrics = (
+            f"http://{self.metrics_host}:{self.metrics_port}/metrics"
+            if self.metrics_port is not None
+            else "off"
+        )
+        line = (
+            f"rlmm offload: config {self.config.source}; remote storage {store}; event log"
+            f" {eventlog.get('type', 'file')} {where} ({eventlog.get('partitions')} partitions);"
+            f" log dirs {', '.join(str(d) for d in self.log_dirs)}; metrics {metrics};"
+            f" retention.ms {self.config.offload['retention.ms']}"
+        )
+        if self.config.source == "defaults":
+            line += (
+                "; no config file: embedded defaults under data_dir"
+                f" {self.config.data_dir} (pass --config or set RLMM_CONFIG)"
+            )
+        return line
+
     def _on_signal(self, rlm: RemoteLogManager) -> None:
         self._signals += 1
         rlm.request_stop()
         self._stop.set()
         if self._signals == 1:
-            log.warning("stopping: finishing the segments being copied (signal again to abandon)")
+            # A normal stop (SIGTERM from systemd or Kubernetes): not a warning.
+            log.info("stopping: finishing the segments being copied (signal again to abandon)")
         elif self._round is not None:
             log.warning("stopping now: abandoning the segments being copied")
             self._round.cancel()
@@ -82,7 +114,8 @@ class Sidecar:
     async def run(self) -> SidecarReport:
         report = SidecarReport(tally=self.display.tally)
         if self.metrics_port is not None:
-            self.metrics_server = self.metrics.serve(self.metrics_port)
+            self.metrics_server = self.metrics.serve(self.metrics_port, self.metrics_host)
+        log.info("%s", self.startup_summary())
         event_log = self._event_log = open_event_log(self.config)
         rlmm = create_manager(self.config, event_log)
         rsm = open_remote_storage(self.config)
@@ -168,12 +201,18 @@ async def run_sidecar(
     *,
     once: bool = False,
     metrics_port: int | None = None,
+    metrics_host: str = DEFAULT_METRICS_HOST,
     display: Display | None = None,
 ) -> SidecarReport:
     """Run the sidecar until done (``once``) or stopped by a signal."""
     return await Sidecar(
-        config, log_dirs, once=once, metrics_port=metrics_port, display=display
+        config,
+        log_dirs,
+        once=once,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        display=display,
     ).run()
 
 
-__all__ = ["Sidecar", "SidecarReport", "run_sidecar"]
+__all__ = ["DEFAULT_METRICS_HOST", "Sidecar", "SidecarReport", "run_sidecar"]

@@ -280,3 +280,39 @@ def test_a_log_dir_that_is_not_one_is_named(tmp_path: Path) -> None:
         assert done.returncode == 1, done.stderr
         assert expected in done.stderr
         assert json.loads(done.stdout)["warnings"] and expected in done.stdout
+
+
+async def test_startup_line_and_metrics_host(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One startup summary (config, store, event log, log dirs, metrics address, the
+    defaults in effect), secrets redacted; the metrics port binds the address asked."""
+    import logging
+
+    from rlmm.config import load_config
+    from rlmm.offload.metrics import OffloadMetrics
+    from rlmm.offload.sidecar import Sidecar
+
+    config = load_config(None, overrides={"data_dir": str(tmp_path)}, env={})
+    sidecar = Sidecar(config, [tmp_path / "logs"], metrics_port=9308, metrics_host="0.0.0.0")
+    line = sidecar.startup_summary()
+    for part in ("config defaults", f"root={tmp_path / 'remote'}", "event log file",
+                 f"log dirs {tmp_path / 'logs'}", "metrics http://0.0.0.0:9308/metrics",
+                 "no config file: embedded defaults", "retention.ms 604800000"):  # fmt: skip
+        assert part in line, (part, line)
+    secret = load_config(
+        None,
+        overrides={"data_dir": str(tmp_path), "remote.type": "s3", "remote.bucket": "b",
+                   "remote.aws_secret_access_key": "never-shown-31337"},
+        env={},
+    )  # fmt: skip
+    assert "never-shown-31337" not in Sidecar(secret, [tmp_path]).startup_summary()
+    server = OffloadMetrics().serve(0, "0.0.0.0")
+    try:
+        assert server.host == "0.0.0.0"
+    finally:
+        server.close()
+    (tmp_path / "logs").mkdir()
+    with caplog.at_level(logging.INFO, logger="rlmm.offload.sidecar"):
+        await run_sidecar(config, [tmp_path / "logs"], once=True, display=Display(rich=False))
+    assert any(r.getMessage().startswith("rlmm offload: config") for r in caplog.records)
