@@ -8,6 +8,7 @@ is 1 when there was one.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import click
@@ -47,6 +48,9 @@ def events(
                 if item.offset is None or item.offset >= from_offset:
                     emit(item)
     else:
+        if follow:
+            # SIGTERM (systemd, Kubernetes, `timeout`) ends a follow as Ctrl-C does: exit 0.
+            signal.signal(signal.SIGTERM, _interrupt)
         try:
             dump_event_log(
                 session().config, emit, partitions=partitions or None, from_offset=from_offset,
@@ -61,6 +65,10 @@ def events(
 
 
 events = common_options(events)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def register(main: click.Group) -> None:

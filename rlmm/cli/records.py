@@ -44,6 +44,8 @@ def records(
     """Print the archived records of TOPIC."""
     from rlmm.ops.record_dump import RecordQuery, raw_value, read_records, record_fields
 
+    if fmt == "raw" and session().json:
+        raise click.UsageError("--format raw prints the values as they are: not with --json")
     query = RecordQuery(topic, partitions, from_offset, limit, isolation)
     out = session().output
     for row in read_records(session().config, query):

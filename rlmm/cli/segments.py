@@ -30,12 +30,13 @@ def list_segments(
 ) -> None:
     """List segments (every state), by topic, partition and start offset."""
     from rlmm.archive import open_metadata_view
-    from rlmm.ops.inventory import SegmentFilter, list_segments
+    from rlmm.ops.inventory import SegmentFilter, check_topic_known, list_segments
 
     where = SegmentFilter(
         topic, partition, None if state is None else RemoteLogSegmentState[state.upper()], epoch
     )
     with open_metadata_view(session().config) as view:
+        check_topic_known(view, topic)
         session().output.segments(list_segments(view, where))
 
 
@@ -61,9 +62,10 @@ def show_segment(segment_id: str) -> None:
 def partitions(topic: str | None) -> None:
     """Per partition: segments, remote bytes, offsets, highest offset per epoch, states."""
     from rlmm.archive import open_metadata_view
-    from rlmm.ops.inventory import SegmentFilter, summarize_partitions
+    from rlmm.ops.inventory import SegmentFilter, check_topic_known, summarize_partitions
 
     with open_metadata_view(session().config) as view:
+        check_topic_known(view, topic)
         session().output.partitions(summarize_partitions(view, SegmentFilter(topic)))
 
 

@@ -102,7 +102,8 @@ def common_options(fn: F) -> F:
         ),
         click.option(
             "--json", "json_", is_flag=True, expose_value=False, callback=_set("json"),
-            is_eager=True, help="print one JSON document on stdout",
+            is_eager=True,
+            help="print JSON on stdout: one document (events and records: one object a line)",
         ),
         click.option(
             "--debug", is_flag=True, expose_value=False, callback=_set("debug"), is_eager=True,

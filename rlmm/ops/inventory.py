@@ -65,6 +65,19 @@ def list_segments(
     ]
 
 
+def check_topic_known(view: MetadataView, topic: str | None) -> None:
+    """RemoteResourceNotFoundError naming the known topics when ``topic`` has nothing in
+    the metadata (a typo must not read as "0 segments")."""
+    if topic is None:
+        return
+    known = sorted({tp.topic for tp in view.topic_partitions()})
+    if topic not in known:
+        shown = ", ".join(known[:20]) + (" ..." if len(known) > 20 else "")
+        raise RemoteResourceNotFoundError(
+            f"unknown topic {topic!r}: no segment of it in the metadata (known: {shown or 'none'})"
+        )
+
+
 def find_segment(view: MetadataView, segment_id: str) -> RemoteLogSegmentMetadata:
     """The live segment with this id (Kafka's base64 text or a dashed uuid)."""
     try:
@@ -248,6 +261,7 @@ __all__ = [
     "SegmentDetail",
     "SegmentFilter",
     "StoredObject",
+    "check_topic_known",
     "describe_segment",
     "find_segment",
     "highest_offset_per_epoch",

@@ -141,3 +141,14 @@ def test_bad_input_is_one_clear_line(store: Store, tmp_path: Path) -> None:
     assert malformed.returncode == 1 and "Traceback" not in malformed.stderr
     (entry,) = lines(malformed.stdout)
     assert "dump stopped" in str(entry["error"]) and entry["position"] == 0
+
+
+def test_unknown_topics_and_conflicting_flags_are_named(store: Store) -> None:
+    for command in (("segments", "list"), ("partitions",)):
+        done = store.run(*command, "--topic", "nosuch")
+        assert done.returncode == 2, done.stdout
+        assert "unknown topic 'nosuch'" in done.stderr and "known: orders" in done.stderr
+    raw = store.run("records", "orders", "--format", "raw", "--json")
+    assert raw.returncode == 2 and "not with --json" in raw.stderr
+    helped = run_cli("events", "--help")
+    assert "one object a line" in helped.stdout

@@ -45,3 +45,23 @@ def test_follow_sees_new_events_and_stops_on_sigint(tmp_path: Path) -> None:
         finally:
             if follower.poll() is None:
                 follower.kill()
+
+
+def test_follow_ends_with_exit_0_on_sigterm_too(tmp_path: Path) -> None:
+    """SIGTERM (systemd, Kubernetes, `timeout`) ends a follow as Ctrl-C does (it exited 143)."""
+    store = build_store(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "RLMM_CONFIG"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "rlmm.cli", "events", "--follow",
+         "--config", str(store.config_path)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as follower:  # fmt: skip
+        try:
+            assert follower.stdout is not None
+            json.loads(follower.stdout.readline())  # following now
+            follower.send_signal(signal.SIGTERM)
+            assert follower.wait(timeout=30) == 0
+            assert "Traceback" not in (follower.stderr.read() if follower.stderr else "")
+        finally:
+            if follower.poll() is None:
+                follower.kill()
