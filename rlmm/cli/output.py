@@ -11,6 +11,7 @@ errors, warnings and progress go to stderr; JSON field names are the stable ones
 from __future__ import annotations
 
 import abc
+import io
 import json
 import sys
 from datetime import UTC, datetime
@@ -114,21 +115,49 @@ class JsonOutput(Output):
         self._print(plan.to_dict())
 
 
+def _render(table: Table, width: int) -> list[str]:
+    console = Console(highlight=False, soft_wrap=False, width=width, file=io.StringIO())
+    with console.capture() as captured:
+        console.print(table)
+    return [line.rstrip() for line in captured.get().splitlines()]
+
+
+def _fold(table: Table) -> list[str]:
+    """One block per row: ``column: value`` lines, a blank line between rows."""
+    headers = [str(c.header) for c in table.columns]
+    columns = [[str(cell) for cell in c.cells] for c in table.columns]
+    pad = max(map(len, headers), default=0) + 1
+    out: list[str] = []
+    for row in range(table.row_count):
+        if row:
+            out.append("")
+        out.extend(f"{h + ':':<{pad}} {col[row]}" for h, col in zip(headers, columns, strict=True))
+    return out
+
+
 def _epochs(epochs: Any) -> str:
     return ",".join(f"{e}@{o}" for e, o in epochs.items())
 
 
 class ConsoleOutput(Output):
-    def __init__(self) -> None:
-        # Piped output is not cut to 80 columns: a table row stays one line for grep/awk.
-        width = None if sys.stdout.isatty() else 1000
-        self.out = Console(highlight=False, soft_wrap=False, width=width)
+    """Tables for people. A cell is never cut: piped output keeps a row on one line (for
+    grep and awk); on a terminal too narrow for a table, each row is folded into a block
+    of ``column: value`` lines (as ``kubectl describe`` does), so every id and object key
+    can be copied whole; ``wide`` keeps rows on one line on a terminal too."""
+
+    def __init__(self, *, wide: bool = False, width: int | None = None) -> None:
+        self._terminal = width is not None or sys.stdout.isatty()
+        self._wide = wide or not self._terminal
+        self.out = Console(
+            highlight=False, soft_wrap=False, width=(width if self._terminal else 1000)
+        )
 
     def _print_table(self, table: Table) -> None:
+        lines = _render(table, 10_000)
+        if not self._wide and max(map(len, lines), default=0) > self.out.width:
+            lines = _fold(table)
         # Rich pads the last column; trailing blanks only get in the way of grep and diff.
-        with self.out.capture() as captured:
-            self.out.print(table)
-        sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+        self.out.file.write("".join(line + "\n" for line in lines))
 
     def _table(self, *columns: str, right: tuple[str, ...] = ()) -> Table:
         table = Table(box=None, pad_edge=False, header_style="bold")

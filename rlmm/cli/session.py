@@ -28,6 +28,7 @@ class Session:
     config_path: Path | None = None
     settings: list[str] = field(default_factory=list)
     json: bool = False
+    wide: bool = False
     debug: bool = False
     _config: RlmmConfig | None = None
     _output: Output | None = None
@@ -52,7 +53,7 @@ class Session:
     @property
     def output(self) -> Output:
         if self._output is None:
-            self._output = JsonOutput() if self.json else ConsoleOutput()
+            self._output = JsonOutput() if self.json else ConsoleOutput(wide=self.wide)
         return self._output
 
     @contextmanager
@@ -104,6 +105,12 @@ def common_options(fn: F) -> F:
             "--json", "json_", is_flag=True, expose_value=False, callback=_set("json"),
             is_eager=True,
             help="print JSON on stdout: one document (events and records: one object a line)",
+        ),
+        click.option(
+            "--wide", "--no-truncate", "wide", is_flag=True, expose_value=False, callback=_set("wide"),
+            is_eager=True,
+            help="on a terminal, keep table rows on one line (default: fold a row that does"
+            " not fit into a block; cells are never cut)",
         ),
         click.option(
             "--debug", is_flag=True, expose_value=False, callback=_set("debug"), is_eager=True,
