@@ -164,7 +164,7 @@ class TopicIdPartition:
         return (TopicIdPartition, (self.topic_id, self.topic, self.partition))
 
     def __str__(self) -> str:
-        return f"{self.topic}-{self.partition} ({self.topic_id})"
+        return f"{self.topic}-{self.partition} ({kafka_uuid_to_str(self.topic_id)})"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -202,7 +202,8 @@ class RemoteLogSegmentId:
         return cls(topic_id_partition, uuid.uuid4())
 
     def __str__(self) -> str:
-        return f"{self.topic_id_partition}/{self.id}"
+        # Kafka's id text (base64url), as Kafka's tools and rlmm's CLI print ids.
+        return f"{self.topic_id_partition}/{kafka_uuid_to_str(self.id)}"
 
 
 def _frozen_epochs(epochs: Mapping[int, int]) -> Mapping[int, int]:

@@ -55,7 +55,12 @@ from rlmm.archive.request import (
 )
 from rlmm.archive.storage import remote_storage_for
 from rlmm.archive.view import MetadataView
-from rlmm.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from rlmm.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+    kafka_uuid_to_str,
+)
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +164,8 @@ class _Planner:
                 data = self.layout.fetch_index(segment, IndexType.TRANSACTION)
             except RemoteResourceNotFoundError as e:
                 raise DataLossError(
-                    f"segment {segment.remote_log_segment_id.id} has aborted transactions but"
-                    f" its transaction index cannot be read: {e}"
+                    f"segment {kafka_uuid_to_str(segment.remote_log_segment_id.id)} has aborted"
+                    f" transactions but its transaction index cannot be read: {e}"
                 ) from e
             complete = False
             for txn in read_txn_index(
@@ -181,7 +186,7 @@ class _Planner:
             data = f.read()
         if len(data) < 18:
             raise DataLossError(
-                f"segment {segment.remote_log_segment_id.id}: object"
+                f"segment {kafka_uuid_to_str(segment.remote_log_segment_id.id)}: object"
                 f" {self.layout.log_object_name(segment)} ends inside the batch header at byte"
                 f" position {position} (its offset index points there)"
             )
@@ -232,7 +237,7 @@ class _Planner:
             for header, data in iter_batches(
                 stream,
                 position,
-                segment_id=str(segment.remote_log_segment_id.id),
+                segment_id=kafka_uuid_to_str(segment.remote_log_segment_id.id),
                 object_name=name,
             ):
                 if header.base_offset > r.last_offset:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import pyarrow as pa
 from aiokafka.record.default_records import DefaultRecordBatch
 
+from remote.errors import RemoteIntegrityError
 from remote.segments.batch import RecordBatchHeader
 from rlmm.archive.batches import iter_batches
 from rlmm.archive.columns import ColumnBuilder
@@ -31,6 +33,7 @@ from rlmm.archive.errors import CorruptBatchError, DataLossError
 from rlmm.archive.request import READ_COMMITTED, Slice
 from rlmm.archive.storage import remote_storage_for
 from rlmm.errors import RemoteResourceNotFoundError
+from rlmm.model import kafka_uuid_to_str
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +56,48 @@ def read_slice(piece: Slice, *, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
     if piece.until_offset <= piece.from_offset or piece.end_position <= piece.start_position:
         return
     rsm = remote_storage_for(piece.remote_options)
-    segment_id = str(piece.segment.remote_log_segment_id.id)
+    segment_id = kafka_uuid_to_str(piece.segment.remote_log_segment_id.id)
     name = f"{rsm!r}: {rsm.log_object_name(piece.segment)}"
+    try:
+        stream = rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position - 1)
+    except (RemoteResourceNotFoundError, RemoteIntegrityError) as e:
+        # Gone since planning (retention, a partition delete) or unreadable: both are
+        # data loss, Spark's failOnDataLoss decides.
+        _lost(piece, segment_id, name, e)
+        return
+    try:
+        yield from _decode(piece, stream, segment_id, name, batch_rows)
+    except RemoteIntegrityError as e:
+        # A truncated or altered object found while reading: the rows already yielded
+        # are good; the rest of the slice is lost.
+        _lost(piece, segment_id, name, e)
+
+
+def _lost(piece: Slice, segment_id: str, name: str, cause: Exception) -> None:
+    """Raise DataLossError, or with fail_on_data_loss false log it and count it."""
+    what = (
+        "is not in remote storage"
+        if isinstance(cause, RemoteResourceNotFoundError)
+        else ("cannot be read")
+    )
+    lost = DataLossError(
+        f"{piece.topic}-{piece.partition}: offsets [{piece.from_offset},"
+        f" {piece.until_offset}) are lost: segment {segment_id} ({name}) {what}: {cause}"
+    )
+    if piece.fail_on_data_loss:
+        raise lost from cause
+    global skipped_slices
+    skipped_slices += 1
+    log.warning("%s; skipped (fail_on_data_loss is false)", lost)
+
+
+skipped_slices = 0
+"""Slices (or their rest) skipped for data loss in this process (failOnDataLoss false)."""
+
+
+def _decode(
+    piece: Slice, stream: BinaryIO, segment_id: str, name: str, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
     builder = ColumnBuilder(
         piece.topic, piece.partition, piece.from_offset, piece.until_offset, piece.include_headers
     )
@@ -63,18 +106,6 @@ def read_slice(piece: Slice, *, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterato
     pending = sorted(piece.aborted_transactions, key=lambda t: t[1])
     next_aborted = 0
     aborting: set[int] = set()
-    try:
-        stream = rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position - 1)
-    except RemoteResourceNotFoundError as e:
-        # Deleted since planning (retention, a partition delete): Spark's failOnDataLoss.
-        lost = DataLossError(
-            f"{piece.topic}-{piece.partition}: offsets [{piece.from_offset},"
-            f" {piece.until_offset}) are gone: segment {segment_id} ({name}) was deleted: {e}"
-        )
-        if piece.fail_on_data_loss:
-            raise lost from e
-        log.warning("%s; skipped (fail_on_data_loss is false)", lost)
-        return
     with stream as f:
         for header, data in iter_batches(
             f,

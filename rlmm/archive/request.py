@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from rlmm.archive.errors import ArchiveError
-from rlmm.model import RemoteLogSegmentMetadata
+from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
 
 EARLIEST = -2
 LATEST = -1
@@ -174,7 +174,7 @@ class Slice:
         return (
             f"{self.topic}-{self.partition} offsets [{self.from_offset}, {self.until_offset})"
             f" bytes [{self.start_position}, {self.end_position}) of segment"
-            f" {self.segment.remote_log_segment_id.id}"
+            f" {kafka_uuid_to_str(self.segment.remote_log_segment_id.id)}"
         )
 
 

@@ -107,8 +107,8 @@ def common_options(fn: F) -> F:
             help="print JSON on stdout: one document (events and records: one object a line)",
         ),
         click.option(
-            "--wide", "--no-truncate", "wide", is_flag=True, expose_value=False, callback=_set("wide"),
-            is_eager=True,
+            "--wide", "--no-truncate", "wide", is_flag=True, expose_value=False,
+            callback=_set("wide"), is_eager=True,
             help="on a terminal, keep table rows on one line (default: fold a row that does"
             " not fit into a block; cells are never cut)",
         ),

@@ -9,7 +9,7 @@ import pytest
 
 from rlmm.cache import RemoteLogLeaderEpochState, RemoteLogMetadataCache
 from rlmm.errors import InvalidStateTransitionError, RemoteResourceNotFoundError
-from rlmm.model import RemoteLogSegmentId, RemoteLogSegmentMetadata
+from rlmm.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, kafka_uuid_to_str
 from tests.rlmm.factories import S, segment, tp, update
 
 TP = tp()
@@ -102,7 +102,9 @@ def test_invalid_operations_change_nothing() -> None:
     )
     with pytest.raises(InvalidStateTransitionError, match="COPY_SEGMENT_STARTED"):
         cache.add_copy_in_progress_segment(finished)
-    with pytest.raises(RemoteResourceNotFoundError, match=str(m.remote_log_segment_id.id)):
+    with pytest.raises(
+        RemoteResourceNotFoundError, match=kafka_uuid_to_str(m.remote_log_segment_id.id)
+    ):
         cache.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED))
     cache.add_copy_in_progress_segment(m)
     before = cache.fingerprint()

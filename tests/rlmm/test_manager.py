@@ -29,6 +29,7 @@ from rlmm.model import (
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
+    kafka_uuid_to_str,
 )
 from rlmm.partitioning import metadata_partition_for
 from tests.rlmm.factories import S, segment, tp, update
@@ -86,7 +87,9 @@ async def test_invalid_writes_publish_nothing(log: MemoryEventLog) -> None:
     manager = await new_manager(log, TP0)
     p = metadata_partition_for(TP0, N)
     m = segment(TP0, 0, 100, {0: 0})
-    with pytest.raises(RemoteResourceNotFoundError, match=str(m.remote_log_segment_id.id)):
+    with pytest.raises(
+        RemoteResourceNotFoundError, match=kafka_uuid_to_str(m.remote_log_segment_id.id)
+    ):
         await manager.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED))
     await manager.add_remote_log_segment_metadata(m)
     finished = RemoteLogSegmentMetadata(

@@ -26,6 +26,7 @@ from rlmm.archive import (
     read_slice,
 )
 from rlmm.config import RlmmConfig
+from rlmm.model import kafka_uuid_to_str
 from tests.rlmm.archive.archive_data import (
     Expected,
     archived,
@@ -310,7 +311,7 @@ def test_a_corrupt_batch_is_named_or_skipped(tmp_path: Path, caplog: Any) -> Non
     assert caught.value.position == bad.position
     with open_metadata_view(config) as view:
         copied = view.lineage(view.topic_partitions()[0])[1]
-    assert str(copied.remote_log_segment_id.id) in message
+    assert kafka_uuid_to_str(copied.remote_log_segment_id.id) in message
     with caplog.at_level(logging.WARNING):
         _, got = read(config, ReadRequest(topics=("c",), fail_on_data_loss=False))
     lost = set(range(bad.base_offset, bad.last_offset + 1))

@@ -168,7 +168,8 @@ def test_a_segment_deleted_after_planning(tmp_path: Path, caplog: Any) -> None:
     gone = slices[1]
     # retention deletes the middle segment between planning and reading
     remote_storage_for(config.remote_options()).delete_segment_objects(gone.segment)
-    with pytest.raises(DataLossError, match=r"del-0: offsets \[40, 80\) are gone"):
+    lost = r"del-0: offsets \[40, 80\) are lost: segment \S+ \(.*\) is not in remote storage"
+    with pytest.raises(DataLossError, match=lost):
         list(read_slice(gone))
     with caplog.at_level(logging.WARNING):
         got = [
@@ -177,4 +178,42 @@ def test_a_segment_deleted_after_planning(tmp_path: Path, caplog: Any) -> None:
             for r in rows(read_slice(dataclasses.replace(piece, fail_on_data_loss=False)))
         ]
     assert got == [*range(40), *range(80, 120)]
-    assert "are gone" in caplog.text
+    assert "are lost" in caplog.text
+
+
+def test_a_truncated_segment_is_data_loss_like_a_deleted_one(tmp_path: Path, caplog: Any) -> None:
+    """failOnDataLoss=false skips (logs, counts) an unreadable segment as it skips a
+    deleted one; the message uses Kafka's id text."""
+    import logging
+
+    from rlmm.archive import DataLossError
+    from rlmm.archive import reader as reader_module
+    from rlmm.model import kafka_uuid_to_str
+
+    with PartitionDirWriter(tmp_path / "logs", "trunc", 0, segment_records=40) as w:
+        w.append_records(generate_records(120), batch_records=5)
+    config = make_config(tmp_path / "rlmm")
+    asyncio.run(offload(config, [PartitionDir(tmp_path / "logs" / "trunc-0")], skip_active=False))
+    with open_metadata_view(config) as view:
+        slices = plan_slices(view, ReadRequest(topics=("trunc",)), config.remote_options())
+    middle = slices[1]
+    root = Path(config.remote_options()["root"])
+    [log_file] = [
+        p
+        for p in root.rglob("*.log")
+        if kafka_uuid_to_str(middle.segment.remote_log_segment_id.id) in p.name
+    ]
+    log_file.write_bytes(log_file.read_bytes()[:-50])  # the object is cut short
+    seg_id = kafka_uuid_to_str(middle.segment.remote_log_segment_id.id)
+    with pytest.raises(DataLossError, match=f"segment {seg_id} .* cannot be read"):
+        list(read_slice(middle))
+    before = reader_module.skipped_slices
+    with caplog.at_level(logging.WARNING):
+        got = [
+            r[0]
+            for piece in slices
+            for r in rows(read_slice(dataclasses.replace(piece, fail_on_data_loss=False)))
+        ]
+    assert got[:40] == list(range(40)) and got[-40:] == list(range(80, 120))
+    assert reader_module.skipped_slices == before + 1
+    assert "skipped (fail_on_data_loss is false)" in caplog.text and seg_id in caplog.text
