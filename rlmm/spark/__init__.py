@@ -14,13 +14,15 @@ pyspark is an error naming the ``spark`` extra.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 from typing import Any
 
-from rlmm.spark.errors import KafkaArchiveOptionError
+from rlmm.spark.errors import KafkaArchiveOptionError, WorkerPythonError
 from rlmm.spark.options import KafkaArchiveOptions, parse_options
 
 log = logging.getLogger(__name__)
@@ -37,19 +39,48 @@ def _source_module() -> Any:
 
 
 def register(spark: Any) -> None:
-    """Register ``format("kafka-archive")`` with a SparkSession (idempotent)."""
+    """Register ``format("kafka-archive")`` with a SparkSession (idempotent).
+
+    Raises WorkerPythonError when Spark's Python workers would run an interpreter that
+    cannot import rlmm and pyarrow (found out now, not as a worker's bare
+    ``ModuleNotFoundError`` in the middle of a job)."""
+    configured = None
+    with contextlib.suppress(Exception):
+        configured = spark.conf.get("spark.pyspark.python", None)
+    worker = configured or os.environ.get("PYSPARK_PYTHON") or shutil.which("python3")
+    problem = worker_python_problem(worker)
+    if problem is not None:
+        raise WorkerPythonError(problem)
     spark.dataSource.register(_source_module().KafkaArchiveDataSource)
-    worker = os.environ.get("PYSPARK_PYTHON") or shutil.which("python3")
-    if worker is None or os.path.realpath(worker) != os.path.realpath(sys.executable):
-        # Spark's workers run PYSPARK_PYTHON (default: python3 on PATH), which may lack
-        # rlmm and pyarrow; say so now rather than with a worker's ImportError later.
-        log.warning(
-            "kafka-archive: Spark's Python workers will run %s, not this interpreter (%s);"
-            " if it lacks rlmm[spark], set PYSPARK_PYTHON=%s before the session starts",
-            worker or "python3",
-            sys.executable,
-            sys.executable,
+
+
+def worker_python_problem(worker: str | None) -> str | None:
+    """Why Spark's worker interpreter ``worker`` cannot run kafka-archive, or None."""
+    if worker is None:
+        return (
+            "Spark's Python workers run python3, and none is on PATH: set"
+            f" PYSPARK_PYTHON={sys.executable} before the session starts"
         )
+    if os.path.realpath(worker) == os.path.realpath(sys.executable):
+        return None
+    try:
+        probe = subprocess.run(
+            [worker, "-c", "import pyarrow, rlmm.spark"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"Spark's Python workers would run {worker}, which cannot be started ({e})"
+    if probe.returncode == 0:
+        return None
+    last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+    return (
+        f"Spark's Python workers would run {worker}, which cannot import rlmm and pyarrow"
+        f" ({last}): set PYSPARK_PYTHON={sys.executable} (and PYSPARK_DRIVER_PYTHON) before"
+        " the session starts, or install rlmm[spark] for that interpreter"
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -62,6 +93,8 @@ __all__ = [
     "KafkaArchiveDataSource",
     "KafkaArchiveOptionError",
     "KafkaArchiveOptions",
+    "WorkerPythonError",
     "parse_options",
     "register",
+    "worker_python_problem",
 ]

@@ -18,4 +18,8 @@ class KafkaArchiveOptionError(ConfigError, ValueError):
         self.option = option
 
 
-__all__ = ["KafkaArchiveOptionError"]
+class WorkerPythonError(ConfigError):
+    """Spark's Python workers would run an interpreter without rlmm or pyarrow."""
+
+
+__all__ = ["KafkaArchiveOptionError", "WorkerPythonError"]
