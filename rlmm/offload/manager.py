@@ -185,6 +185,7 @@ class RemoteLogManager:
             if leader is None:
                 leader = self._leaders[tp] = _Leader(source)
                 fresh.append(tp)
+                self.metrics.init_topic(tp.topic)
             leader.source = source
         results = await asyncio.gather(*(self._cleanup(tp) for tp in fresh), return_exceptions=True)
         for tp, result in zip(fresh, results, strict=True):
@@ -294,7 +295,7 @@ class RemoteLogManager:
         async with leader.lock:
             if not self.rlmm.is_ready(tp):
                 return result  # Kafka skips the run while the RLMM catches up
-            self.metrics.rounds.labels("copy").inc()
+            self.metrics.partition_rounds.labels("copy").inc()
             view = await run_blocking(self._file_slots, _view, leader.source)
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
             start = max(copied + 1, view.log_start_offset)
@@ -353,7 +354,7 @@ class RemoteLogManager:
         async with leader.lock:
             if not self.rlmm.is_ready(tp):
                 return result
-            self.metrics.rounds.labels("expire").inc()
+            self.metrics.partition_rounds.labels("expire").inc()
             # Leftovers of failed cleanups (the RSM delete failed too) go first; no copy
             # of this partition runs now (we hold its lock), so none of them is live.
             result.cleaned = await self._cleanup(tp)
@@ -396,6 +397,7 @@ class RemoteLogManager:
     ) -> dict[TopicIdPartition, tuple[CopyResult, ExpireResult]]:
         """A copy then an expiration round of every (given) leader partition, concurrently."""
         chosen = list(self._leaders) if tps is None else list(tps)
+        self.metrics.rounds.inc()
 
         async def one(tp: TopicIdPartition) -> tuple[CopyResult, ExpireResult]:
             copied = await self.copy_round(tp)

@@ -133,7 +133,12 @@ class OffloadMetrics:
         )
         self.rounds = Counter(
             "rlmm_offload_rounds",
-            "Copy and expiration rounds run",
+            "Rounds run over every leader partition (a copy, then an expiration, of each)",
+            registry=r,
+        )
+        self.partition_rounds = Counter(
+            "rlmm_offload_partition_rounds",
+            "Copy and expiration runs of one partition",
             ("kind",),
             registry=r,
         )
@@ -142,6 +147,15 @@ class OffloadMetrics:
         """Expose the registry over HTTP on ``addr:port`` (0: a free port) until closed."""
         server, thread = start_http_server(port, addr=addr, registry=self.registry)
         return MetricsServer(server, thread)
+
+    def init_topic(self, topic: str) -> None:
+        """Create the topic's counters at 0, so that a rate over them has a sample before
+        the first copy or delete (Prometheus' increase() needs two)."""
+        for counter in (
+            self.copy_bytes, self.copy_requests, self.copy_errors, self.delete_requests,
+            self.delete_errors, self.fetch_bytes, self.fetch_requests, self.fetch_errors,
+        ):  # fmt: skip
+            counter.labels(topic)
 
     def set_copy_lag(self, tp: TopicIdPartition, nbytes: int, segments: int) -> None:
         self.copy_lag_bytes.labels(tp.topic, str(tp.partition)).set(nbytes)

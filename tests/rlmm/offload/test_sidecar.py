@@ -150,7 +150,7 @@ def test_sigterm_finishes_writes_snapshot_and_exits_0(tmp_path: Path) -> None:
                 )
             except OSError:
                 body = ""
-            if 'rlmm_offload_rounds_total{kind="expire"}' in body:
+            if 'rlmm_offload_partition_rounds_total{kind="expire"}' in body:
                 break
             time.sleep(0.2)
         for name in (
@@ -316,3 +316,22 @@ async def test_startup_line_and_metrics_host(
     with caplog.at_level(logging.INFO, logger="rlmm.offload.sidecar"):
         await run_sidecar(config, [tmp_path / "logs"], once=True, display=Display(rich=False))
     assert any(r.getMessage().startswith("rlmm offload: config") for r in caplog.records)
+
+
+async def test_rounds_count_rounds_and_counters_start_at_zero(tmp_path: Path) -> None:
+    """rlmm_offload_rounds_total counts rounds (it counted partition runs); every led
+    topic's counters have a sample at 0 before its first copy error or delete."""
+    from prometheus_client import generate_latest
+
+    from rlmm.offload.sidecar import Sidecar
+
+    logs, pdirs, _audit = log_dir(tmp_path)
+    path = write_config(tmp_path, '[offload.topics.audit]\n"remote.storage.enable" = false\n')
+    sidecar = Sidecar(load_config(path, env={}), [logs], once=True, display=Display(rich=False))
+    report = await sidecar.run()
+    body = generate_latest(sidecar.metrics.registry).decode()
+    assert report.rounds == 1 and "rlmm_offload_rounds_total 1.0" in body
+    runs = len(pdirs)  # orders-0, orders-1, clicks-0 (audit is not offloaded)
+    assert f'rlmm_offload_partition_rounds_total{{kind="copy"}} {float(runs)}' in body
+    assert 'rlmm_remote_copy_errors_total{topic="orders"} 0.0' in body
+    assert 'rlmm_remote_delete_requests_total{topic="orders"} 0.0' in body
