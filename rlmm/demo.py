@@ -18,6 +18,7 @@ import json
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +61,18 @@ def write_logs(logs: Path) -> list[PartitionDir]:
     codecs = available_codecs()
     pdirs = []
     for topic, partitions in LAYOUT.items():
+        topic_id = uuid.uuid4()  # as in Kafka: one id for every partition of a topic
         for partition, wanted in partitions:
             codec = wanted if wanted in codecs else "gzip"
             # generated values compress ~20x: smaller segments keep the segment count alike
             segment_bytes = 96 * 1024 if codec == "none" else 12 * 1024
             with PartitionDirWriter(
-                logs, topic, partition, segment_bytes=segment_bytes, compression=codec
+                logs,
+                topic,
+                partition,
+                topic_id=topic_id,
+                segment_bytes=segment_bytes,
+                compression=codec,
             ) as w:
                 w.append_records(generate_records(1500, value_size=300), batch_records=25)
                 if topic == "orders":
