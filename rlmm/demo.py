@@ -44,7 +44,8 @@ from rlmm.offload.display import Display
 from rlmm.offload.sidecar import run_sidecar
 
 ROOT = Path(__file__).resolve().parents[1]
-console = Console()
+# Piped (make demo | tee): wide enough that no state or epoch is cut with an ellipsis.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 # topic -> [(partition, codec)]; codecs fall back to gzip where cramjam is missing
 LAYOUT = {"orders": [(0, "gzip"), (1, "zstd"), (2, "none")], "clicks": [(0, "lz4"), (1, "snappy")]}
