@@ -60,6 +60,7 @@ def offload(
             "segments_copied": t.copied,
             "bytes_copied": t.copied_bytes,
             "segments_deleted": t.deleted,
+            "segments_not_copied_past_retention": t.skipped_expired,
             "errors": t.errors,
             "stopped_by_signal": report.stopped_by_signal,
             "warnings": report.warnings,
@@ -69,6 +70,11 @@ def offload(
         click.echo(
             f"{report.rounds} rounds over {report.partitions} partitions: {t.copied} segments"
             f" copied ({t.copied_bytes} bytes), {t.deleted} deleted, {len(t.errors)} errors"
+            + (
+                f", {t.skipped_expired} not copied (past retention.ms already)"
+                if t.skipped_expired
+                else ""
+            )
             + (" (stopped by signal)" if report.stopped_by_signal else "")
         )
     if once and (t.errors or report.warnings) and not report.stopped_by_signal:

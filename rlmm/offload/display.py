@@ -33,6 +33,7 @@ class Tally:
         self.copied_bytes = 0
         self.deleted = 0
         self.deleted_bytes = 0
+        self.skipped_expired = 0
         self.errors: list[str] = []
         self.started = time.monotonic()
 
@@ -43,6 +44,8 @@ class Tally:
         elif event.kind == "deleted":
             self.deleted += 1
             self.deleted_bytes += event.size_in_bytes
+        elif event.kind == "skipped":
+            self.skipped_expired += 1
         elif event.error is not None:
             self.errors.append(event.error)
 
@@ -101,6 +104,11 @@ class Display:
         message = (
             f"round over {partitions} partitions: {t.copied} segments copied"
             f" ({t.copied_bytes} bytes), {t.deleted} deleted, {len(t.errors)} errors"
+            + (
+                f", {t.skipped_expired} not copied (past retention.ms already)"
+                if t.skipped_expired
+                else ""
+            )
         )
         if self._progress is not None:
             self._progress.console.print(message)

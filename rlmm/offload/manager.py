@@ -56,6 +56,7 @@ class CopyResult:
     bytes: int = 0
     pending: int = 0  # eligible segments left (stop requested, or an error)
     error: SegmentCopyError | None = None
+    skipped_expired: int = 0  # past retention.ms already: the same round would delete them
 
 
 @dataclass
@@ -306,28 +307,41 @@ class RemoteLogManager:
             ]
             lag_bytes = sum(s.size_in_bytes for s in candidates)
             self.metrics.set_copy_lag(tp, lag_bytes, len(candidates))
+            retention_ms = leader.source.retention().retention_ms
+            # Oldest first, the segments already past retention.ms are not uploaded: the
+            # expiration that follows would delete them at once. Only a leading run, as
+            # Kafka's expiration stops at the first segment it keeps.
+            cutoff = self._clock_ms() - retention_ms if retention_ms >= 0 else None
             for i, segment in enumerate(candidates):
                 if self._stopping:
                     result.pending = len(candidates) - i
                     break
                 try:
-                    finished = await self._copy_with_retries(leader.source, segment)
+                    finished = await self._copy_with_retries(leader.source, segment, cutoff)
                 except SegmentCopyError as e:
                     result.error = e
                     result.pending = len(candidates) - i
                     log.error("%s: %s", tp, e)
                     self._ops.emit(OffloadEvent("failed", None, segment.size_in_bytes, str(e)))
                     break
+                lag_bytes -= segment.size_in_bytes
+                if finished is None:
+                    result.skipped_expired += 1
+                    self._ops.emit(OffloadEvent("skipped", None, segment.size_in_bytes))
+                    self.metrics.set_copy_lag(tp, lag_bytes, len(candidates) - i - 1)
+                    continue
+                cutoff = None  # a segment was kept: the rest are copied
                 result.copied.append(finished)
                 result.bytes += finished.segment_size_in_bytes
-                lag_bytes -= segment.size_in_bytes
                 self.metrics.set_copy_lag(tp, lag_bytes, len(candidates) - i - 1)
             self._record_remote_size(tp)
         return result
 
     async def _copy_with_retries(
-        self, source: LogSource, segment: LocalSegment
-    ) -> RemoteLogSegmentMetadata:
+        self, source: LogSource, segment: LocalSegment, expired_before_ms: int | None = None
+    ) -> RemoteLogSegmentMetadata | None:
+        """The finished copy; None, uploading nothing, when the segment's max timestamp
+        is at or before ``expired_before_ms`` (retention would delete it)."""
         tp = source.topic_id_partition
         backoff = self._retry_backoff_s
         for attempt in range(1, self._copy_attempts + 1):
@@ -337,6 +351,12 @@ class RemoteLogManager:
                 except SegmentCopyError:
                     self.metrics.copy_errors.labels(tp.topic).inc()
                     raise
+                if expired_before_ms is not None and desc.max_timestamp_ms <= expired_before_ms:
+                    log.info(
+                        "%s: not copying %s: past retention.ms already (max timestamp %d)",
+                        tp, segment.name, desc.max_timestamp_ms,
+                    )  # fmt: skip
+                    return None
                 try:
                     return await self._ops.copy(tp, desc)
                 except SegmentCopyError as e:

@@ -41,7 +41,8 @@ S = RemoteLogSegmentState
 
 @dataclass(frozen=True, slots=True)
 class OffloadEvent:
-    """What a round did, for progress displays: ``kind`` is copied, deleted or failed."""
+    """What a round did, for progress displays: ``kind`` is copied, deleted, failed or
+    skipped (past retention already: not uploaded)."""
 
     kind: str
     segment: RemoteLogSegmentMetadata | None

@@ -51,13 +51,15 @@ async def test_retention_ms_deletes_old_segments(
     make_rlm: Callable[..., RemoteLogManager],
 ) -> None:
     pdir = write_partition(tmp_path, "orders", 0)
-    # generated timestamps are 1_700_000_000_000 + offset: keep offsets >= 400
+    # generated timestamps are 1_700_000_000_000 + offset: keep offsets >= 400 at ``now``
     now = 1_700_000_000_000 + 400 + 3_600_000
+    clock = [1_700_000_000_000]  # copied while nothing is expired yet
     src = source(pdir, RetentionSettings(retention_ms=3_600_000, retention_bytes=-1))
-    rlm = make_rlm(clock_ms=lambda: now)
+    rlm = make_rlm(clock_ms=lambda: clock[0])
     await rlm.on_leadership_changes([src], start_tasks=False)
     tp = src.topic_id_partition
     copied = (await rlm.copy_round(tp)).copied
+    clock[0] = now
     result = await rlm.expire_round(tp)
     expected = [m.start_offset for m in copied if m.max_timestamp_ms <= 1_700_000_000_400]
     assert expected and len(expected) < len(copied)
@@ -65,6 +67,33 @@ async def test_retention_ms_deletes_old_segments(
     assert {v.reason for v in result.deleted} == {"retention.ms"}
     live = check_invariants(rlmm_manager, rsm, [pdir], local_keys(rsm.root))
     assert [m.start_offset for m in live] == [m.start_offset for m in copied][len(expected) :]
+
+
+async def test_segments_past_retention_are_not_uploaded(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    rsm: LocalRemoteStorageManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    """A round does not upload what its own expiration would delete at once (it used to
+    copy and then delete them): the leading segments past retention.ms are skipped."""
+    pdir = write_partition(tmp_path, "orders", 0)
+    now = 1_700_000_000_000 + 400 + 3_600_000
+    src = source(pdir, RetentionSettings(retention_ms=3_600_000, retention_bytes=-1))
+    rlm = make_rlm(clock_ms=lambda: now)
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    tp = src.topic_id_partition
+    result = await rlm.copy_round(tp)
+    rolled = pdir.segments()[:-1]
+    assert result.skipped_expired > 0 and result.error is None
+    assert result.skipped_expired + len(result.copied) == len(rolled)
+    assert all(m.max_timestamp_ms > 1_700_000_000_400 for m in result.copied)
+    assert (await rlm.expire_round(tp)).deleted == []  # nothing left to delete at once
+    live = check_invariants(rlmm_manager, rsm, [pdir], local_keys(rsm.root))
+    assert [m.start_offset for m in live] == [m.start_offset for m in result.copied]
+    skipped = [seg.base_offset for seg in rolled[: result.skipped_expired]]
+    keys = list(local_keys(rsm.root))
+    assert keys and not [k for k in keys for b in skipped if f"/{b:020d}-" in k]  # not uploaded
 
 
 async def test_retention_bytes_counts_local_and_remote(
