@@ -230,7 +230,8 @@ def load_config(
 ) -> RlmmConfig:
     """Build the configuration: overrides > RLMM_* env > TOML file > defaults."""
     env = os.environ if env is None else env
-    path = path if path is not None else env.get("RLMM_CONFIG")
+    # an empty RLMM_CONFIG (`RLMM_CONFIG= rlmm ...`) means no file, as in most tools
+    path = path if path is not None else (env.get("RLMM_CONFIG") or None)
     merged: dict[str, Any] = copy.deepcopy(DEFAULTS)
     source = "defaults"
     layers: list[tuple[str, dict[str, Any]]] = []

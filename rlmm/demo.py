@@ -13,6 +13,7 @@ Exits non-zero if any check fails.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import shutil
@@ -50,6 +51,7 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 # topic -> [(partition, codec)]; codecs fall back to gzip where cramjam is missing
 LAYOUT = {"orders": [(0, "gzip"), (1, "zstd"), (2, "none")], "clicks": [(0, "lz4"), (1, "snappy")]}
 RETENTION_BYTES = {"clicks": 64 * 1024}  # expiry deletes the oldest clicks segments
+DEMO_TOPIC_IDS = uuid.UUID("5f0d1e2c-7a4b-4c1e-9d3f-2b6a8c0e4f11")
 
 
 def check(condition: bool, message: str) -> None:
@@ -62,7 +64,10 @@ def write_logs(logs: Path) -> list[PartitionDir]:
     codecs = available_codecs()
     pdirs = []
     for topic, partitions in LAYOUT.items():
-        topic_id = uuid.uuid4()  # as in Kafka: one id for every partition of a topic
+        # As in Kafka, one id for every partition of a topic. Fixed per topic name so
+        # that each run lands on the same metadata partitions and docs/operations.md
+        # shows what a reader's own `make demo` prints.
+        topic_id = uuid.uuid5(DEMO_TOPIC_IDS, topic)
         for partition, wanted in partitions:
             codec = wanted if wanted in codecs else "gzip"
             # generated values compress ~20x: smaller segments keep the segment count alike
@@ -289,8 +294,12 @@ async def offload(config_path: Path, logs: Path, pdirs: list[PartitionDir]) -> d
     }
 
 
-def main() -> int:
-    data_dir = ROOT / "demo-data"
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlmm.demo", description=__doc__)
+    parser.add_argument(
+        "--data-dir", type=Path, default=ROOT / "demo-data", help="(default: %(default)s)"
+    )
+    data_dir = parser.parse_args(argv).data_dir.resolve()
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
     logs = data_dir / "kafka-logs"

@@ -135,3 +135,8 @@ def test_every_setting_of_each_remote_type_loads(tmp_path: Path) -> None:
                    "remote.key.prefix": "t/", "remote.compression.enabled": True},
         env={},
     )  # fmt: skip
+
+
+def test_an_empty_rlmm_config_means_no_file() -> None:
+    config = load_config(env={"RLMM_CONFIG": ""})
+    assert config.source == "defaults"
