@@ -7,7 +7,9 @@ a copy and an expiration round, and sleep ``remote.log.manager.task.interval.ms`
 Invariants: the sidecar never writes into a log dir; the first SIGTERM/SIGINT lets
 the segments being copied finish and starts no new one, a second abandons them
 (their objects are deleted before exit); either way the manager writes a snapshot,
-everything started here is stopped, and the run ends normally (exit 0).
+everything started here is stopped, and the run ends normally (exit 0). ``/readyz``
+says not ready from the start and while stopping, and after each round says what
+that round found (see ``rlmm.offload.metrics.Readiness``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from rlmm.model import TopicIdPartition
 from rlmm.offload.display import Display, Tally
 from rlmm.offload.logdir import log_dir_problem, scan_log_dirs
 from rlmm.offload.manager import RemoteLogManager
-from rlmm.offload.metrics import MetricsServer, OffloadMetrics
+from rlmm.offload.metrics import MetricsServer, OffloadMetrics, round_problem
 from rlmm.offload.settings import OffloadSettings
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class Sidecar:
         self.metrics_port = metrics_port
         self.display = display if display is not None else Display()
         self.metrics = OffloadMetrics()
+        self.metrics.task_interval.set(self.settings.task_interval_ms / 1000)
         self.metrics_server: MetricsServer | None = None
         self._stop = asyncio.Event()
         self._round: asyncio.Task[object] | None = None
@@ -104,6 +107,7 @@ class Sidecar:
         self._signals += 1
         rlm.request_stop()
         self._stop.set()
+        self.metrics.readiness.not_ready("stopping (signal received)")
         if self._signals == 1:
             # A normal stop (SIGTERM from systemd or Kubernetes): not a warning.
             log.info("stopping: finishing the segments being copied (signal again to abandon)")
@@ -113,6 +117,7 @@ class Sidecar:
 
     async def run(self) -> SidecarReport:
         report = SidecarReport(tally=self.display.tally)
+        self.metrics.readiness.not_ready("starting: no round completed yet")
         if self.metrics_port is not None:
             self.metrics_server = self.metrics.serve(self.metrics_port, self.metrics_host)
         log.info("%s", self.startup_summary())
@@ -167,32 +172,37 @@ class Sidecar:
             led = found
             report.partitions = len(found)
             self._round = asyncio.create_task(rlm.run_round())
+            results = {}
             try:
-                await self._round
+                results = await self._round
             except asyncio.CancelledError:
                 if self._signals < 2:
                     raise  # not ours: propagate
             finally:
                 self._round = None
             report.rounds += 1
-            await self._record_event_log_lag(rlm)
+            behind = await self._record_event_log_lag(rlm)
+            if not self._stop.is_set():
+                self.metrics.readiness.round_completed(round_problem(results) or behind)
             self.display.round_done(len(found))
             if self.once:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.settings.task_interval_ms / 1000)
 
-    async def _record_event_log_lag(self, rlm: RemoteLogManager) -> None:
+    async def _record_event_log_lag(self, rlm: RemoteLogManager) -> str | None:
+        """Set the lag gauges; return why the metadata is not caught up (None: it is)."""
         applied = rlm.rlmm.applied_offsets
         if not applied or self._event_log is None:
-            return
+            return None
         try:
             ends = await self._event_log.end_offsets(sorted(applied))
         except Exception as e:  # a metric is never worth failing a round
             log.debug("event log end offsets: %r", e)
-            return
+            return None
         for p, end in ends.items():
             self.metrics.event_log_lag.labels(str(p)).set(max(0, end - 1 - applied[p]))
+        return self.metrics.readiness.metadata_problem(applied, ends)
 
 
 async def run_sidecar(
