@@ -35,6 +35,16 @@ def get(url: str) -> tuple[int, str, str]:
         return e.code, e.headers.get("Content-Type", ""), e.read().decode()
 
 
+def stop(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc`` if it still runs, and close its pipes (a failed test leaks none)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 def wait_for(
     what: str, check: Callable[[], bool], proc: subprocess.Popen[str] | None, timeout: float = 60
 ) -> None:
@@ -148,9 +158,7 @@ def test_real_sidecar_probes(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         if remote.is_file():
             remote.unlink()
         if (tmp_path / "remote.saved").exists():
