@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import errors as kafka_errors
@@ -24,6 +25,8 @@ from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
 
 from eventlog.errors import (
+    EventLogAuthError,
+    EventLogAuthorizationError,
     EventLogConfigError,
     EventLogError,
     EventLogRecordTooLargeError,
@@ -32,16 +35,29 @@ from eventlog.errors import (
 
 log = logging.getLogger(__name__)
 
-_NON_RETRIABLE_AUTH = (
+_AUTHENTICATION = (
     kafka_errors.AuthenticationFailedError,
     kafka_errors.AuthenticationMethodNotSupported,
     kafka_errors.SaslAuthenticationFailed,
     kafka_errors.UnsupportedSaslMechanismError,
     kafka_errors.IllegalSaslStateError,
+)
+_AUTHORIZATION = (
     kafka_errors.TopicAuthorizationFailedError,
     kafka_errors.ClusterAuthorizationFailedError,
     kafka_errors.GroupAuthorizationFailedError,
 )
+
+
+@dataclass(frozen=True)
+class Access:
+    """What a request needs from the broker's ACLs: who asks, for what, on which topic."""
+
+    principal: str
+    operation: str  # Kafka's ACL operation: READ, WRITE, DESCRIBE, CREATE
+    topic: str
+
+
 _TOO_LARGE = (
     kafka_errors.RecordTooLargeError,
     kafka_errors.MessageSizeTooLargeError,
@@ -49,10 +65,11 @@ _TOO_LARGE = (
 )
 
 
-def translate_error(exc: BaseException, what: str) -> EventLogError:
+def translate_error(exc: BaseException, what: str, access: Access | None = None) -> EventLogError:
     """The eventlog error for an aiokafka (or socket) failure while doing ``what``.
 
-    ``what`` names the operation, topic and partition, e.g. "append to t-3".
+    ``what`` names the operation, topic and partition, e.g. "append to t-3"; ``access``
+    what the request needed, so a denial names the principal, operation and topic.
     Timeouts count as retriable (as in Kafka's Java client), unlike aiokafka's flag.
     """
     if isinstance(exc, EventLogError):
@@ -62,10 +79,12 @@ def translate_error(exc: BaseException, what: str) -> EventLogError:
         return EventLogRecordTooLargeError(
             f"{what}: record too large for the broker ({name}: {exc})"
         )
-    if isinstance(exc, _NON_RETRIABLE_AUTH):
-        return EventLogTransportError(
-            f"{what}: authentication/authorization failed ({name}: {exc})", retriable=False
+    if isinstance(exc, _AUTHORIZATION) and access is not None:
+        return EventLogAuthorizationError(
+            access.principal, access.operation, access.topic, f"{what}: Kafka answered {name}"
         )
+    if isinstance(exc, _AUTHORIZATION + _AUTHENTICATION):
+        return EventLogAuthError(f"{what}: authentication/authorization failed ({name}: {exc})")
     if isinstance(exc, kafka_errors.KafkaConfigurationError | kafka_errors.IllegalArgumentError):
         return EventLogConfigError(f"{what}: invalid client configuration ({name}: {exc})")
     if isinstance(exc, kafka_errors.KafkaTimeoutError | asyncio.TimeoutError | TimeoutError):
@@ -77,13 +96,15 @@ def translate_error(exc: BaseException, what: str) -> EventLogError:
     return EventLogTransportError(f"{what}: unexpected {name}: {exc}", retriable=False)
 
 
-def _raise_for_code(code: int, what: str) -> None:
+def _raise_for_code(code: int, what: str, access: Access | None = None) -> None:
     if code:
         error_type = kafka_errors.for_code(code)
-        raise translate_error(error_type(), what)
+        raise translate_error(error_type(), what, access)
 
 
-async def describe_partition_count(admin: AIOKafkaAdminClient, topic: str) -> int | None:
+async def describe_partition_count(
+    admin: AIOKafkaAdminClient, topic: str, principal: str = "this client"
+) -> int | None:
     """Partition count of ``topic``, or None if it does not exist.
 
     Existence is checked with an all-topics Metadata request first: a Metadata
@@ -99,7 +120,7 @@ async def describe_partition_count(admin: AIOKafkaAdminClient, topic: str) -> in
         code = entry["error_code"]
         if code == kafka_errors.UnknownTopicOrPartitionError.errno:
             return None
-        _raise_for_code(code, f"describe topic {topic}")
+        _raise_for_code(code, f"describe topic {topic}", Access(principal, "DESCRIBE", topic))
         return len(entry["partitions"])
     return None
 
@@ -113,15 +134,17 @@ async def ensure_topic(
     *,
     create: bool,
     timeout_s: float,
+    principal: str = "this client",
 ) -> bool:
     """Create ``topic`` if missing, then check its partition count; True if created here."""
-    found = await describe_partition_count(admin, topic)
+    found = await describe_partition_count(admin, topic, principal)
     created = False
     if found is None:
         if not create:
             raise EventLogConfigError(
-                f"topic {topic} does not exist and create_topic is false "
-                f"(expected {partitions} partitions)"
+                f"topic {topic} is not visible to {principal}: it does not exist, or"
+                f" {principal} lacks DESCRIBE on it (create_topic is false; expected"
+                f" {partitions} partitions)"
             )
         response = await admin.create_topics(
             [NewTopic(topic, partitions, replication_factor, topic_configs=configs)]
@@ -135,6 +158,15 @@ async def ensure_topic(
                     f"create topic {name}: replication_factor={replication_factor} "
                     "(remote.log.metadata.topic.replication.factor) is more than the "
                     f"cluster's brokers; set it to at most their number ({message})"
+                )
+            if code in (e.errno for e in _AUTHORIZATION):
+                # A principal without DESCRIBE does not see the topic either: say both.
+                raise EventLogAuthorizationError(
+                    principal,
+                    "CREATE",
+                    name,
+                    f"it is not visible to {principal}, so it is missing or {principal} lacks"
+                    " DESCRIBE on it; create it beforehand or grant CREATE",
                 )
             if code:
                 err = translate_error(kafka_errors.for_code(code)(message), f"create topic {name}")
@@ -185,6 +217,7 @@ async def fetch_end_offsets(
     timeout_s: float = 30.0,
     backoff_s: float = 0.05,
     max_backoff_s: float = 1.0,
+    principal: str = "this client",
 ) -> dict[int, int]:
     """Log end offset (high watermark) of each partition, read from Fetch responses.
 
@@ -216,7 +249,10 @@ async def fetch_end_offsets(
             backoff_s = min(backoff_s * 2, max_backoff_s)
         by_leader = await _leaders(client, topic, missing)
         answers = await asyncio.gather(
-            *(_end_offsets_from(client, node, topic, ps, attempt) for node, ps in by_leader.items())
+            *(
+                _end_offsets_from(client, node, topic, ps, attempt, principal)
+                for node, ps in by_leader.items()
+            )
         )
         for answer in answers:
             result.update(answer)
@@ -243,7 +279,12 @@ async def _leaders(
 
 
 async def _end_offsets_from(
-    client: AIOKafkaClient, node: int, topic: str, partitions: list[int], attempt: int
+    client: AIOKafkaClient,
+    node: int,
+    topic: str,
+    partitions: list[int],
+    attempt: int,
+    principal: str,
 ) -> dict[int, int]:
     what = f"end offsets of {topic} partitions {partitions}"
     stale = False
@@ -261,7 +302,8 @@ async def _end_offsets_from(
             elif kafka_errors.for_code(code).invalid_metadata:
                 stale = True
             else:
-                _raise_for_code(code, f"{what} (partition {part})")
+                describe = Access(principal, "DESCRIBE", topic)
+                _raise_for_code(code, f"{what} (partition {part})", describe)
     result: dict[int, int] = {}
     if hints:
         # max_wait > 0: Tansu answers a zero-wait fetch with no partitions at all.
@@ -281,7 +323,9 @@ async def _end_offsets_from(
                 if code and kafka_errors.for_code(code).invalid_metadata:
                     stale = True
                     continue
-                _raise_for_code(code, f"{what} (partition {part})")
+                _raise_for_code(
+                    code, f"{what} (partition {part})", Access(principal, "READ", topic)
+                )
                 if highwater >= 0:
                     result[part] = highwater
     if stale:

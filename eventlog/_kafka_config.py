@@ -11,10 +11,13 @@ setting is never silently dropped.
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eventlog.errors import EventLogConfigError
@@ -36,6 +39,24 @@ class ClientSecurity:
     sasl_kerberos_service_name: str = "kafka"
     sasl_kerberos_domain_name: str | None = None
     sasl_oauth_token_provider: Any = None
+    client_certificate_subject: str | None = None
+
+    @property
+    def principal(self) -> str:
+        """Who the broker sees, for messages (a password never appears here)."""
+        if self.security_protocol.startswith("SASL"):
+            if self.sasl_plain_username is not None:
+                return f"User:{self.sasl_plain_username}"
+            return f"the SASL/{self.sasl_mechanism} principal"
+        if self.security_protocol == "SSL" and self.client_certificate_subject is not None:
+            return f"User:{self.client_certificate_subject}"
+        if self.security_protocol == "SSL" and self.ssl_context is not None:
+            return "the client certificate's principal"
+        return "User:ANONYMOUS"
+
+    def __repr__(self) -> str:
+        # the dataclass repr would print the password
+        return f"ClientSecurity({self.security_protocol}, {self.principal})"
 
     def __post_init__(self) -> None:
         if self.security_protocol not in _SECURITY_PROTOCOLS:
@@ -163,10 +184,18 @@ def parse_jaas_config(name: str, value: str) -> tuple[str, str]:
 
 
 class _SslSettings:
-    """Collects Kafka's ssl.* properties, then builds one SSLContext."""
+    """Collects Kafka's ssl.* properties, then builds one SSLContext.
+
+    Stores may be PEM files, PEM text inline (``ssl.truststore.certificates``,
+    ``ssl.keystore.certificate.chain`` + ``ssl.keystore.key``) or PKCS12 files
+    (read with the ``cryptography`` package). Python's ssl module loads a client key
+    only from a file, so a PKCS12 or inline key passes through a private temp file
+    that is deleted as soon as the context holds it.
+    """
 
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
+        self.client_subject: str | None = None
 
     def build(self) -> ssl.SSLContext | None:
         if not self.values:
@@ -174,32 +203,148 @@ class _SslSettings:
         v = self.values
         for key in ("ssl.truststore.type", "ssl.keystore.type"):
             kind = v.get(key, "PEM").upper()
-            if kind != "PEM":
-                # JKS / PKCS12 stores are Java formats Python's ssl module cannot load.
+            if kind not in ("PEM", "PKCS12"):
+                # JKS is a Java-only format: no well-kept Python library reads it.
                 raise EventLogConfigError(
-                    f"{PREFIX}common.client.{key}={kind} is not supported: convert the store "
-                    "to PEM files (ssl.truststore.location / ssl.keystore.location)"
+                    f"{PREFIX}common.client.{key}={kind} is not supported: convert the store"
+                    " to PKCS12 (keytool -importkeystore -deststoretype PKCS12) or PEM"
                 )
-        ctx = ssl.create_default_context(
-            cafile=v.get("ssl.truststore.location"),
-            cadata=v.get("ssl.truststore.certificates"),
-        )
-        if "ssl.keystore.location" in v:
-            # A PEM keystore holds the certificate chain and the private key.
-            ctx.load_cert_chain(
-                v["ssl.keystore.location"], password=v.get("ssl.key.password") or None
-            )
+        ctx = ssl.create_default_context(cafile=None, cadata=self._trusted())
+        chain = self._client_chain()
+        if chain is not None:
+            self.client_subject = _subject(chain)
+            with tempfile.TemporaryDirectory(prefix="rlmm-tls-") as tmp:
+                path = Path(tmp) / "client.pem"
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(chain)
+                # a PKCS12 key is written out unencrypted; a PEM one may be encrypted
+                pkcs12_store = v.get("ssl.keystore.type", "PEM").upper() == "PKCS12"
+                password = None if pkcs12_store else v.get("ssl.key.password") or None
+                try:
+                    ctx.load_cert_chain(path, password=password)
+                except ssl.SSLError as e:
+                    raise EventLogConfigError(
+                        f"{self._keystore_name()}: cannot load the client certificate and key"
+                        f" ({e.reason or e}); check ssl.key.password"
+                    ) from None
         if v.get("ssl.endpoint.identification.algorithm", "https") == "":
             ctx.check_hostname = False
         return ctx
+
+    def _keystore_name(self) -> str:
+        return self.values.get("ssl.keystore.location", f"{PREFIX}common.client.ssl.keystore.*")
+
+    def _trusted(self) -> str | None:
+        """The CA certificates as PEM text (None: the system's CAs)."""
+        v = self.values
+        if "ssl.truststore.certificates" in v:
+            return v["ssl.truststore.certificates"]
+        location = v.get("ssl.truststore.location")
+        if location is None:
+            return None
+        data = _read_store(location, "ssl.truststore.location")
+        if v.get("ssl.truststore.type", "PEM").upper() == "PKCS12":
+            _key, cert, extra = _load_pkcs12(
+                data, v.get("ssl.truststore.password"), "ssl.truststore.location", location
+            )
+            data = b"".join(_pem(c) for c in [cert, *extra] if c is not None)
+        return data.decode("ascii", errors="replace")
+
+    def _client_chain(self) -> bytes | None:
+        """The client's key and certificate chain as one PEM blob, or None."""
+        v = self.values
+        if "ssl.keystore.key" in v or "ssl.keystore.certificate.chain" in v:
+            if "ssl.keystore.key" not in v or "ssl.keystore.certificate.chain" not in v:
+                raise EventLogConfigError(
+                    f"{PREFIX}common.client.ssl.keystore.key and .certificate.chain go together"
+                )
+            return (
+                v["ssl.keystore.key"].strip() + "\n" + v["ssl.keystore.certificate.chain"]
+            ).encode()
+        location = v.get("ssl.keystore.location")
+        if location is None:
+            return None
+        data = _read_store(location, "ssl.keystore.location")
+        if v.get("ssl.keystore.type", "PEM").upper() != "PKCS12":
+            return data
+        key, cert, extra = _load_pkcs12(
+            data, v.get("ssl.keystore.password"), "ssl.keystore.location", location
+        )
+        if key is None or cert is None:
+            raise EventLogConfigError(
+                f"ssl.keystore.location {location}: no key and certificate in it"
+            )
+        from cryptography.hazmat.primitives import serialization
+
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        return key_pem + b"".join(_pem(c) for c in [cert, *extra])
+
+
+def _read_store(location: str, name: str) -> bytes:
+    try:
+        return Path(location).read_bytes()
+    except OSError as e:
+        raise EventLogConfigError(f"{name} {location}: {e.strerror or e}") from None
+
+
+def _load_pkcs12(
+    data: bytes, password: str | None, name: str, location: str
+) -> tuple[Any, Any, list[Any]]:
+    try:
+        from cryptography.hazmat.primitives.serialization import pkcs12
+    except ImportError:
+        raise EventLogConfigError(
+            f"{name} {location} is PKCS12: reading it needs the cryptography package"
+            " (pip install 'rlmm[encryption]')"
+        ) from None
+    try:
+        key, cert, extra = pkcs12.load_key_and_certificates(
+            data, password.encode() if password else None
+        )
+    except ValueError:
+        # never the password itself in the message
+        raise EventLogConfigError(
+            f"{name} {location}: not a PKCS12 store, or the store password is wrong"
+        ) from None
+    return key, cert, list(extra)
+
+
+def _pem(cert: Any) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _subject(chain: bytes) -> str | None:
+    """The client certificate's subject (``CN=operator``), when it can be read."""
+    try:
+        from cryptography import x509
+    except ImportError:
+        return None
+    start = chain.find(b"-----BEGIN CERTIFICATE-----")
+    if start < 0:
+        return None
+    try:
+        return str(x509.load_pem_x509_certificate(chain[start:]).subject.rfc4514_string())
+    except ValueError:
+        return None
 
 
 _SSL_KEYS = (
     "ssl.truststore.location",
     "ssl.truststore.type",
+    "ssl.truststore.password",
     "ssl.truststore.certificates",
     "ssl.keystore.location",
     "ssl.keystore.type",
+    "ssl.keystore.password",
+    "ssl.keystore.key",
+    "ssl.keystore.certificate.chain",
     "ssl.key.password",
     "ssl.endpoint.identification.algorithm",
 )
@@ -250,6 +395,8 @@ def map_properties(props: Mapping[str, str]) -> KafkaProperties:
     ssl_context = ssl_settings.build()
     if ssl_context is not None:
         out.kwargs["ssl_context"] = ssl_context
+        if ssl_settings.client_subject is not None:
+            out.kwargs["client_certificate_subject"] = ssl_settings.client_subject
     out.kwargs.update(security)
     return out
 

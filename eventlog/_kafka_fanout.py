@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
 from eventlog._cancellation import raise_if_cancelling
-from eventlog._kafka_admin import translate_error
+from eventlog._kafka_admin import Access, translate_error
 from eventlog.errors import EventLogClosedError, EventLogError
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,9 @@ class KafkaFanout:
         poll_timeout_ms: int = 500,
         max_buffered_batches: int = 16,
         retry_backoff_ms: int = 100,
+        access: Access | None = None,
     ) -> None:
+        self._access = access  # who reads: a denial names the principal
         self._consumer_factory = consumer_factory
         self._topic = topic
         self._poll_timeout_ms = poll_timeout_ms
@@ -181,7 +183,7 @@ class KafkaFanout:
                 raise
             except Exception as exc:  # translated and routed to readers
                 raise_if_cancelling(exc)
-                err = translate_error(exc, f"read topic {self._topic}")
+                err = translate_error(exc, f"read topic {self._topic}", self._access)
                 if err.retriable:
                     log.warning("fetch from %s failed, retrying: %s", self._topic, err)
                     await asyncio.sleep(self._retry_backoff_s)

@@ -93,3 +93,28 @@ class OffsetBeforeLogStartError(EventLogError):
         self.requested = requested
         self.log_start = log_start
         self.start_from = dict(start_from or {})
+
+
+class EventLogAuthError(EventLogTransportError):
+    """Kafka refused this client: who it is (SASL, TLS) or what it asked (an ACL).
+
+    Never retriable: only an operator changing a credential, a certificate or an ACL
+    helps. The message is one line that says which of them, and never holds a secret.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+class EventLogAuthorizationError(EventLogAuthError):
+    """A principal without an ACL: names the principal, the operation and the topic."""
+
+    def __init__(self, principal: str, operation: str, topic: str, detail: str) -> None:
+        self.principal = principal
+        self.operation = operation
+        self.topic = topic
+        super().__init__(
+            f"{principal} is not allowed to {operation} topic {topic} ({detail}); an admin"
+            f" grants it with: kafka-acls --add --allow-principal {principal}"
+            f" --operation {operation.title().replace('_', '')} --topic {topic}"
+        )

@@ -25,9 +25,10 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from eventlog._cancellation import raise_if_cancelling
-from eventlog._kafka_admin import ensure_topic, fetch_end_offsets, translate_error
+from eventlog._kafka_admin import Access, ensure_topic, fetch_end_offsets, translate_error
 from eventlog._kafka_config import ClientSecurity, map_properties
 from eventlog._kafka_fanout import KafkaFanout
+from eventlog._kafka_probe import probe_credentials
 from eventlog.errors import (
     EventLogClosedError,
     EventLogConfigError,
@@ -82,6 +83,7 @@ class KafkaEventLog(EventLog):
         sasl_kerberos_service_name: str = "kafka",
         sasl_kerberos_domain_name: str | None = None,
         sasl_oauth_token_provider: Any = None,
+        client_certificate_subject: str | None = None,
         producer_config: Mapping[str, Any] | None = None,
         consumer_config: Mapping[str, Any] | None = None,
     ) -> None:
@@ -108,6 +110,7 @@ class KafkaEventLog(EventLog):
             sasl_kerberos_service_name=sasl_kerberos_service_name,
             sasl_kerberos_domain_name=sasl_kerberos_domain_name,
             sasl_oauth_token_provider=sasl_oauth_token_provider,
+            client_certificate_subject=client_certificate_subject,
         )
         self._bootstrap_servers = bootstrap_servers
         self._partitions = partitions
@@ -226,7 +229,9 @@ class KafkaEventLog(EventLog):
                     await self._close_clients()
                     raise_if_cancelling(exc)
                     where = f"start kafka log {self.topic} at {self._bootstrap_servers}"
-                    err = translate_error(exc, where)
+                    err = translate_error(
+                        exc, where, Access(self._security.principal, "DESCRIBE", self.topic)
+                    )
                     if not isinstance(exc, TimeoutError) and not err.retriable:
                         raise err from exc
                     if isinstance(exc, TimeoutError) or loop.time() + backoff >= deadline:
@@ -259,6 +264,12 @@ class KafkaEventLog(EventLog):
             raise
 
     async def _start_once(self) -> None:
+        await probe_credentials(
+            self._bootstrap_servers,
+            self._security,
+            client_id=self._client_id,
+            timeout_ms=self._request_timeout_ms,
+        )
         admin = AIOKafkaAdminClient(**self._client_kwargs())
         try:
             await admin.start()
@@ -270,6 +281,7 @@ class KafkaEventLog(EventLog):
                 {"retention.ms": str(self.retention_ms), "cleanup.policy": "delete"},
                 create=self.create_topic,
                 timeout_s=self._request_timeout_ms / 1000,
+                principal=self._security.principal,
             )
         finally:
             await admin.close()
@@ -292,6 +304,7 @@ class KafkaEventLog(EventLog):
             poll_timeout_ms=self._poll_timeout_ms,
             max_buffered_batches=self._max_buffered_batches,
             retry_backoff_ms=self._retry_backoff_ms,
+            access=Access(self._security.principal, "READ", self.topic),
         )
         await self._fanout.start()
 
@@ -347,7 +360,7 @@ class KafkaEventLog(EventLog):
             future = await producer.send(self.topic, data, key=key, partition=partition)
             return int((await future).offset)
 
-        return await self._with_retries(attempt, f"append to {self.topic}-{partition}")
+        return await self._with_retries(attempt, f"append to {self.topic}-{partition}", "WRITE")
 
     async def append_batch(self, partition: int, values: Sequence[bytes]) -> list[int]:
         self._check_partition(partition)
@@ -364,7 +377,7 @@ class KafkaEventLog(EventLog):
             base = int((await future).offset)
             return list(range(base, base + len(records)))
 
-        return await self._with_retries(attempt, what)
+        return await self._with_retries(attempt, what, "WRITE")
 
     def _build_batch(self, records: list[bytes], what: str) -> BatchBuilder:
         """One record batch holding every record (all land or none do)."""
@@ -384,7 +397,7 @@ class KafkaEventLog(EventLog):
             raise EventLogClosedError(f"kafka log {self.topic} is closed")
         return self._producer
 
-    async def _with_retries(self, attempt: Any, what: str) -> Any:
+    async def _with_retries(self, attempt: Any, what: str, operation: str) -> Any:
         """Run ``attempt`` until it succeeds, fails non-retriably, or delivery times out."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._delivery_timeout_ms / 1000
@@ -400,7 +413,9 @@ class KafkaEventLog(EventLog):
                 raise_if_cancelling(exc)
                 if self._closed:
                     raise EventLogClosedError(f"{what}: log closed during the call") from exc
-                err = translate_error(exc, what)
+                err = translate_error(
+                    exc, what, Access(self._security.principal, operation, self.topic)
+                )
                 if not err.retriable:
                     raise err from exc
                 if loop.time() + backoff >= deadline:
@@ -427,7 +442,7 @@ class KafkaEventLog(EventLog):
             return await self._end_offsets_now(wanted)
 
         result: dict[int, int] = await self._with_retries(
-            attempt, f"end offsets of {self.topic} partitions {sorted(set(wanted))}"
+            attempt, f"end offsets of {self.topic} partitions {sorted(set(wanted))}", "READ"
         )
         return {p: result[p] for p in wanted}
 
@@ -440,6 +455,7 @@ class KafkaEventLog(EventLog):
             timeout_s=self._request_timeout_ms / 1000,
             backoff_s=self._retry_backoff_ms / 1000 / 2,
             max_backoff_s=self._retry_backoff_max_ms / 1000,
+            principal=self._security.principal,
         )
 
     async def read_batches(

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from eventlog import EventLog, EventLogClosedError, EventLogError, OffsetBeforeLogStartError
+from eventlog.errors import EventLogAuthError
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.codec import decode, encode
 from rlmm.errors import (
@@ -50,6 +51,8 @@ from rlmm.snapshotting import SnapshotPolicy, Snapshotter
 log = logging.getLogger(__name__)
 
 _MAX_REMEMBERED_REJECTIONS = 10_000
+# A denied read (an ACL, a credential) is retried this often, not in a tight loop.
+AUTH_RETRY_S = 30.0
 
 
 @dataclass
@@ -99,6 +102,9 @@ class TopicBasedRemoteLogMetadataManager:
         self._close_log = close_event_log
         self._store = RemotePartitionMetadataStore()
         self._applied: dict[int, int] = {}
+        # metadata partition -> why Kafka refuses to let us read it (an ACL, a credential)
+        self._denied: dict[int, str] = {}
+        self._denied_assignments: dict[TopicIdPartition, str] = {}
         self._assigned: dict[TopicIdPartition, _Assignment] = {}
         self._consumers: dict[int, asyncio.Task[None]] = {}
         self._waiters: dict[int, list[tuple[int, int, asyncio.Future[None]]]] = {}
@@ -199,7 +205,17 @@ class TopicBasedRemoteLogMetadataManager:
             return
         by_partition = {tp: metadata_partition_for(tp, self._n) for tp in new}
         needed = set(by_partition.values())
-        ends = await self._log.end_offsets(sorted(needed))
+        try:
+            ends = await self._log.end_offsets(sorted(needed))
+        except EventLogAuthError as e:
+            # Fail closed: not assigned (the next leadership change tries again), not
+            # ready, and every question about them answered with this reason.
+            log.error("cannot assign %d partition(s): %s", len(new), e)
+            for tp in new:
+                self._denied_assignments[tp] = str(e)
+            return
+        for tp in new:
+            self._denied_assignments.pop(tp, None)
         for p in needed:
             if self._applied.get(p, -1) > ends[p] - 1 and p not in self._consumers:
                 # The snapshot saw events the log no longer has: trust the log, replay it.
@@ -224,6 +240,7 @@ class TopicBasedRemoteLogMetadataManager:
         self._ensure_open()
         for tp in partitions:
             self._assigned.pop(tp, None)
+            self._denied_assignments.pop(tp, None)
         still_needed = {a.metadata_partition for a in self._assigned.values()}
         for p in [p for p in self._consumers if p not in still_needed]:
             task = self._consumers.pop(p)
@@ -271,11 +288,28 @@ class TopicBasedRemoteLogMetadataManager:
         a = self._assigned.get(tp)
         return a is not None and self._applied.get(a.metadata_partition, -1) >= a.ready_offset
 
+    def not_ready_reason(self, tp: TopicIdPartition) -> str | None:
+        """Why ``tp`` is not ready (None when it is): not assigned, catching up, or denied."""
+        a = self._assigned.get(tp)
+        if a is None:
+            return self._denied_assignments.get(tp, f"{tp} is not assigned to this manager")
+        if self.is_ready(tp):
+            return None
+        denied = self._denied.get(a.metadata_partition)
+        if denied is not None:
+            return denied
+        return (
+            f"catching up on metadata partition {a.metadata_partition}: applied up to"
+            f" {self._applied.get(a.metadata_partition, -1)}, ready at {a.ready_offset}"
+        )
+
     async def wait_until_ready(self, tps: Iterable[TopicIdPartition], timeout_s: float) -> None:
         """Wait until every given (assigned) partition is ready, or raise a timeout error."""
         waits = []
         for tp in tps:
             a = self._assigned.get(tp)
+            if a is None and tp in self._denied_assignments:
+                raise RemoteStorageNotReadyError(tp, self._denied_assignments[tp])
             if a is None:
                 raise RemoteResourceNotFoundError(f"{tp} is not assigned to this manager")
             waits.append(self._wait_applied(a.metadata_partition, a.ready_offset))
@@ -284,7 +318,9 @@ class TopicBasedRemoteLogMetadataManager:
         except TimeoutError as e:
             raise RemoteStorageTimeoutError(
                 f"partitions not ready within {timeout_s}s: "
-                + ", ".join(str(tp) for tp in tps if not self.is_ready(tp))
+                + "; ".join(
+                    f"{tp} ({self.not_ready_reason(tp)})" for tp in tps if not self.is_ready(tp)
+                )
             ) from e
 
     # ---- writes ---------------------------------------------------------------------------
@@ -382,6 +418,7 @@ class TopicBasedRemoteLogMetadataManager:
                         self._reset_partition(p, e)
                         break  # read again from offset 0
                     backoff = 0.05
+                    self._denied.pop(p, None)
                 else:
                     return  # the log was closed
                 continue
@@ -398,6 +435,16 @@ class TopicBasedRemoteLogMetadataManager:
                     continue
                 self.stats.read_errors += 1
                 self.stats.note(f"read of metadata partition {p} from {start}: {e!r}")
+                if isinstance(e, EventLogAuthError):
+                    # Fail closed: the partitions stay not ready, saying why; retried
+                    # slowly (an operator may grant the ACL), logged once per reason.
+                    if self._denied.get(p) != str(e):
+                        log.error("metadata partition %d cannot be read: %s", p, e)
+                    self._denied[p] = str(e)
+                    # whoever waits on this partition learns why now, not at a timeout
+                    self._fail_waiters(p, RemoteStorageNotReadyError(message=str(e)))
+                    await asyncio.sleep(AUTH_RETRY_S)
+                    continue
                 log.warning("reading metadata partition %d from offset %d failed: %r", p, start, e)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -511,9 +558,12 @@ class TopicBasedRemoteLogMetadataManager:
         a = self._assigned.get(tp)
         if a is None:
             self._ensure_open()
+            if tp in self._denied_assignments:
+                raise RemoteStorageNotReadyError(tp, self._denied_assignments[tp])
             raise RemoteResourceNotFoundError(f"{tp} is not assigned to this manager")
         if self._applied.get(a.metadata_partition, -1) < a.ready_offset:
-            raise RemoteStorageNotReadyError(tp)
+            denied = self._denied.get(a.metadata_partition)
+            raise RemoteStorageNotReadyError(tp, denied)
         return a
 
     def _cache(self, tp: TopicIdPartition) -> RemoteLogMetadataCache | None:

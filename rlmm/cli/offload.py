@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from rlmm.cli.session import common_options, session
+from rlmm.errors import RemoteStorageError
 
 
 @click.command("offload")
@@ -77,6 +78,9 @@ def offload(
             )
             + (" (stopped by signal)" if report.stopped_by_signal else "")
         )
+    if once and report.denied and not report.stopped_by_signal:
+        # nothing can be copied until an operator grants the ACL: a refusal, exit 2
+        raise RemoteStorageError(report.denied)
     if once and (t.errors or report.warnings) and not report.stopped_by_signal:
         sys.exit(1)
 

@@ -57,6 +57,7 @@ class CopyResult:
     pending: int = 0  # eligible segments left (stop requested, or an error)
     error: SegmentCopyError | None = None
     skipped_expired: int = 0  # past retention.ms already: the same round would delete them
+    round_failure: BaseException | None = None  # the whole round of the partition failed
 
 
 @dataclass
@@ -432,7 +433,7 @@ class RemoteLogManager:
                 if not isinstance(r, Exception):
                     raise r
                 log.error("round of %s failed: %s", tp, r)
-                failed = CopyResult()
+                failed = CopyResult(round_failure=r)
                 failed.error = SegmentCopyError(f"round of {tp} failed: {r}")
                 out[tp] = (failed, ExpireResult())
             else:

@@ -284,6 +284,20 @@ class OffloadMetrics:
             ("kind",),
             registry=r,
         )
+        self.round_failures = Counter(
+            "rlmm_offload_partition_round_failures",
+            "Partition rounds that failed as a whole; reason=denied: Kafka refused the"
+            " metadata write or read (an ACL or a credential), nothing was uploaded",
+            ("reason",),
+            registry=r,
+        )
+        for reason in ("denied", "error"):
+            self.round_failures.labels(reason)
+        self.metadata_denied = Gauge(
+            "rlmm_offload_metadata_denied",
+            "1 while the last round found the metadata topic refused to this principal",
+            registry=r,
+        )
         self.task_interval = Gauge(
             "rlmm_offload_task_interval_seconds",
             "remote.log.manager.task.interval.ms, in seconds (for alerts on late rounds)",

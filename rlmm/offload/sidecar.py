@@ -18,17 +18,19 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from eventlog import EventLog
+from eventlog.errors import EventLogAuthError
 from rlmm.config import RlmmConfig
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.model import TopicIdPartition
 from rlmm.offload.display import Display, Tally
 from rlmm.offload.logdir import log_dir_problem, scan_log_dirs
-from rlmm.offload.manager import RemoteLogManager
+from rlmm.offload.manager import CopyResult, RemoteLogManager
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics, round_problem
 from rlmm.offload.settings import OffloadSettings
 
@@ -46,6 +48,7 @@ class SidecarReport:
     tally: Tally = field(default_factory=Tally)
     stopped_by_signal: bool = False
     warnings: list[str] = field(default_factory=list)  # log dirs that look wrong
+    denied: str | None = None  # the last round's refusal by Kafka (an ACL, a credential)
 
 
 class Sidecar:
@@ -181,6 +184,7 @@ class Sidecar:
             finally:
                 self._round = None
             report.rounds += 1
+            report.denied = self._count_failures(results)
             behind = await self._record_event_log_lag(rlm)
             if not self._stop.is_set():
                 self.metrics.readiness.round_completed(round_problem(results) or behind)
@@ -189,6 +193,23 @@ class Sidecar:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.settings.task_interval_ms / 1000)
+
+    def _count_failures(
+        self, results: Mapping[TopicIdPartition, tuple[CopyResult, Any]]
+    ) -> str | None:
+        """Count partition rounds that failed whole as errors of the run; the refusal
+        Kafka gave, if one of them was refused (then nothing was uploaded for it)."""
+        denied: str | None = None
+        for copied, _expired in results.values():
+            failure = copied.round_failure
+            if failure is None:
+                continue
+            refusal = _refusal(failure)
+            denied = denied or refusal
+            self.metrics.round_failures.labels("denied" if refusal else "error").inc()
+            self.display.tally.errors.append(str(copied.error))
+        self.metrics.metadata_denied.set(1 if denied else 0)
+        return denied
 
     async def _record_event_log_lag(self, rlm: RemoteLogManager) -> str | None:
         """Set the lag gauges; return why the metadata is not caught up (None: it is)."""
@@ -203,6 +224,16 @@ class Sidecar:
         for p, end in ends.items():
             self.metrics.event_log_lag.labels(str(p)).set(max(0, end - 1 - applied[p]))
         return self.metrics.readiness.metadata_problem(applied, ends)
+
+
+def _refusal(error: BaseException) -> str | None:
+    """Kafka's refusal of the metadata topic among ``error``'s causes, if any."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, EventLogAuthError):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 async def run_sidecar(

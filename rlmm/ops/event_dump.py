@@ -183,7 +183,8 @@ def dump_event_log(
                     )
             return await _dump(log, chosen, from_offset, follow, emit)
         except EventLogError as e:
-            raise RemoteStorageError(f"event log {config.event_log_options()}: {e}") from e
+            # the log's repr, not its options: those may hold a password
+            raise RemoteStorageError(f"{log!r}: {e}") from e
         finally:
             await log.close()
 
