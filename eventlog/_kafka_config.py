@@ -209,7 +209,13 @@ class _SslSettings:
                     f"{PREFIX}common.client.{key}={kind} is not supported: convert the store"
                     " to PKCS12 (keytool -importkeystore -deststoretype PKCS12) or PEM"
                 )
-        ctx = ssl.create_default_context(cafile=None, cadata=self._trusted())
+        try:
+            ctx = ssl.create_default_context(cadata=self._trusted())
+        except ssl.SSLError as e:
+            where = self.values.get("ssl.truststore.location", "ssl.truststore.certificates")
+            raise EventLogConfigError(
+                f"{where}: no CA certificate could be read from it ({e.reason or e})"
+            ) from None
         chain = self._client_chain()
         if chain is not None:
             self.client_subject = _subject(chain)

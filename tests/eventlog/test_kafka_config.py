@@ -17,7 +17,7 @@ import pytest
 from aiokafka import errors as kafka_errors
 
 from eventlog._kafka_admin import translate_error
-from eventlog._kafka_config import parse_jaas_config
+from eventlog._kafka_config import map_properties, parse_jaas_config
 from eventlog.errors import (
     EventLogConfigError,
     EventLogRecordTooLargeError,
@@ -263,3 +263,41 @@ async def test_silent_peer_times_out_instead_of_hanging() -> None:
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+def test_a_jks_store_is_refused_with_the_conversion_command(tmp_path: Path) -> None:
+    props = {
+        "remote.log.metadata.common.client.bootstrap.servers": "127.0.0.1:9093",
+        "remote.log.metadata.common.client.security.protocol": "SSL",
+        "remote.log.metadata.common.client.ssl.truststore.type": "JKS",
+        "remote.log.metadata.common.client.ssl.truststore.location": str(tmp_path / "t.jks"),
+    }
+    with pytest.raises(EventLogConfigError, match="keytool -importkeystore"):
+        map_properties(props)
+
+
+def test_a_truststore_without_certificates_names_the_file(tmp_path: Path) -> None:
+    store = tmp_path / "ca.pem"
+    store.write_text("not a certificate\n")
+    props = {
+        "remote.log.metadata.common.client.bootstrap.servers": "127.0.0.1:9093",
+        "remote.log.metadata.common.client.security.protocol": "SSL",
+        "remote.log.metadata.common.client.ssl.truststore.location": str(store),
+    }
+    with pytest.raises(EventLogConfigError, match=r"ca\.pem"):
+        map_properties(props)
+
+
+def test_a_wrong_pkcs12_password_is_not_printed(tmp_path: Path) -> None:
+    store = tmp_path / "client.p12"
+    store.write_bytes(b"\x30\x82garbage")
+    props = {
+        "remote.log.metadata.common.client.bootstrap.servers": "127.0.0.1:9093",
+        "remote.log.metadata.common.client.security.protocol": "SSL",
+        "remote.log.metadata.common.client.ssl.keystore.type": "PKCS12",
+        "remote.log.metadata.common.client.ssl.keystore.location": str(store),
+        "remote.log.metadata.common.client.ssl.keystore.password": "s3cr3t-p12",
+    }
+    with pytest.raises(EventLogConfigError) as e:
+        map_properties(props)
+    assert "client.p12" in str(e.value) and "s3cr3t-p12" not in str(e.value)
