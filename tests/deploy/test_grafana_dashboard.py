@@ -11,11 +11,9 @@ healthy sidecar.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ import pytest
 from tests.deploy.test_prometheus_rules import NAME, RULES, exported_names
 from tests.fixtures.prometheus import PrometheusServer, PrometheusTools, run_prometheus
 from tests.fixtures.s3 import free_port
-from tests.rlmm.offload.test_health import get, stop, wait_for
+from tests.rlmm.offload.test_health import get, spawn_offload, stop, wait_for
 from tests.rlmm.offload.test_sidecar import log_dir, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,12 +137,7 @@ def test_every_query_returns_data_from_a_real_sidecar(
     config = write_config(tmp_path)
     port = free_port()
     instance = f"127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "rlmm"), "offload", "--config", str(config),
-         "--log-dir", str(logs), "--metrics-port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    proc = spawn_offload(config, logs, port)
     scrape = f"""
 global:
   scrape_interval: 1s

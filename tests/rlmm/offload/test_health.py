@@ -35,6 +35,17 @@ def get(url: str) -> tuple[int, str, str]:
         return e.code, e.headers.get("Content-Type", ""), e.read().decode()
 
 
+def spawn_offload(config: Path, logs: Path, port: int) -> subprocess.Popen[str]:
+    """`rlmm offload` over ``logs`` serving its metrics port on 127.0.0.1:``port``;
+    the caller stops it (``stop``)."""
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "rlmm"), "offload", "--config", str(config),
+         "--log-dir", str(logs), "--metrics-port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+
+
 def stop(proc: subprocess.Popen[str]) -> None:
     """Kill ``proc`` if it still runs, and close its pipes (a failed test leaks none)."""
     if proc.poll() is None:
@@ -120,12 +131,7 @@ def test_real_sidecar_probes(tmp_path: Path) -> None:
     path = write_config(tmp_path)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "rlmm"), "offload", "--config", str(path),
-         "--log-dir", str(logs), "--metrics-port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    proc = spawn_offload(path, logs, port)
     remote = tmp_path / "data" / "remote"
     try:
         wait_for("/healthz", lambda: get(f"{base}/healthz")[::2] == (200, "ok\n"), proc)
