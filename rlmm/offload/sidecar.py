@@ -9,7 +9,7 @@ the segments being copied finish and starts no new one, a second abandons them
 (their objects are deleted before exit); either way the manager writes a snapshot,
 everything started here is stopped, and the run ends normally (exit 0). ``/readyz``
 says not ready from the start and while stopping, and after each round says what
-that round found (see ``rlmm.offload.metrics.Readiness``).
+that round found (see ``rlmm.offload.health.Readiness``).
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from rlmm.config import RlmmConfig
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.model import TopicIdPartition
 from rlmm.offload.display import Display, Tally
+from rlmm.offload.health import NOT_STARTED, round_problem
 from rlmm.offload.logdir import log_dir_problem, scan_log_dirs
 from rlmm.offload.manager import CopyResult, RemoteLogManager
-from rlmm.offload.metrics import MetricsServer, OffloadMetrics, round_problem
+from rlmm.offload.metrics import MetricsServer, OffloadMetrics
 from rlmm.offload.settings import OffloadSettings
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ class Sidecar:
 
     async def run(self) -> SidecarReport:
         report = SidecarReport(tally=self.display.tally)
-        self.metrics.readiness.not_ready("starting: no round completed yet")
+        self.metrics.readiness.not_ready(NOT_STARTED)
         if self.metrics_port is not None:
             self.metrics_server = self.metrics.serve(self.metrics_port, self.metrics_host)
         log.info("%s", self.startup_summary())

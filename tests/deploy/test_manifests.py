@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from rlmm.config import load_config
-from rlmm.offload.metrics import PATHS
+from rlmm.offload.health import PATHS
 
 yaml = pytest.importorskip("yaml")
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from rlmm.offload.metrics import NOT_STARTED, OffloadMetrics
+from rlmm.offload.health import NOT_STARTED
+from rlmm.offload.metrics import OffloadMetrics
 from tests.fixtures.s3 import free_port
 from tests.rlmm.offload.conftest import write_partition
 from tests.rlmm.offload.test_sidecar import log_dir, write_config
