@@ -59,10 +59,40 @@ def redact(obj: Any, key: str = "") -> Any:
     return redact_value(key, obj)
 
 
+def secret_values(obj: Any, key: str = "") -> set[str]:
+    """Every secret value in ``obj`` (mappings and lists, nested; a JAAS line gives its
+    password): what ``scrub`` keeps out of a message that was not built from settings."""
+    if isinstance(obj, Mapping):
+        return {v for k, item in obj.items() for v in secret_values(item, str(k))}
+    if isinstance(obj, list | tuple):
+        return {v for item in obj for v in secret_values(item, key)}
+    if not is_secret(key) or obj is None or obj == "":
+        return set()
+    if key.lower().endswith("jaas.config") and isinstance(obj, str):
+        return {m.group(2).strip('"') for m in _JAAS_PASSWORD.finditer(obj)} - {""}
+    return {str(obj)}
+
+
+def scrub(text: str, secrets: set[str]) -> str:
+    """``text`` with each of ``secrets`` replaced by [redacted] (the longest first)."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
 def without_secrets(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """(the options without their secret settings, the names of those removed)."""
     kept = {k: v for k, v in options.items() if not is_secret(k)}
     return kept, sorted(k for k in options if is_secret(k))
 
 
-__all__ = ["REDACTED", "SECRETS_FROM", "is_secret", "redact", "redact_value", "without_secrets"]
+__all__ = [
+    "REDACTED",
+    "SECRETS_FROM",
+    "is_secret",
+    "redact",
+    "redact_value",
+    "scrub",
+    "secret_values",
+    "without_secrets",
+]

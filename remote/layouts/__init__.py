@@ -222,17 +222,47 @@ def _constructor_keys(factory: Any) -> set[str]:
     return {p.name for p in params if p.name != "self" and p.kind is not p.VAR_KEYWORD}
 
 
-def known_options(kind: str) -> set[str] | None:
-    """The ``[remote]`` settings of one type, from its backend; None when the backend
-    checks its own (Aiven's layout takes the plugin's open-ended property names)."""
+def _check_types(factory: Any, options: Mapping[str, Any]) -> None:
+    """ConfigError naming the key for a value of another kind than the setting's
+    default (``max_attempts = "3"`` in TOML is a string, not a number)."""
+    for param in inspect.signature(factory).parameters.values():
+        if param.name not in options or param.default in (None, inspect.Parameter.empty):
+            continue
+        value, default = options[param.name], param.default
+        if isinstance(default, bool):
+            ok, kind = isinstance(value, bool), "true or false"
+        elif isinstance(default, int):
+            ok, kind = isinstance(value, int) and not isinstance(value, bool), "a whole number"
+        elif isinstance(default, float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            kind = "a number"
+        else:
+            ok, kind = isinstance(value, type(default)), type(default).__name__
+        if not ok:
+            raise ConfigError(
+                f"remote.{param.name} must be {kind}, got {value!r}"
+                + (" (unquote it in the TOML file)" if isinstance(value, str) else "")
+            )
+
+
+def _backend(kind: str) -> Any:
     if kind == "local":
         from remote.local import LocalRemoteStorageManager
 
-        return _constructor_keys(LocalRemoteStorageManager)
+        return LocalRemoteStorageManager
     if kind == "s3":
         from remote.s3 import S3RemoteStorageManager
 
-        return _constructor_keys(S3RemoteStorageManager)
+        return S3RemoteStorageManager
+    return None
+
+
+def known_options(kind: str) -> set[str] | None:
+    """The ``[remote]`` settings of one type, from its backend; None when the backend
+    checks its own (Aiven's layout takes the plugin's open-ended property names)."""
+    backend = _backend(kind)
+    if backend is not None:
+        return _constructor_keys(backend)
     if kind == "local-tiered-storage":
         return {"dir"}
     return None
@@ -260,6 +290,9 @@ def check_remote_options(options: Mapping[str, Any]) -> None:
             f"unknown setting remote.{key} for remote.type = {kind!r}{where};"
             f" known: {', '.join(sorted(known))}"
         )
+    backend = _backend(kind)
+    if backend is not None:
+        _check_types(backend, options)
 
 
 def load_remote_layout(config: Mapping[str, Any]) -> RemoteLayout:

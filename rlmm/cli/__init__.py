@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from rlmm.cli.session import Session, common_options, session
+from rlmm.secrets import scrub
 
 
 class RlmmGroup(click.Group):
@@ -43,12 +44,31 @@ class RlmmGroup(click.Group):
 
             known = isinstance(e, RemoteStorageError) or _is_library_error(e)
             message = str(e) if known else f"{type(e).__name__}: {e}"
+            # a library or client message may quote a setting: never its secret
+            secrets = _configured_secrets(s)
             if s.debug:
-                traceback.print_exc(file=sys.stderr)
+                sys.stderr.write(scrub(traceback.format_exc(), secrets))
             elif not known:
                 message += " (run with --debug for a traceback)"
-            s.output.error(message, type(e).__name__)
+            s.output.error(scrub(message, secrets), type(e).__name__)
             ctx.exit(2)
+
+
+def _configured_secrets(s: Session) -> set[str]:
+    """The secret values of the run's configuration, if it was loaded."""
+    from rlmm.secrets import secret_values
+
+    config = s._config
+    if config is None:
+        return set()
+    return secret_values(
+        {
+            "eventlog": config.eventlog,
+            "remote": config.remote,
+            "snapshot": config.snapshot,
+            "kafka": config.kafka_properties,
+        }
+    )
 
 
 def _is_library_error(e: Exception) -> bool:

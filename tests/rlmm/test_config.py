@@ -140,3 +140,17 @@ def test_every_setting_of_each_remote_type_loads(tmp_path: Path) -> None:
 def test_an_empty_rlmm_config_means_no_file() -> None:
     config = load_config(env={"RLMM_CONFIG": ""})
     assert config.source == "defaults"
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "kind"),
+    [("max_attempts", '"3"', "a whole number"), ("bucket_key_enabled", "1", "true or false"),
+     ("read_timeout", '"5"', "a number")],
+)  # fmt: skip
+def test_a_remote_setting_of_the_wrong_kind_names_the_key(
+    tmp_path: Path, key: str, raw: str, kind: str
+) -> None:
+    path = tmp_path / "rlmm.toml"
+    path.write_text(f'[remote]\ntype = "s3"\nbucket = "b"\n{key} = {raw}\n')
+    with pytest.raises(ConfigError, match=f"remote.{key} must be {kind}"):
+        load_config(path, env={})

@@ -79,6 +79,44 @@ def test_rlmm_config_shows_secrets_redacted(tmp_path: Path, as_json: bool) -> No
     assert REDACTED in out and 'username=\\"writer\\"' in out
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_error_that_quotes_a_secret_prints_it_redacted(tmp_path: Path, debug: bool) -> None:
+    """The CLI's one error renderer scrubs every configured secret value, whatever
+    built the message (here a bucket name that is, by mistake, the secret key)."""
+    path = config_file(
+        tmp_path, type="s3", bucket="aws-secret-9913", endpoint_url="http://127.0.0.1:9",
+        aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="aws-secret-9913",
+    )  # fmt: skip
+    path.write_text(path.read_text() + "max_attempts = 1\n")
+    # an empty metadata log: the command gets as far as listing the bucket
+    from eventlog.file import FileEventLog
+
+    async def create_log() -> None:
+        async with FileEventLog(tmp_path / "data" / "metadata-log", 4):
+            pass
+
+    asyncio.run(create_log())
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", "verify", "--config", str(path)]
+        + (["--debug"] if debug else []),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "aws-secret-9913" not in done.stdout + done.stderr
+    assert f"s3://{REDACTED}" in done.stderr
+
+
+def test_secret_values_and_scrub() -> None:
+    from rlmm.secrets import scrub, secret_values
+
+    found = secret_values(
+        {"properties": {"x.sasl.jaas.config": JAAS, "x.ssl.key.password": "keystore-pw-4242"},
+         "bucket": "b", "ssl.keystore.location": "/etc/k.p12"}
+    )  # fmt: skip
+    assert found == {"jaas-pw-1729", "keystore-pw-4242"}
+    assert scrub("login jaas-pw-1729 at b", found) == f"login {REDACTED} at b"
+
+
 @pytest.mark.s3
 def test_spark_input_partitions_carry_no_secret(s3_endpoint: str, tmp_path: Path) -> None:
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="secret-archive")
