@@ -62,17 +62,20 @@ def config_file(tmp_path: Path, *, kafka: bool = False, **remote: str) -> Path:
     return path
 
 
+def rlmm(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", *args, "--config", str(config)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_rlmm_config_shows_secrets_redacted(tmp_path: Path, as_json: bool) -> None:
     path = config_file(
         tmp_path, kafka=True, type="s3", bucket="b", aws_secret_access_key="aws-secret-9913",
         aws_session_token="session-token-5150",
     )  # fmt: skip
-    done = subprocess.run(
-        [sys.executable, "-m", "rlmm.cli", "config", "--config", str(path)]
-        + (["--json"] if as_json else []),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = rlmm(path, "config", *(["--json"] if as_json else []))
     assert done.returncode == 0, done.stderr
     out = done.stdout + done.stderr
     assert not [s for s in SECRETS if s in out]
@@ -96,11 +99,7 @@ def test_an_error_that_quotes_a_secret_prints_it_redacted(tmp_path: Path, debug:
             pass
 
     asyncio.run(create_log())
-    done = subprocess.run(
-        [sys.executable, "-m", "rlmm.cli", "verify", "--config", str(path)]
-        + (["--debug"] if debug else []),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = rlmm(path, "verify", *(["--debug"] if debug else []))
     assert done.returncode == 2, done.stderr
     assert "aws-secret-9913" not in done.stdout + done.stderr
     assert f"s3://{REDACTED}" in done.stderr
