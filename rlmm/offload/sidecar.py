@@ -27,6 +27,7 @@ from eventlog import EventLog
 from eventlog.errors import EventLogAuthError
 from rlmm.config import RlmmConfig
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
+from rlmm.manager import AUTH_RETRY_S, TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
 from rlmm.offload.display import Display, Tally
 from rlmm.offload.health import NOT_STARTED, round_problem
@@ -142,8 +143,8 @@ class Sidecar:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, rlm)
         try:
-            await rlmm.start()
-            await self._rounds(rlm, report)
+            if await self._start_manager(rlmm, report):
+                await self._rounds(rlm, report)
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
@@ -157,6 +158,30 @@ class Sidecar:
                     self.metrics_server.close()
         report.stopped_by_signal = self._signals > 0
         return report
+
+    async def _start_manager(
+        self, rlmm: TopicBasedRemoteLogMetadataManager, report: SidecarReport
+    ) -> bool:
+        """Start the metadata manager; False if stopped first. Refused by Kafka (a
+        credential, an ACL): ``--once`` raises it; a long-running sidecar stays up, not
+        ready and saying why, and tries again every AUTH_RETRY_S until let in."""
+        while True:
+            try:
+                await rlmm.start()
+                self.metrics.metadata_denied.set(0)
+                return True
+            except EventLogAuthError as e:
+                if self.once:
+                    raise
+                if report.denied != str(e):
+                    log.error("the metadata topic refuses this sidecar: %s", e)
+                report.denied = str(e)
+                self.metrics.metadata_denied.set(1)
+                self.metrics.readiness.not_ready(f"metadata refused: {e}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), AUTH_RETRY_S)
+            if self._stop.is_set():
+                return False
 
     async def _rounds(self, rlm: RemoteLogManager, report: SidecarReport) -> None:
         for log_dir in self.log_dirs:

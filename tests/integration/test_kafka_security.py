@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -33,7 +34,9 @@ from rlmm.offload.logdir import read_offset_checkpoint
 from tests.fixtures.apache_kafka import ApacheKafkaUnavailable
 from tests.fixtures.kafka import BrokerStartError
 from tests.fixtures.kafka_security import PASSWORDS, PKCS12_PASSWORD, SCRAM, Pki, SecureKafka
+from tests.fixtures.s3 import free_port
 from tests.rlmm.factories import segment
+from tests.rlmm.offload.test_health import get, spawn_offload, stop, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow]
 
@@ -314,6 +317,38 @@ async def test_the_manager_fails_closed_when_it_may_not_read(
             manager.list_remote_log_segments(tp)
     finally:
         await manager.close()
+
+
+def test_a_refused_long_running_sidecar_stays_up_not_ready(
+    secure: SecureKafka, tmp_path: Path
+) -> None:
+    """Without --once, a sidecar Kafka will not let in keeps running: /readyz 503 with
+    the line, the denied gauge at 1, nothing copied, and a SIGTERM still stops it."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    props = secure.sasl_properties("writer", "not-the-password")
+    config = config_file(tmp_path / "c.toml", props, tmp_path / "rlmm")
+    port = free_port()
+    proc = spawn_offload(config, logs, port)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(
+            "/readyz to say why",
+            lambda: "authentication failed for User:writer" in get(f"{base}/readyz")[2],
+            proc,
+            timeout=30,
+        )
+        status, _type, body = get(f"{base}/readyz")
+        assert status == 503 and "sasl.jaas.config" in body, body
+        metrics = get(f"{base}/metrics")[2]
+        assert "rlmm_offload_metadata_denied 1.0" in metrics
+        assert get(f"{base}/healthz")[0] == 200 and proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        OUTPUTS.append(out + err + body + metrics)
+        assert proc.returncode == 0, err[-2000:]
+    finally:
+        stop(proc)
 
 
 def test_no_output_holds_a_secret(secure: SecureKafka) -> None:
