@@ -9,8 +9,9 @@ key files are not secrets and stay visible.
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 REDACTED = "[redacted]"
@@ -80,6 +81,25 @@ def scrub(text: str, secrets: set[str]) -> str:
     return text
 
 
+class SecretScrubber(logging.Filter):
+    """A log filter that scrubs ``secrets()`` from every record it passes: client
+    libraries log what they send at DEBUG (aiokafka logs a SASL/PLAIN request whole,
+    password included)."""
+
+    def __init__(self, secrets: Callable[[], set[str]]) -> None:
+        super().__init__()
+        self._secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = self._secrets()
+        if secrets:
+            message = record.getMessage()
+            scrubbed = scrub(message, secrets)
+            if scrubbed != message:
+                record.msg, record.args = scrubbed, None
+        return True
+
+
 def without_secrets(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """(the options without their secret settings, the names of those removed)."""
     kept = {k: v for k, v in options.items() if not is_secret(k)}
@@ -89,6 +109,7 @@ def without_secrets(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[st
 __all__ = [
     "REDACTED",
     "SECRETS_FROM",
+    "SecretScrubber",
     "is_secret",
     "redact",
     "redact_value",

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from rlmm.cli.session import Session, common_options, session
-from rlmm.secrets import scrub
+from rlmm.secrets import SecretScrubber, scrub
 
 
 class RlmmGroup(click.Group):
@@ -54,21 +54,26 @@ class RlmmGroup(click.Group):
             ctx.exit(2)
 
 
+_secrets_of: dict[int, set[str]] = {}  # id(config) -> its secret values (one config a run)
+
+
 def _configured_secrets(s: Session) -> set[str]:
-    """The secret values of the run's configuration, if it was loaded."""
+    """The secret values of the run's configuration, once it is loaded."""
     from rlmm.secrets import secret_values
 
     config = s._config
     if config is None:
         return set()
-    return secret_values(
-        {
-            "eventlog": config.eventlog,
-            "remote": config.remote,
-            "snapshot": config.snapshot,
-            "kafka": config.kafka_properties,
-        }
-    )
+    if id(config) not in _secrets_of:
+        _secrets_of[id(config)] = secret_values(
+            {
+                "eventlog": config.eventlog,
+                "remote": config.remote,
+                "snapshot": config.snapshot,
+                "kafka": config.kafka_properties,
+            }
+        )
+    return _secrets_of[id(config)]
 
 
 def _is_library_error(e: Exception) -> bool:
@@ -91,6 +96,9 @@ def main() -> None:
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    scrubber = SecretScrubber(lambda: _configured_secrets(s))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(scrubber)
     if not s.debug:
         # aiokafka logs every failed connection attempt at ERROR; the command's own
         # error line names the broker once.

@@ -202,6 +202,26 @@ def test_writer_offloads_and_the_operator_reads_with_a_certificate(
     assert shown.returncode == 0 and PKCS12_PASSWORD not in shown.stdout
 
 
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
+def test_the_operator_reads_with_other_sasl_mechanisms(
+    secure: SecureKafka,
+    archived: tuple[str, dict[int, list[bytes]], Path],
+    tmp_path: Path,
+    mechanism: str,
+) -> None:
+    topic, _values, data_dir = archived
+    props = secure.sasl_properties("operator", mechanism=mechanism)
+    config = config_file(tmp_path / "c.toml", props, data_dir)
+    listed = rlmm(config, "segments", "list", "--topic", topic, "--json")
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert {s["partition"] for s in json.loads(listed.stdout)["segments"]} == set(range(PARTITIONS))
+    wrong = config_file(
+        tmp_path / "w.toml", secure.sasl_properties("operator", "bad", mechanism), data_dir
+    )
+    refused = rlmm(wrong, "segments", "list")
+    assert refused.returncode == 2 and f"User:operator ({mechanism})" in one_line(refused)
+
+
 @pytest.mark.spark
 def test_spark_reads_the_archive_as_the_operator(
     secure: SecureKafka,

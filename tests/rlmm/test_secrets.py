@@ -135,3 +135,21 @@ def test_spark_input_partitions_carry_no_secret(s3_endpoint: str, tmp_path: Path
     close_remote_storage()
     got = [r for piece in pickle.loads(blob) for r in rows(read_slice(piece.slice))]
     assert got == expected_rows(archived(pdir, expected), headers=False)
+
+
+def test_the_log_scrubber_rewrites_a_record_that_quotes_a_secret() -> None:
+    import logging
+
+    from rlmm.secrets import SecretScrubber
+
+    record = logging.LogRecord(
+        "aiokafka.conn",
+        logging.DEBUG,
+        __file__,
+        1,
+        "Request %r",
+        (b"\x00writer\x00jaas-pw-1729",),
+        None,
+    )
+    assert SecretScrubber(lambda: {"jaas-pw-1729"}).filter(record)
+    assert "jaas-pw-1729" not in record.getMessage() and REDACTED in record.getMessage()
