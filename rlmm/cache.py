@@ -1,23 +1,29 @@
-"""Per-partition remote log metadata cache (Kafka's RemoteLogMetadataCache).
+"""Per-partition remote log metadata cache (Kafka's RemoteLogMetadataCache), columnar.
 
-Invariant: for every leader epoch, ``starts``/``metas`` are the sorted start offsets of
-the COPY_SEGMENT_FINISHED segments that serve reads in that epoch (a point lookup is
-one bisect); every other segment that carries the epoch (STARTED, DELETE_STARTED,
-superseded) is in ``unreferenced``; ``size_bytes`` always equals the summed size of
+Invariant: the segments live as rows of one :class:`SegmentColumns`; for every leader
+epoch, ``starts``/``ends``/``rows`` are the packed, start-sorted index of the
+COPY_SEGMENT_FINISHED segments that serve reads in that epoch (a point lookup is one
+bisect); every other segment that carries the epoch (STARTED, DELETE_STARTED,
+superseded) is in ``unreferenced_rows``; ``size_bytes`` always equals the summed size of
 the segments listed for the epoch, and ``total_size_bytes`` that of all segments, so
-size queries are O(1). State changes go through :meth:`RemoteLogMetadataCache.apply`,
-which checks the transition first and changes nothing when it is illegal. A cache keeps
-the encoded block it was restored from (or last encoded into) until its first change,
-so an unchanged partition is written into the next snapshot as the same bytes.
+size queries are O(1). State changes go through the two public writers, which check the
+transition first and change nothing when it is illegal. RemoteLogSegmentMetadata objects
+exist only when a read returns one: a small per-partition memo hands back the same
+object for a segment read again (a consumer reads one segment many times) until the
+segment changes. A cache decoded from a block reads that block's bytes in place until
+its first change (``to_block`` then returns the same bytes); encoding re-points the
+columns at the new block, so a cache never holds both its arrays and their encoding.
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import suppress
 from typing import Any
 
-from rlmm._cache_block import decode_block, encode_block, segment_to_state, segments_from_state
+from rlmm._segment_columns import DEAD, TXN_EMPTY, SegmentColumns
 from rlmm.errors import InvalidStateTransitionError, RemoteResourceNotFoundError
 from rlmm.model import (
     RemoteLogSegmentId,
@@ -32,127 +38,202 @@ _STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 _FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 _DELETE_STARTED = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
 _DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
-
-
-def _epoch_ranges(metadata: RemoteLogSegmentMetadata) -> Iterator[tuple[int, int, int]]:
-    """(epoch, first offset, last offset) of each leader epoch inside the segment."""
-    items = list(metadata.segment_leader_epochs.items())
-    for i, (epoch, start) in enumerate(items):
-        end = items[i + 1][1] - 1 if i + 1 < len(items) else metadata.end_offset
-        yield epoch, start, end
-
-
-def _epoch_end(metadata: RemoteLogSegmentMetadata, leader_epoch: int) -> int:
-    """Last offset of ``leader_epoch`` inside the segment: the next epoch bounds it."""
-    for epoch, start in metadata.segment_leader_epochs.items():
-        if epoch > leader_epoch:
-            return start - 1
-    return metadata.end_offset
+# Objects handed out recently, per partition: identity for repeated reads of one
+# segment (and for the archive's lineage, which compares segments with ``is``),
+# without growing back into an object per segment.
+MEMO_SIZE = 8
+# Dead rows are dropped once they are this many and at least as many as the live ones.
+COMPACT_MIN = 64
 
 
 class RemoteLogLeaderEpochState:
-    """Segments of one leader epoch of one partition (Kafka's RemoteLogLeaderEpochState).
+    """Segments (rows) of one leader epoch of one partition (Kafka's RemoteLogLeaderEpochState).
 
-    ``metas`` holds the FINISHED segments' metadata objects themselves (not their ids),
-    parallel to ``starts``: a point lookup is one bisect and one list access, with no
-    further dict lookup on the hot path.
+    ``starts``/``ends``/``rows`` are parallel packed columns: ``rows[i]`` is a FINISHED
+    segment serving this epoch from ``starts[i]`` to ``ends[i]``.
     """
 
-    __slots__ = ("ends", "highest_offset", "metas", "size_bytes", "starts", "unreferenced")
+    __slots__ = (
+        "_cache",
+        "ends",
+        "highest_offset",
+        "rows",
+        "size_bytes",
+        "starts",
+        "unreferenced_rows",
+    )
 
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []  # last offset of this epoch inside metas[i]
-        self.metas: list[RemoteLogSegmentMetadata] = []
-        self.unreferenced: set[RemoteLogSegmentId] = set()
+    def __init__(self, cache: RemoteLogMetadataCache | None = None) -> None:
+        self._cache = cache  # to build objects for the compatibility views
+        self.starts: Any = array("q")
+        self.ends: Any = array("q")  # last offset of this epoch inside rows[i]
+        self.rows: Any = array("i")
+        self.unreferenced_rows: set[int] = set()
         self.highest_offset: int | None = None
         self.size_bytes = 0
 
+    def thaw(self) -> None:
+        if not isinstance(self.rows, array):
+            self.starts = _owned("q", self.starts)
+            self.ends = _owned("q", self.ends)
+            self.rows = _owned("i", self.rows)
+
     def is_empty(self) -> bool:
-        return not self.starts and not self.unreferenced
+        return not self.starts and not self.unreferenced_rows
 
-    def floor(self, offset: int) -> RemoteLogSegmentMetadata | None:
+    def floor(self, offset: int) -> int:
+        """Row of the FINISHED segment with the greatest start <= ``offset``, or -1."""
         i = bisect_right(self.starts, offset)
-        return self.metas[i - 1] if i else None
+        return self.rows[i - 1] if i else -1
 
-    def lookup(self, offset: int) -> RemoteLogSegmentMetadata | None:
-        """The segment whose range of this epoch holds ``offset`` (bisect + bound check)."""
+    def lookup(self, offset: int) -> int:
+        """Row whose range of this epoch holds ``offset`` (bisect + bound check), or -1."""
         i = bisect_right(self.starts, offset)
-        return self.metas[i - 1] if i and offset <= self.ends[i - 1] else None
+        return self.rows[i - 1] if i and offset <= self.ends[i - 1] else -1
 
-    def segment_ids(self) -> Iterator[RemoteLogSegmentId]:
-        for m in self.metas:
-            yield m.remote_log_segment_id
-        yield from self.unreferenced
+    def all_rows(self) -> Iterator[int]:
+        yield from self.rows
+        yield from self.unreferenced_rows
 
-    def add_started(self, segment_id: RemoteLogSegmentId) -> None:
-        self.unreferenced.add(segment_id)
+    def add_started(self, row: int) -> None:
+        self.unreferenced_rows.add(row)
 
-    def add_finished(self, start: int, metadata: RemoteLogSegmentMetadata, epoch_end: int) -> None:
+    def add_finished(self, start: int, row: int, epoch_end: int) -> None:
         # A leader that re-uploads a range (after a leader change) supersedes every
         # mapping that starts at or after its start, as long as it reaches at least as
         # far as what this epoch already had: those segments stay listed, unreferenced.
+        starts, ends, rows = self.starts, self.ends, self.rows
         while (
-            self.starts
-            and self.starts[-1] >= start
+            starts
+            and starts[-1] >= start
             and self.highest_offset is not None
             and self.highest_offset <= epoch_end
         ):
-            self.starts.pop()
-            self.ends.pop()
-            self.unreferenced.add(self.metas.pop().remote_log_segment_id)
-        i = bisect_left(self.starts, start)
-        if i < len(self.starts) and self.starts[i] == start:
-            self.unreferenced.add(self.metas[i].remote_log_segment_id)
-            self.metas[i] = metadata
-            self.ends[i] = epoch_end
+            starts.pop()
+            ends.pop()
+            self.unreferenced_rows.add(rows.pop())
+        i = bisect_left(starts, start)
+        if i < len(starts) and starts[i] == start:
+            self.unreferenced_rows.add(rows[i])
+            rows[i] = row
+            ends[i] = epoch_end
         else:
-            self.starts.insert(i, start)
-            self.ends.insert(i, epoch_end)
-            self.metas.insert(i, metadata)
-        self.unreferenced.discard(metadata.remote_log_segment_id)
+            starts.insert(i, start)
+            ends.insert(i, epoch_end)
+            rows.insert(i, row)
+        self.unreferenced_rows.discard(row)
         if self.highest_offset is None or epoch_end > self.highest_offset:
             self.highest_offset = epoch_end
 
-    def _index_of(self, start: int, segment_id: RemoteLogSegmentId) -> int:
+    def mark_deleting(self, start: int, row: int) -> None:
         i = bisect_left(self.starts, start)
-        if (
-            i < len(self.starts)
-            and self.starts[i] == start
-            and self.metas[i].remote_log_segment_id == segment_id
-        ):
-            return i
-        return -1
-
-    def replace(self, start: int, metadata: RemoteLogSegmentMetadata) -> None:
-        """Point the index at a newer copy of the same segment (idempotent update)."""
-        i = self._index_of(start, metadata.remote_log_segment_id)
-        if i >= 0:
-            self.metas[i] = metadata
-
-    def mark_deleting(self, start: int, segment_id: RemoteLogSegmentId) -> None:
-        i = self._index_of(start, segment_id)
-        if i >= 0:
+        if i < len(self.starts) and self.starts[i] == start and self.rows[i] == row:
             del self.starts[i]
             del self.ends[i]
-            del self.metas[i]
-        self.unreferenced.add(segment_id)
+            del self.rows[i]
+        self.unreferenced_rows.add(row)
 
-    def remove(self, segment_id: RemoteLogSegmentId) -> None:
-        self.unreferenced.discard(segment_id)
+    def remove(self, row: int) -> None:
+        self.unreferenced_rows.discard(row)
+
+    def renumber(self, remap: list[int]) -> None:
+        self.rows = array("i", [remap[r] for r in self.rows])
+        self.unreferenced_rows = {remap[r] for r in self.unreferenced_rows}
+
+    # ---- object views (tools and the archive's lineage; not on the hot path) ------------
+
+    @property
+    def metas(self) -> list[RemoteLogSegmentMetadata]:
+        """The FINISHED segments of ``rows``, as objects."""
+        assert self._cache is not None
+        return [self._cache.segment_at(r) for r in self.rows]
+
+    @property
+    def unreferenced(self) -> set[RemoteLogSegmentId]:
+        assert self._cache is not None
+        cache = self._cache
+        return {
+            cache.columns.segment_id(cache.topic_id_partition, r) for r in self.unreferenced_rows
+        }
+
+
+class SegmentsView(Mapping[RemoteLogSegmentId, RemoteLogSegmentMetadata]):
+    """``cache.segments``: id -> metadata over the columns, objects built on access."""
+
+    __slots__ = ("_cache",)
+
+    def __init__(self, cache: RemoteLogMetadataCache) -> None:
+        self._cache = cache
+
+    def __getitem__(self, sid: RemoteLogSegmentId) -> RemoteLogSegmentMetadata:
+        row = self._cache.row_of(sid)
+        if row < 0:
+            raise KeyError(sid)
+        return self._cache.segment_at(row)
+
+    def __contains__(self, sid: object) -> bool:
+        return isinstance(sid, RemoteLogSegmentId) and self._cache.row_of(sid) >= 0
+
+    def __iter__(self) -> Iterator[RemoteLogSegmentId]:
+        cache = self._cache
+        for row in cache.columns.live_rows():
+            yield cache.columns.segment_id(cache.topic_id_partition, row)
+
+    def __len__(self) -> int:
+        return self._cache.columns.live
+
+    def values(self) -> Iterator[RemoteLogSegmentMetadata]:  # type: ignore[override]
+        cache = self._cache
+        for row in cache.columns.live_rows():
+            yield cache.segment_at(row, memo=False)
 
 
 class RemoteLogMetadataCache:
     """All remote segments of one user partition, indexed per leader epoch."""
 
-    __slots__ = ("_block", "epochs", "segments", "topic_id_partition", "total_size_bytes")
+    __slots__ = ("_block", "_memo", "columns", "epochs", "topic_id_partition", "total_size_bytes")
 
     def __init__(self, topic_id_partition: TopicIdPartition) -> None:
         self.topic_id_partition = topic_id_partition
-        self.segments: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
+        self.columns = SegmentColumns()
         self.epochs: dict[int, RemoteLogLeaderEpochState] = {}
         self.total_size_bytes = 0
         self._block: bytes | None = None  # encoded copy of this exact state, if known
+        self._memo: dict[int, RemoteLogSegmentMetadata] = {}
+
+    @property
+    def segments(self) -> SegmentsView:
+        return SegmentsView(self)
+
+    def row_of(self, sid: RemoteLogSegmentId) -> int:
+        return self.columns.find(sid.id.bytes)
+
+    def segment_at(self, row: int, memo: bool = True) -> RemoteLogSegmentMetadata:
+        """The object of ``row``: the memoized one if handed out recently and unchanged."""
+        found = self._memo.get(row)
+        if found is not None:
+            return found
+        found = self.columns.metadata(self.topic_id_partition, row)
+        if memo:
+            cached = self._memo
+            if len(cached) >= MEMO_SIZE:
+                # another reader thread may have evicted it first
+                with suppress(KeyError, StopIteration, RuntimeError):
+                    del cached[next(iter(cached))]
+            cached[row] = found
+        return found
+
+    def _new_epoch(self, epoch: int) -> RemoteLogLeaderEpochState:
+        state = self.epochs[epoch] = RemoteLogLeaderEpochState(self)
+        return state
+
+    def _changing(self) -> None:
+        """Before a write: own the columns again (if they were views of a block)."""
+        if self._block is not None:
+            self._block = None
+            self.columns.thaw()
+            for state in self.epochs.values():
+                state.thaw()
 
     # ---- validation (no side effects) -------------------------------------------------
 
@@ -163,65 +244,78 @@ class RemoteLogMetadataCache:
                 f"a new segment must be added in COPY_SEGMENT_STARTED, got {metadata.state.name}"
                 f" for {segment_id}"
             )
-        existing = self.segments.get(segment_id)
-        if existing is not None:
+        row = self.row_of(segment_id)
+        if row >= 0:
             raise InvalidStateTransitionError(
-                f"segment {segment_id} already exists (state {existing.state.name})"
+                f"segment {segment_id} already exists (state {self.columns.state(row).name})"
             )
 
-    def check_update(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+    def _check_update(self, update: RemoteLogSegmentMetadataUpdate) -> int:
         segment_id = update.remote_log_segment_id
-        existing = self.segments.get(segment_id)
-        if existing is None:
+        row = self.row_of(segment_id)
+        if row < 0:
             raise RemoteResourceNotFoundError(f"no remote log segment {segment_id}")
-        check_segment_transition(existing.state, update.state, segment_id)
-        return existing
+        check_segment_transition(self.columns.state(row), update.state, segment_id)
+        return row
+
+    def check_update(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+        return self.segment_at(self._check_update(update), memo=False)
 
     # ---- state changes ----------------------------------------------------------------
 
     def add_copy_in_progress_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
         self.check_add(metadata)
-        self._block = None
-        segment_id = metadata.remote_log_segment_id
-        self.segments[segment_id] = metadata
-        self.total_size_bytes += metadata.segment_size_in_bytes
+        self._changing()
+        row = self.columns.append(metadata)
+        size = metadata.segment_size_in_bytes
+        self.total_size_bytes += size
         for epoch in metadata.segment_leader_epochs:
             state = self.epochs.get(epoch)
             if state is None:
-                state = self.epochs[epoch] = RemoteLogLeaderEpochState()
-            state.add_started(segment_id)
-            state.size_bytes += metadata.segment_size_in_bytes
+                state = self._new_epoch(epoch)
+            state.add_started(row)
+            state.size_bytes += size
 
     def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
-        existing = self.check_update(update)
-        self._block = None
-        updated = existing.create_with_updates(update)
-        segment_id = update.remote_log_segment_id
-        if update.state == existing.state:
+        row = self._check_update(update)
+        self._changing()
+        cols = self.columns
+        previous = cols.state(row)
+        self._memo.pop(row, None)
+        cols.set_update(
+            row,
+            int(update.state),
+            update.broker_id,
+            update.event_timestamp_ms,
+            update.custom_metadata,
+        )
+        if update.state == previous:
             # Idempotent retry: only the event's timestamp/broker/custom metadata move.
-            self.segments[segment_id] = updated
-            if update.state == _FINISHED:
-                for epoch, start, _end in _epoch_ranges(updated):
-                    self.epochs[epoch].replace(start, updated)
             return
         if update.state == _FINISHED:
-            for epoch, start, end in _epoch_ranges(updated):
-                self.epochs[epoch].add_finished(start, updated, end)
-            self.segments[segment_id] = updated
+            for epoch, start, end in cols.epoch_ranges(row):
+                self.epochs[epoch].add_finished(start, row, end)
         elif update.state == _DELETE_STARTED:
-            for epoch, start, _end in _epoch_ranges(updated):
-                self.epochs[epoch].mark_deleting(start, segment_id)
-            self.segments[segment_id] = updated
+            for epoch, start, _end in cols.epoch_ranges(row):
+                self.epochs[epoch].mark_deleting(start, row)
         elif update.state == _DELETE_FINISHED:
-            size = updated.segment_size_in_bytes
-            for epoch in updated.segment_leader_epochs:
+            size = cols.size[row]
+            for epoch, _start in cols.epoch_items(row):
                 state = self.epochs[epoch]
-                state.remove(segment_id)
+                state.remove(row)
                 state.size_bytes -= size
                 if state.is_empty():
                     del self.epochs[epoch]
-            del self.segments[segment_id]
+            cols.kill(row)
             self.total_size_bytes -= size
+            if cols.dead >= COMPACT_MIN and 2 * cols.dead >= len(cols):
+                self._compact()
+
+    def _compact(self) -> None:
+        remap = self.columns.compact()
+        for state in self.epochs.values():
+            state.renumber(remap)
+        self._memo.clear()
 
     # ---- reads ----------------------------------------------------------------------------
 
@@ -232,7 +326,8 @@ class RemoteLogMetadataCache:
         state = self.epochs.get(leader_epoch)
         if state is None:
             return None
-        return state.lookup(offset)
+        row = state.lookup(offset)
+        return None if row < 0 else self.segment_at(row)
 
     def highest_offset_for_epoch(self, leader_epoch: int) -> int | None:
         state = self.epochs.get(leader_epoch)
@@ -243,14 +338,14 @@ class RemoteLogMetadataCache:
     ) -> list[RemoteLogSegmentMetadata]:
         """Segments (all, or those carrying ``leader_epoch``), sorted by start offset."""
         if leader_epoch is None:
-            found = list(self.segments.values())
+            rows = list(self.columns.live_rows())
         else:
             state = self.epochs.get(leader_epoch)
             if state is None:
                 return []
-            found = [self.segments[s] for s in state.segment_ids()]
-        found.sort(key=_sort_key)
-        return found
+            rows = list(state.all_rows())
+        rows.sort(key=self.columns.sort_key)
+        return [self.segment_at(r, memo=False) for r in rows]
 
     def remote_log_size(self, leader_epoch: int | None = None) -> int:
         if leader_epoch is None:
@@ -265,39 +360,53 @@ class RemoteLogMetadataCache:
         state = self.epochs.get(leader_epoch)
         if state is None:
             return None
+        flags = self.columns.flags
         for j in range(max(bisect_right(state.starts, offset) - 1, 0), len(state.starts)):
-            metadata = state.metas[j]
-            if state.ends[j] >= offset and not metadata.txn_index_empty:
-                return metadata
+            row = state.rows[j]
+            if state.ends[j] >= offset and not flags[row] & TXN_EMPTY:
+                return self.segment_at(row)
         return None
 
     # ---- snapshot state ---------------------------------------------------------------------
 
     def to_block(self) -> bytes:
-        """This state as one encoded block (snapshot format 2); reused until a change."""
+        """This state as one encoded block (snapshot format 3); reused until a change.
+
+        The cache then reads the block in place (its arrays are released).
+        """
         if self._block is None:
-            self._block = encode_block(self)
+            from rlmm._cache_block import decode_into, encode_block
+
+            table = self.columns.table  # row numbers survive encoding: keep the id index
+            block = encode_block(self)
+            decode_into(self, block, check=False)
+            self.columns.table = table
+        assert self._block is not None
         return self._block
 
     @classmethod
     def from_block(cls, tp: TopicIdPartition, data: bytes) -> RemoteLogMetadataCache:
         """Rebuild from :meth:`to_block` bytes; ``rlmm._cache_block.BlockError`` if bad."""
+        from rlmm._cache_block import decode_block
+
         cache = cls(tp)
         decode_block(tp, data, cache)
-        cache._block = data
         return cache
 
     def to_state(self) -> list[Any]:
         """Snapshot format 1: segments, then per epoch the exact index and sets."""
-        segments = [_segment_to_state(m) for m in self.segments.values()]
+        from rlmm._cache_block import segment_to_state
+
+        cols = self.columns
+        segments = [segment_to_state(self.segment_at(r, memo=False)) for r in cols.live_rows()]
         epochs = [
             [
                 epoch,
                 [
-                    [start, m.remote_log_segment_id.id.bytes]
-                    for start, m in zip(st.starts, st.metas, strict=True)
+                    [start, bytes(cols.uuids[16 * r : 16 * r + 16])]
+                    for start, r in zip(st.starts, st.rows, strict=True)
                 ],
-                [sid.id.bytes for sid in st.unreferenced],
+                [bytes(cols.uuids[16 * r : 16 * r + 16]) for r in st.unreferenced_rows],
                 st.highest_offset,
             ]
             for epoch, st in self.epochs.items()
@@ -307,35 +416,44 @@ class RemoteLogMetadataCache:
     @classmethod
     def from_state(cls, tp: TopicIdPartition, state: list[Any]) -> RemoteLogMetadataCache:
         """Rebuild from format-1 :meth:`to_state` output (trusted: from a CRC-checked file)."""
+        from rlmm._cache_block import load_rows
+
         segments_state, epochs_state = state
         cache = cls(tp)
-        sids, metas = segments_from_state(tp, segments_state)
-        by_uuid = {item[0]: sid for item, sid in zip(segments_state, sids, strict=True)}
-        segments = cache.segments
-        segments.update(zip(sids, metas, strict=True))
-        cache.total_size_bytes = sum(m.segment_size_in_bytes for m in metas)
+        load_rows(cache.columns, segments_state)
+        cols = cache.columns
+        by_uuid = {item[0]: row for row, item in enumerate(segments_state)}
+        cache.total_size_bytes = sum(cols.size)
         for epoch, index, unreferenced, highest in epochs_state:
-            st = RemoteLogLeaderEpochState()
-            st.starts = [start for start, _ in index]
-            st.metas = [segments[by_uuid[raw]] for _, raw in index]
-            st.ends = [_epoch_end(m, epoch) for m in st.metas]
-            st.unreferenced = {by_uuid[raw] for raw in unreferenced}
+            st = cache._new_epoch(epoch)
+            st.starts = array("q", [start for start, _ in index])
+            st.rows = array("i", [by_uuid[raw] for _, raw in index])
+            st.ends = array("q", [_epoch_end(cols, r, epoch) for r in st.rows])
+            st.unreferenced_rows = {by_uuid[raw] for raw in unreferenced}
             st.highest_offset = highest
-            st.size_bytes = sum(segments[s].segment_size_in_bytes for s in st.segment_ids())
-            cache.epochs[epoch] = st
+            st.size_bytes = sum(cols.size[r] for r in st.all_rows())
         return cache
 
     def fingerprint(self) -> Any:
         """Order-independent view of the whole state, for equality checks in tests/tools."""
+        from rlmm._cache_block import segment_to_state
+
+        cols = self.columns
         return (
-            sorted((_segment_to_state(m) for m in self.segments.values()), key=repr),
+            sorted(
+                (segment_to_state(self.segment_at(r, memo=False)) for r in cols.live_rows()),
+                key=repr,
+            ),
             sorted(
                 (
                     epoch,
-                    list(
-                        zip(st.starts, (m.remote_log_segment_id.id for m in st.metas), strict=True)
+                    [
+                        (s, cols.segment_id(self.topic_id_partition, r).id)
+                        for s, r in zip(st.starts, st.rows, strict=True)
+                    ],
+                    sorted(
+                        cols.segment_id(self.topic_id_partition, r).id for r in st.unreferenced_rows
                     ),
-                    sorted(s.id for s in st.unreferenced),
                     st.highest_offset,
                     st.size_bytes,
                 )
@@ -345,10 +463,18 @@ class RemoteLogMetadataCache:
         )
 
 
-def _sort_key(metadata: RemoteLogSegmentMetadata) -> tuple[int, int, int]:
-    return (metadata.start_offset, metadata.end_offset, metadata.remote_log_segment_id.id.int)
+def _owned(code: str, view: Any) -> array[Any]:
+    owned = array(code)
+    owned.frombytes(view.cast("B"))
+    return owned
 
 
-_segment_to_state = segment_to_state
+def _epoch_end(cols: SegmentColumns, row: int, leader_epoch: int) -> int:
+    """Last offset of ``leader_epoch`` inside the segment: the next epoch bounds it."""
+    for epoch, start in cols.epoch_items(row):
+        if epoch > leader_epoch:
+            return start - 1
+    return int(cols.end[row])
 
 
+__all__ = ["DEAD", "RemoteLogLeaderEpochState", "RemoteLogMetadataCache", "SegmentsView"]

@@ -128,76 +128,76 @@ def test_idempotent_retry_of_same_state() -> None:
 
 
 # ---- leader epoch state: Kafka's RemoteLogLeaderEpochStateTest ---------------------------
-
-
-def seg() -> RemoteLogSegmentMetadata:
-    return segment(TP, 0, 1, {0: 0})
-
-
-def ids_of(*ms: RemoteLogSegmentMetadata) -> set[RemoteLogSegmentId]:
-    return {m.remote_log_segment_id for m in ms}
+# The epoch index holds segments as row numbers of the partition's columns.
 
 
 def test_epoch_state_duplicate_segment_supersedes() -> None:
     st = RemoteLogLeaderEpochState()
-    s0, s1 = seg(), seg()
-    st.add_started(s0.remote_log_segment_id)
+    s0, s1 = 0, 1
+    st.add_started(s0)
     st.add_finished(0, s0, 100)
-    st.add_started(s1.remote_log_segment_id)
+    st.add_started(s1)
     st.add_finished(0, s1, 200)  # the new leader re-uploaded 0-200
-    assert st.floor(50) is s1 and st.unreferenced == ids_of(s0) and st.highest_offset == 200
+    assert st.floor(50) == s1 and st.unreferenced_rows == {s0} and st.highest_offset == 200
 
 
 def test_epoch_state_overlapping_segments() -> None:
     st = RemoteLogLeaderEpochState()
-    s0, s1, s2 = seg(), seg(), seg()
+    s0, s1, s2 = 0, 1, 2
     st.add_finished(10, s0, 90)
     st.add_finished(5, s1, 100)  # starts earlier, reaches further: supersedes s0
     st.add_finished(101, s2, 200)
-    assert st.floor(95) is s1 and st.floor(150) is s2 and st.floor(4) is None
-    assert st.unreferenced == ids_of(s0)
-    assert st.starts == [5, 101]
+    assert st.floor(95) == s1 and st.floor(150) == s2 and st.floor(4) == -1
+    assert st.unreferenced_rows == {s0}
+    assert list(st.starts) == [5, 101]
 
 
 def test_epoch_state_multiple_overlapping_segments() -> None:
     st = RemoteLogLeaderEpochState()
-    old = [seg() for _ in range(4)]
+    old = [0, 1, 2, 3]
     for i, s in enumerate(old):
         st.add_finished(i * 10, s, i * 10 + 9)
-    new = seg()
+    new = 4
     st.add_finished(5, new, 60)  # covers 10..39 and half of 0..9
-    assert st.starts == [0, 5] and st.metas == [old[0], new]
-    assert st.unreferenced == ids_of(*old[1:])
+    assert list(st.starts) == [0, 5] and list(st.rows) == [old[0], new]
+    assert st.unreferenced_rows == set(old[1:])
     assert st.highest_offset == 60
 
 
 def test_epoch_state_shorter_reupload_does_not_supersede_longer() -> None:
     st = RemoteLogLeaderEpochState()
-    s0, s1 = seg(), seg()
-    st.add_finished(0, s0, 100)
-    st.add_finished(50, s1, 80)  # ends before what the epoch already has
-    assert st.starts == [0, 50] and st.highest_offset == 100
+    st.add_finished(0, 0, 100)
+    st.add_finished(50, 1, 80)  # ends before what the epoch already has
+    assert list(st.starts) == [0, 50] and st.highest_offset == 100
 
 
 def test_epoch_state_same_start_offset_replaces() -> None:
     st = RemoteLogLeaderEpochState()
-    s0, s1 = seg(), seg()
+    s0, s1, s2 = 0, 1, 2
     st.add_finished(0, s0, 100)
     st.add_finished(100, s1, 150)
-    s2 = seg()
     st.add_finished(100, s2, 120)  # same start, shorter: replaces the mapping at 100
-    assert st.floor(110) is s2 and s1.remote_log_segment_id in st.unreferenced
+    assert st.floor(110) == s2 and s1 in st.unreferenced_rows
     assert st.highest_offset == 150
 
 
 def test_epoch_state_delete_started_and_finished() -> None:
     st = RemoteLogLeaderEpochState()
-    s0 = seg()
-    st.add_finished(0, s0, 100)
-    st.mark_deleting(0, s0.remote_log_segment_id)
-    assert st.floor(5) is None and st.unreferenced == ids_of(s0)
-    st.remove(s0.remote_log_segment_id)
+    st.add_finished(0, 0, 100)
+    st.mark_deleting(0, 0)
+    assert st.floor(5) == -1 and st.unreferenced_rows == {0}
+    st.remove(0)
     assert st.is_empty()
+
+
+def test_epoch_state_object_views_through_the_cache() -> None:
+    cache = RemoteLogMetadataCache(TP)
+    a = copied(cache, segment(TP, 0, 99, {0: 0}))
+    b = segment(TP, 100, 199, {0: 100})
+    cache.add_copy_in_progress_segment(b)
+    st = cache.epochs[0]
+    assert [m.remote_log_segment_id for m in st.metas] == [a.remote_log_segment_id]
+    assert st.unreferenced == {b.remote_log_segment_id}
 
 
 def test_next_segment_with_txn_index() -> None:

@@ -219,14 +219,14 @@ def corrupted(data: bytes, how: str) -> bytes:
         return data[: len(data) // 2]
     if how == "garbage":
         return b"\xc1" + data[1:]
-    body = msgpack.unpackb(data)
+    header, columns = _cache_block.split_block(data)
     if how == "other partition":
-        body[2] += 1
+        header[1] += 1
     elif how == "bad index":
-        body[4][0][3] = [len(body[3]) + 5]
+        header[8][0][4] = [header[2] + 5]  # an unreferenced row past the last segment
     elif how == "bad total":
-        body[5] += 1
-    return bytes(msgpack.packb(body))
+        header[5] += 1
+    return _cache_block.join_block(header, columns)
 
 
 @pytest.mark.parametrize(
