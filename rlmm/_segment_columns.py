@@ -84,6 +84,8 @@ class _SegmentShadow:
 _new = object.__new__
 _set_slot = object.__setattr__
 _UNKNOWN = uuid.SafeUUID.unknown
+_UUID = uuid.UUID
+_PROXY = MappingProxyType
 
 
 def _fast_segment_id(tp: TopicIdPartition, n: int) -> RemoteLogSegmentId:
@@ -462,29 +464,53 @@ class SegmentColumns:
         return make_segment_id(tp, self.uuid_int(row))
 
     def metadata(self, tp: TopicIdPartition, row: int) -> RemoteLogSegmentMetadata:
-        """A new RemoteLogSegmentMetadata of ``row``."""
+        """A new RemoteLogSegmentMetadata of ``row`` (the hot path of every point lookup)."""
         a = self.ep_first[row]
         b = self.ep_first[row + 1] if row + 1 < len(self.flags) else len(self.ep_epoch)
-        ep_epoch = self.ep_epoch
         epochs = (
-            {ep_epoch[a]: self.ep_start[a]}
+            {self.ep_epoch[a]: self.ep_start[a]}
             if b - a == 1
-            else dict(zip(ep_epoch[a:b], self.ep_start[a:b], strict=True))
+            else dict(zip(self.ep_epoch[a:b], self.ep_start[a:b], strict=True))
         )
+        n = int.from_bytes(self.uuids[16 * row : 16 * row + 16], "big")
         flags = self.flags[row]
-        return _make_metadata(
-            make_segment_id(tp, int.from_bytes(self.uuids[16 * row : 16 * row + 16], "big")),
-            self.start[row],
-            self.end[row],
-            self.max_ts[row],
-            self.broker[row],
-            self.event_ts[row],
-            self.size[row],
-            epochs,
-            STATES[flags & STATE_MASK],
-            self.custom.get(row),
-            bool(flags & TXN_EMPTY),
-        )
+        if not FAST_OBJECTS:
+            return _build.segment_metadata(
+                _slow_segment_id(tp, n),
+                self.start[row],
+                self.end[row],
+                self.max_ts[row],
+                self.broker[row],
+                self.event_ts[row],
+                self.size[row],
+                epochs,
+                STATES[flags & STATE_MASK],
+                self.custom.get(row),
+                bool(flags & TXN_EMPTY),
+            )
+        # _fast_segment_id and _fast_metadata inlined: this is most of a lookup's cost.
+        u = _new(_UUID)
+        _set_slot(u, "int", n)
+        _set_slot(u, "is_safe", _UNKNOWN)
+        sid = _SegmentIdShadow()
+        sid.topic_id_partition = tp  # type: ignore[attr-defined]
+        sid.id = u  # type: ignore[attr-defined]
+        sid._hash = hash(n)  # type: ignore[attr-defined]
+        sid.__class__ = RemoteLogSegmentId  # type: ignore[assignment]
+        m = _SegmentShadow()
+        m.remote_log_segment_id = sid  # type: ignore[attr-defined]
+        m.start_offset = self.start[row]  # type: ignore[attr-defined]
+        m.end_offset = self.end[row]  # type: ignore[attr-defined]
+        m.max_timestamp_ms = self.max_ts[row]  # type: ignore[attr-defined]
+        m.broker_id = self.broker[row]  # type: ignore[attr-defined]
+        m.event_timestamp_ms = self.event_ts[row]  # type: ignore[attr-defined]
+        m.segment_size_in_bytes = self.size[row]  # type: ignore[attr-defined]
+        m.segment_leader_epochs = _PROXY(epochs)  # type: ignore[attr-defined]
+        m.state = STATES[flags & STATE_MASK]  # type: ignore[attr-defined]
+        m.custom_metadata = self.custom.get(row) if self.custom else None  # type: ignore[attr-defined]
+        m.txn_index_empty = flags & TXN_EMPTY != 0  # type: ignore[attr-defined]
+        m.__class__ = RemoteLogSegmentMetadata  # type: ignore[assignment]
+        return m  # type: ignore[return-value]
 
 
 def packed_rows(values: Iterable[int]) -> array[int]:
