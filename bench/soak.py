@@ -1,0 +1,1056 @@
+"""Soak: everything failing at once, for a long time, and nothing lost at the end.
+
+On loopback: an Apache Kafka 4.1.1 broker (KRaft, its own tiered storage off) that
+also holds rlmm's ``__remote_log_metadata`` topic; producers writing three topics at a
+steady rate (every codec, keys and null keys, headers, idempotent, transactional with
+aborts) with small segments and time- and size-based local retention, so Kafka
+deletes segments while the sidecar works; a long-running ``rlmm offload`` (1 s task
+interval) over the broker's log dir, SIGKILLed at random moments (from outside, or
+from inside at a copy/delete step: mid-upload, mid-delete) and restarted; moto's S3
+server behind a fault proxy injecting 500s, 503 SlowDown, slow answers, dropped
+connections and answers lost after the request was carried out, with a storm of
+faults in the middle of the run; one SIGKILL and restart of the broker; Prometheus
+scraping the sidecar with deploy/prometheus/rules.yml. Two consumers
+(read_uncommitted, read_committed) read every record while it is still on the broker:
+the truth the archive is compared to.
+
+At the end: producers stop and the last segments roll; the sidecar is stopped with
+SIGTERM and one clean ``rlmm offload --once`` round runs; ``rlmm verify --deep``
+finds the crash leftovers, ``rlmm gc --apply`` removes exactly them and a second
+verify is clean; for every partition and both isolation levels the archived records
+equal the consumers' (no gap, no duplicate, same bytes), and what was below the
+archive was expired by remote retention, whose segments are gone from the metadata
+and the bucket; the copy-errors alert fired during the storm and resolved after it;
+every Grafana dashboard query returns data; the sidecar's RSS and open fds (its last
+incarnation) stay flat; no process outlives the run. Prints ONE JSON document; exit
+0 when every check passed, 1 otherwise.
+
+Usage: python bench/soak.py [--duration 600] [--rate 200] [--seed N] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import psutil  # noqa: E402
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
+
+from bench._machine import machine  # noqa: E402
+from rlmm.config import load_config  # noqa: E402
+from rlmm.offload.faults import ENV as KILL_ENV  # noqa: E402
+from rlmm.offload.faults import STEPS as KILL_STEPS  # noqa: E402
+from rlmm.offload.logdir import read_offset_checkpoint  # noqa: E402
+from rlmm.ops.record_dump import RecordQuery, read_records  # noqa: E402
+from tests.fixtures.apache_kafka import ApacheKafkaBroker  # noqa: E402
+from tests.fixtures.prometheus import (  # noqa: E402
+    PrometheusServer,
+    PrometheusUnavailable,
+    prometheus_tools,
+    run_prometheus,
+)
+from tests.fixtures.s3 import free_port  # noqa: E402
+from tests.fixtures.s3_faults import FaultyS3, faulty_s3  # noqa: E402
+
+RLMM = str(Path(sys.executable).parent / "rlmm")
+CODECS = (None, "gzip", "snappy", "lz4", "zstd")
+BUCKET = "soak"
+RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
+COPY_ALERT = "RlmmRemoteCopyErrors"
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    partitions: int
+    local: dict[str, str]  # the broker's topic configs (local retention)
+    remote_retention_ms: int  # the sidecar's retention.ms (-1: keep)
+
+
+@dataclass(frozen=True)
+class Settings:
+    duration_s: float = 600.0
+    rate: float = 200.0  # records/s over all producers
+    segment_ms: int = 3000
+    fault_rate: float = 0.03  # share of S3 requests meeting a fault outside the storm
+    # During the storm: an S3 brown-out where most requests fail fast (no slow answers:
+    # copies must fail every round for the copy-errors alert to fire).
+    storm_rate: float = 0.9
+    storm: tuple[float, float] = (0.1, 0.65)  # storm start and end, fractions of the run
+    kills: tuple[float, float] = (10.0, 40.0)  # seconds between sidecar kills
+    kills_end: float = 0.75  # no kill after this fraction: the last incarnation is measured
+    kills_in_storm: bool = True  # False: the storm's copy errors come without pauses
+    broker_restart_at: float = 0.7  # after the storm: the alert's errors are S3's
+    seed: int = 0
+    alert_scale: float | None = None  # rules' windows x this (None: duration / 600)
+    work: Path | None = None
+    keep: bool = False
+
+    @property
+    def scale(self) -> float:
+        return self.alert_scale if self.alert_scale is not None else self.duration_s / 600.0
+
+    def topics(self) -> list[Topic]:
+        d_ms = int(self.duration_s * 1000)
+        # Kafka deletes local segments whether or not the sidecar copied them (it knows
+        # nothing of the sidecar): local retention must outlast the storm's copy lag.
+        local_ms = str(int(d_ms * 0.8))
+        per_partition = self.rate * 0.15 / 2 * 1100  # bytes/s into each soak-bytes partition
+        local_bytes = str(int(per_partition * self.duration_s * 0.8))
+        base = {"segment.ms": str(self.segment_ms), "message.timestamp.type": "CreateTime"}
+        return [
+            Topic("soak-keys", 3, {**base, "retention.ms": local_ms}, int(d_ms * 0.85)),
+            Topic(
+                "soak-bytes", 2, {**base, "retention.bytes": local_bytes, "retention.ms": "-1"}, -1
+            ),
+            Topic("soak-txn", 2, {**base, "retention.ms": local_ms}, -1),
+        ]
+
+
+@dataclass
+class Tally:
+    """What happened during the run (JSON-ready)."""
+
+    produced: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    send_errors: int = 0
+    transactions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    kills_external: int = 0
+    kills_at_steps: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    sidecar_starts: int = 0
+    sidecar_exits: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    broker_restarts: int = 0
+    broker_restart_s: float = 0.0
+    samples: list[tuple[float, int, int, int]] = field(default_factory=list)  # t, gen, rss, fds
+    alert_states: list[tuple[float, str]] = field(default_factory=list)
+    consumer_resets: int = 0
+
+
+def log(message: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def digest(
+    key: bytes | None, value: bytes | None, headers: Any, timestamp_ms: int, ts_type: int
+) -> bytes:
+    h = hashlib.blake2b(digest_size=12)
+    for part in (key, value):
+        h.update(b"\x00" if part is None else b"\x01" + len(part).to_bytes(4, "big") + part)
+    for name, data in headers:
+        h.update(name.encode() + b"\x00" + (b"-" if data is None else data) + b"\x00")
+    h.update(f"|{timestamp_ms}|{ts_type}".encode())
+    return h.digest()
+
+
+# --- set-up -----------------------------------------------------------------
+
+
+def sidecar_config(work: Path, s: Settings, bootstrap: str, s3_url: str) -> Path:
+    topics = "".join(
+        f'[offload.topics.{t.name}]\n"retention.ms" = {t.remote_retention_ms}\n' for t in s.topics()
+    )
+    path = work / "rlmm.toml"
+    path.write_text(
+        f"""broker_id = 1
+data_dir = "{work / "rlmm"}"
+[eventlog]
+type = "kafka"
+bootstrap_servers = "{bootstrap}"
+partitions = 4
+replication_factor = 1
+[snapshot]
+every_events = 2000
+interval_s = 30.0
+[remote]
+type = "s3"
+bucket = "{BUCKET}"
+prefix = "cluster"
+endpoint_url = "{s3_url}"
+region = "us-east-1"
+max_attempts = 3
+connect_timeout = 2.0
+read_timeout = 3.0
+[offload]
+"remote.storage.enable" = true
+"retention.ms" = -1
+"remote.log.manager.task.interval.ms" = 1000
+{topics}"""
+    )
+    return path
+
+
+def scaled_rules(scale: float) -> str:
+    """rules.yml with every duration (range windows, ``for:``) multiplied by ``scale``:
+    a short soak cannot wait the 3 minutes the real copy-errors rule needs."""
+    text = RULES.read_text()
+    if scale == 1.0:
+        return text
+
+    def seconds(m: re.Match[str]) -> str:
+        return f"{m.group(1)}{max(1, round(int(m.group(2)) * 60 * scale))}s{m.group(3)}"
+
+    return re.sub(r"(\[|for: )(\d+)m(\]|\s)", seconds, text)
+
+
+async def create_topics(bootstrap: str, topics: list[Topic]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [NewTopic(t.name, t.partitions, 1, topic_configs=t.local) for t in topics]
+        )
+    finally:
+        await admin.close()
+
+
+# --- producers and consumers --------------------------------------------------
+
+
+class Load:
+    """The producers: steady rates until ``stop``; a failed send is counted, not fatal."""
+
+    def __init__(self, bootstrap: str, s: Settings, tally: Tally) -> None:
+        self.bootstrap = bootstrap
+        self.s = s
+        self.tally = tally
+        self.stopping = asyncio.Event()
+        self.rng = random.Random(s.seed)
+
+    async def _paced(self, rate: float, step: Any) -> None:
+        interval = 1.0 / rate
+        next_at = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                await step()
+            except Exception as e:  # the broker restarts: keep producing
+                self.tally.send_errors += 1
+                log(f"send failed ({type(e).__name__}: {e}); going on")
+                await asyncio.sleep(0.5)
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if time.monotonic() - next_at > 5:
+                next_at = time.monotonic()  # after an outage: no burst to catch up
+
+    async def codec_producer(self, codec: str | None) -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, compression_type=codec, enable_idempotence=True,
+            acks="all", linger_ms=20, request_timeout_ms=30000,
+        )  # fmt: skip
+        await producer.start()
+        seq = 0
+        try:
+
+            async def step() -> None:
+                nonlocal seq
+                seq += 1
+                key = None if seq % 11 == 0 else f"key-{seq % 37}".encode()
+                value = f"{codec}-{seq}-".encode() * (1 + seq % 5)
+                headers = [("codec", str(codec).encode()), ("seq", str(seq).encode())]
+                if seq % 7 == 0:
+                    headers.append(("bin", bytes([seq % 256, 0, 255])))
+                await producer.send_and_wait("soak-keys", value, key=key, headers=headers)
+                self.tally.produced["soak-keys"] += 1
+
+            await self._paced(self.s.rate * 0.6 / len(CODECS), step)
+        finally:
+            await producer.stop()
+
+    async def bytes_producer(self) -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, compression_type="lz4", acks="all",
+            enable_idempotence=True, request_timeout_ms=30000,
+        )  # fmt: skip
+        await producer.start()
+        seq = 0
+        try:
+
+            async def step() -> None:
+                nonlocal seq
+                seq += 1
+                value = self.rng.randbytes(1000)  # incompressible: the size is the size
+                await producer.send_and_wait("soak-bytes", value, partition=seq % 2)
+                self.tally.produced["soak-bytes"] += 1
+
+            await self._paced(self.s.rate * 0.15, step)
+        finally:
+            await producer.stop()
+
+    async def txn_producer(self) -> None:
+        """Transactions of 1-12 records; one in four aborted. A producer that breaks
+        (the broker restarted under it) is replaced: the new one fences the old."""
+        seq = 0
+        rate = self.s.rate * 0.25
+        while not self.stopping.is_set():
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap, transactional_id="soak-txn",
+                compression_type="zstd", request_timeout_ms=30000,
+            )  # fmt: skip
+            try:
+                await producer.start()
+                while not self.stopping.is_set():
+                    count = self.rng.randint(1, 12)
+                    abort = self.rng.random() < 0.25
+                    await producer.begin_transaction()
+                    for _ in range(count):
+                        seq += 1
+                        await producer.send(
+                            "soak-txn", f"txn-{seq}-{'abort' if abort else 'commit'}".encode(),
+                            key=f"t{seq % 5}".encode(), partition=seq % 2,
+                            headers=[("txn", b"abort" if abort else b"commit")],
+                        )  # fmt: skip
+                    if abort:
+                        await producer.abort_transaction()
+                    else:
+                        await producer.commit_transaction()
+                    self.tally.transactions["aborted" if abort else "committed"] += 1
+                    self.tally.produced["soak-txn"] += count
+                    await asyncio.sleep(count / rate)
+            except Exception as e:  # replaced below
+                self.tally.transactions["failed"] += 1
+                log(f"transactional producer broke ({type(e).__name__}: {e}); a new one")
+                await asyncio.sleep(1)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(producer.stop(), 30)
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [
+            *(asyncio.create_task(self.codec_producer(c)) for c in CODECS),
+            asyncio.create_task(self.bytes_producer()),
+            asyncio.create_task(self.txn_producer()),
+        ]
+
+
+class Truth:
+    """Every record a consumer read while it was on the broker, per isolation level."""
+
+    def __init__(self, bootstrap: str, topics: list[Topic], tally: Tally) -> None:
+        self.bootstrap = bootstrap
+        self.tps = [TopicPartition(t.name, p) for t in topics for p in range(t.partitions)]
+        self.tally = tally
+        self.records: dict[str, dict[tuple[str, int], dict[int, bytes]]] = {
+            level: defaultdict(dict) for level in ("read_uncommitted", "read_committed")
+        }
+        self.consumers: dict[str, AIOKafkaConsumer] = {}
+        self.stopping = asyncio.Event()
+
+    async def consume(self, level: str) -> None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
+            auto_offset_reset="earliest", isolation_level=level, fetch_max_wait_ms=200,
+        )  # fmt: skip
+        await consumer.start()
+        self.consumers[level] = consumer
+        consumer.assign(self.tps)
+        seen = self.records[level]
+        try:
+            while not self.stopping.is_set():
+                batches = await consumer.getmany(timeout_ms=300, max_records=5000)
+                for tp, records in batches.items():
+                    into = seen[(tp.topic, tp.partition)]
+                    for r in records:
+                        if into and r.offset < max(into):
+                            self.tally.consumer_resets += 1
+                        into[r.offset] = digest(
+                            r.key, r.value, r.headers, r.timestamp, r.timestamp_type
+                        )
+        finally:
+            await consumer.stop()
+
+    async def caught_up(self, timeout: float = 120) -> None:
+        """Until each consumer's position is at its end (the LSO for read_committed)."""
+        deadline = time.monotonic() + timeout
+        for level, consumer in self.consumers.items():
+            while True:
+                ends = await consumer.end_offsets(self.tps)
+                if all([await consumer.position(tp) >= ends[tp] for tp in self.tps]):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the {level} consumer did not catch up")
+                await asyncio.sleep(0.5)
+
+
+# --- the sidecar under fire ----------------------------------------------------
+
+
+class Sidecar:
+    """Runs ``rlmm offload`` for good, restarting it whenever it dies; the killer
+    SIGKILLs it at random moments, half the time through a kill point at a random
+    copy/delete step instead (the process kills itself there)."""
+
+    def __init__(self, config: Path, s: Settings, logs: Path, tally: Tally, work: Path) -> None:
+        self.config = config
+        self.s = s
+        self.logs = logs
+        self.tally = tally
+        self.work = work
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.kill_point: str | None = None
+        self.rng = random.Random(s.seed + 1)
+        self.killing = True
+        self.storm = (math.inf, math.inf)  # set by killer()
+        self.stopping = asyncio.Event()
+
+    def spawn(self) -> None:
+        env = {**os.environ, **AWS_ENV, "PYTHONUNBUFFERED": "1"}
+        env.pop(KILL_ENV, None)
+        self.kill_point = None
+        calm = not self.s.kills_in_storm and self.storm[0] <= time.monotonic() <= self.storm[1]
+        if self.killing and not calm and self.rng.random() < 0.5:
+            step = self.rng.choice(KILL_STEPS)
+            self.kill_point = f"{step}@{self.rng.randint(1, 4)}~{self.rng.randint(0, 150)}"
+            env[KILL_ENV] = self.kill_point
+        self.tally.sidecar_starts += 1
+        with (self.logs / f"sidecar-{self.tally.sidecar_starts:03d}.log").open("wb") as out:
+            self.proc = subprocess.Popen(
+                [RLMM, "offload", "--config", str(self.config), "--log-dir",
+                 str(self.work / "kafka" / "data"), "--metrics-port", str(self.port)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            )  # fmt: skip
+
+    async def supervise(self) -> None:
+        """Restart the sidecar whenever it exits, until ``stopping``."""
+        while not self.stopping.is_set():
+            proc = self.proc
+            assert proc is not None
+            if proc.poll() is not None:
+                code = proc.returncode
+                if code == -signal.SIGKILL and self.kill_point:
+                    self.tally.kills_at_steps[self.kill_point.split("@")[0]] += 1
+                    log(f"sidecar {self.tally.sidecar_starts}: killed itself at {self.kill_point}")
+                self.tally.sidecar_exits[str(code)] += 1
+                await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+                if not self.stopping.is_set():
+                    self.spawn()
+                continue
+            await asyncio.sleep(0.2)
+
+    async def killer(self, until: float, storm: tuple[float, float]) -> None:
+        self.storm = storm
+        while time.monotonic() < until:
+            await asyncio.sleep(self.rng.uniform(*self.s.kills))
+            if time.monotonic() >= until:
+                break
+            if not self.s.kills_in_storm and storm[0] <= time.monotonic() <= storm[1]:
+                continue  # (spawn() sets no kill point in it either)
+            self.kill()
+        self.killing = False
+        self.kill()  # the last incarnation runs without a kill point
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            log(f"sidecar {self.tally.sidecar_starts}: SIGKILL")
+            self.tally.kills_external += 1
+            self.kill_point = None  # killed from outside, not at its step
+
+    async def sample(self) -> None:
+        """RSS and open fds of the running incarnation, every 2 s."""
+        while not self.stopping.is_set():
+            proc = self.proc
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    p = psutil.Process(proc.pid)
+                    self.tally.samples.append(
+                        (time.monotonic(), self.tally.sidecar_starts, p.memory_info().rss,
+                         p.num_fds())
+                    )  # fmt: skip
+            await asyncio.sleep(2)
+
+    def terminate(self, timeout: float = 60) -> int | None:
+        """SIGTERM the running incarnation; its exit code (None: it had to be killed)."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return proc.returncode if proc else None
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
+
+
+def rlmm(
+    config: Path, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> tuple[int, Any, str]:
+    """Run ``rlmm --json ARGS``: (exit code, parsed stdout, stderr tail)."""
+    done = subprocess.run(
+        [RLMM, "--config", str(config), "--json", *args], capture_output=True, text=True,
+        timeout=timeout, env={**os.environ, **AWS_ENV, **(env or {})},
+    )  # fmt: skip
+    try:
+        parsed: Any = json.loads(done.stdout) if done.stdout.strip() else None
+    except json.JSONDecodeError:
+        parsed = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return done.returncode, parsed, done.stderr[-3000:]
+
+
+# --- Prometheus ------------------------------------------------------------------
+
+
+async def watch_alerts(prom: PrometheusServer, tally: Tally, stopping: asyncio.Event) -> None:
+    """The copy-errors alert's state every 2 s (inactive, pending, firing)."""
+    last = ""
+    while not stopping.is_set():
+        try:
+            alerts = await asyncio.to_thread(prom.api, "alerts")
+            states = {
+                a["state"] for a in alerts["alerts"] if a["labels"]["alertname"] == COPY_ALERT
+            }
+            state = "firing" if "firing" in states else "pending" if states else "inactive"
+            if state != last:
+                tally.alert_states.append((time.monotonic(), state))
+                log(f"{COPY_ALERT}: {state}")
+                last = state
+        except (OSError, AssertionError) as e:
+            log(f"alerts query failed: {e}")
+        await asyncio.sleep(2)
+
+
+def dashboard_queries(prom: PrometheusServer, job: str) -> dict[str, Any]:
+    from tests.deploy.test_grafana_dashboard import concrete, queries
+
+    empty = []
+    for name, expr in queries():
+        if not prom.query(concrete(expr, job=job, rate="30s")):
+            empty.append(name)
+    return {"queries": len(queries()), "without_data": empty}
+
+
+# --- the checks --------------------------------------------------------------------
+
+
+def archive_rows(config: Path, topic: str, level: str) -> dict[int, list[tuple[int, bytes]]]:
+    """(offset, digest) of every archived record of ``topic``, by partition."""
+    rows: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+    cfg = load_config(config, env={**os.environ, **AWS_ENV})
+    for row in read_records(cfg, RecordQuery(topic=topic, isolation_level=level)):
+        ts: dt.datetime = row["timestamp"]
+        if ts.tzinfo is None:
+            ts = ts.replace(tzinfo=dt.UTC)
+        ms = (ts - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
+        headers = [(h["key"], h["value"]) for h in row["headers"] or ()]
+        rows[row["partition"]].append(
+            (row["offset"], digest(row["key"], row["value"], headers, ms, row["timestampType"]))
+        )
+    return rows
+
+
+def compare(
+    truth: Truth, config: Path, topics: list[Topic], rolls: dict[tuple[str, int], int],
+    expired: dict[tuple[str, int], list[tuple[int, int]]],
+) -> dict[str, Any]:  # fmt: skip
+    """Archived records against the consumers', per partition and isolation level."""
+    out: dict[str, Any] = {"compared": 0, "lost": 0, "duplicates": 0, "mismatched": 0,
+                           "unseen_by_consumer": 0, "partitions": {}}  # fmt: skip
+    for level, seen in truth.records.items():
+        for t in topics:
+            archived = archive_rows(config, t.name, level)
+            for p in range(t.partitions):
+                tp = (t.name, p)
+                want = {o: d for o, d in seen[tp].items() if o < rolls[tp]}
+                got = archived.get(p, [])
+                offsets = [o for o, _ in got]
+                dup = len(offsets) - len(set(offsets))
+                got_map = dict(got)
+                first = offsets[0] if offsets else rolls[tp]
+                below = [o for o in want if o < first]
+                covered = [o for o in below if any(a <= o <= b for a, b in expired.get(tp, []))]
+                lost = [o for o in want if o >= first and o not in got_map]
+                lost += [o for o in below if o not in set(covered)]
+                bad = [o for o, d in got_map.items() if o in want and want[o] != d]
+                unseen = [o for o in got_map if o not in want]
+                out["compared"] += len(got_map)
+                out["lost"] += len(lost)
+                out["duplicates"] += dup
+                out["mismatched"] += len(bad)
+                out["unseen_by_consumer"] += len(unseen)
+                out["partitions"][f"{t.name}-{p}/{level}"] = {
+                    "archived": len(got_map), "first_offset": first if got else None,
+                    "expired_below": len(covered), "lost": lost[:10], "mismatched": bad[:10],
+                    "duplicates": dup, "unseen_by_consumer": unseen[:10],
+                }  # fmt: skip
+    return out
+
+
+def events_summary(config: Path) -> dict[str, Any]:
+    code, events, err = rlmm(config, "events")
+    if code != 0:
+        raise RuntimeError(f"rlmm events exited {code}: {err}")
+    added: dict[str, dict[str, Any]] = {}
+    finished: dict[str, int] = {}
+    deleted: set[str] = set()
+    for e in events if isinstance(events, list) else [events]:
+        if e["type"] == "RemoteLogSegmentMetadata":
+            added[e["segment_id"]] = e
+        elif e["type"] == "RemoteLogSegmentMetadataUpdate":
+            if e["state"] == "COPY_SEGMENT_FINISHED":
+                finished[e["segment_id"]] = e["event_timestamp_ms"]
+            elif e["state"] == "DELETE_SEGMENT_FINISHED":
+                deleted.add(e["segment_id"])
+    lags = sorted(
+        (ts - added[sid]["max_timestamp_ms"]) / 1000 for sid, ts in finished.items() if sid in added
+    )
+    expired: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for sid in deleted & finished.keys():
+        a = added[sid]
+        expired[(a["topic"], a["partition"])].append((a["start_offset"], a["end_offset"]))
+
+    def pct(q: float) -> float | None:
+        return round(lags[min(len(lags) - 1, math.ceil(q * len(lags)) - 1)], 2) if lags else None
+
+    return {
+        "events": len(events) if isinstance(events, list) else 1,
+        "segments_copied": len(finished),
+        "segments_expired": len(deleted & finished.keys()),
+        "copy_starts_abandoned": len(set(added) - finished.keys()),
+        "copy_lag_s": {"p50": pct(0.5), "p99": pct(0.99), "max": lags[-1] if lags else None},
+        "expired_ranges": expired,
+        "added": added,
+        "deleted": deleted,
+    }
+
+
+def growth_per_hour(samples: list[tuple[float, int, int, int]], column: int) -> float | None:
+    """Least-squares slope of ``column`` per hour over the last incarnation's samples
+    after its first 30 s (start-up allocations are not growth)."""
+    if not samples:
+        return None
+    gen = samples[-1][1]
+    mine = [s for s in samples if s[1] == gen]
+    start = mine[0][0] + 30
+    points = [(s[0], s[column]) for s in mine if s[0] >= start]
+    if len(points) < 5:
+        return None
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+    return slope * 3600
+
+
+def leftovers(work: Path) -> list[str]:
+    """Processes started by this run still alive: children, or anything naming ``work``."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            found.append(f"{p.pid} {' '.join(p.cmdline())[:200]}")
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            line = " ".join(p.info["cmdline"] or ())
+            if str(work) in line and p.pid != os.getpid():
+                found.append(f"{p.pid} {line[:200]}")
+    return sorted(set(found))
+
+
+# --- the run ----------------------------------------------------------------------
+
+
+async def wait_checkpoint(broker: ApacheKafkaBroker, ends: dict[tuple[str, int], int]) -> None:
+    """Until Kafka checkpointed a high watermark past every ``ends`` offset (the sidecar
+    copies nothing above the checkpointed one)."""
+    checkpoint = broker.data_dir / "replication-offset-checkpoint"
+    async with asyncio.timeout(60):
+        while True:
+            marks = read_offset_checkpoint(checkpoint)
+            if all(marks.get(tp, -1) > end for tp, end in ends.items()):
+                return
+            await asyncio.sleep(0.5)
+
+
+async def roll(bootstrap: str, topics: list[Topic], segment_ms: int) -> dict[tuple[str, int], int]:
+    """After segment.ms, one record per partition: every earlier segment rolls. Returns
+    those records' offsets (the archive ends below them)."""
+    await asyncio.sleep(segment_ms / 1000 + 1)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        return {
+            (t.name, p): (await producer.send_and_wait(t.name, b"roll", partition=p)).offset
+            for t in topics
+            for p in range(t.partitions)
+        }
+    finally:
+        await producer.stop()
+
+
+async def soak(s: Settings, work: Path) -> dict[str, Any]:
+    tally = Tally()
+    topics = s.topics()
+    failures: list[str] = []
+    report: dict[str, Any] = {"machine": machine(), "settings": {
+        **{k: v for k, v in asdict(s).items() if k not in ("work", "keep")},
+        "alert_scale": s.scale, "topics": [asdict(t) for t in topics]}}  # fmt: skip
+    logs = work / "logs"
+    logs.mkdir(parents=True)
+    broker = ApacheKafkaBroker(
+        work / "kafka",
+        overrides={
+            "remote.log.storage.system.enable": "false",  # rlmm's topic, not Kafka's RLMM
+            "log.retention.check.interval.ms": "1000",
+            "log.segment.delete.delay.ms": "5000",
+            "replica.high.watermark.checkpoint.interval.ms": "1000",
+            "transaction.state.log.segment.bytes": "1048576",
+        },
+    )
+    with contextlib.ExitStack() as stack:
+        stack.callback(broker.kill)
+        s3: FaultyS3 = stack.enter_context(faulty_s3(logs, rate=0.0, slow_s=4.0, seed=s.seed))
+        import boto3
+
+        boto3.client("s3", endpoint_url=s3.moto_url, **_boto_keys()).create_bucket(Bucket=BUCKET)
+        await asyncio.to_thread(broker.start)
+        log(f"broker {broker.bootstrap}; S3 {s3.url} (moto {s3.moto_url}); work {work}")
+        await create_topics(broker.bootstrap, topics)
+        config = sidecar_config(work, s, broker.bootstrap, s3.url)
+        prom: PrometheusServer | None = None
+        try:
+            tools = prometheus_tools()
+            (work / "prometheus").mkdir()
+            (work / "prometheus" / "rules.yml").write_text(scaled_rules(s.scale))
+            sidecar = Sidecar(config, s, logs, tally, work)
+            prom = stack.enter_context(run_prometheus(tools, f"""
+global:
+  scrape_interval: 2s
+  evaluation_interval: 2s
+rule_files: [rules.yml]
+scrape_configs:
+  - job_name: rlmm-soak
+    static_configs: [{{targets: ["127.0.0.1:{sidecar.port}"]}}]
+""", work / "prometheus"))  # fmt: skip
+        except PrometheusUnavailable as e:
+            sidecar = Sidecar(config, s, logs, tally, work)
+            failures.append(f"Prometheus unavailable ({e}): alert and dashboard not checked")
+        stack.callback(sidecar.terminate, 10)
+
+        load, truth = Load(broker.bootstrap, s, tally), Truth(broker.bootstrap, topics, tally)
+        started = time.monotonic()
+        at = lambda f: started + f * s.duration_s  # noqa: E731
+        consumers = [asyncio.create_task(truth.consume(lv)) for lv in truth.records]
+        producers = load.tasks()
+        await asyncio.to_thread(s3.faults, rate=s.fault_rate)
+        sidecar.spawn()
+        side_tasks = [
+            asyncio.create_task(sidecar.supervise()),
+            asyncio.create_task(sidecar.sample()),
+            asyncio.create_task(sidecar.killer(at(s.kills_end), (at(s.storm[0]), at(s.storm[1])))),
+        ]
+        stop_watch = asyncio.Event()
+        if prom is not None:
+            side_tasks.append(asyncio.create_task(watch_alerts(prom, tally, stop_watch)))
+
+        async def schedule() -> dict[str, float]:
+            marks = {}
+            await asyncio.sleep(max(0, at(s.storm[0]) - time.monotonic()))
+            if not s.kills_in_storm and sidecar.kill_point:
+                sidecar.kill()  # it would kill itself in the storm; respawned without
+            await asyncio.to_thread(s3.faults, rate=s.storm_rate, slow=0)
+            marks["storm_start"] = time.monotonic()
+            log(f"storm: {s.storm_rate:.0%} of S3 requests meet a fault")
+            await asyncio.sleep(max(0, at(s.storm[1]) - time.monotonic()))
+            await asyncio.to_thread(s3.faults, rate=s.fault_rate, slow=1)
+            marks["storm_end"] = time.monotonic()
+            log("storm over")
+            await asyncio.sleep(max(0, at(s.broker_restart_at) - time.monotonic()))
+            t0 = time.monotonic()
+            log("broker: SIGKILL and restart")
+            await asyncio.to_thread(broker.restart)
+            tally.broker_restarts += 1
+            tally.broker_restart_s = round(time.monotonic() - t0, 1)
+            await asyncio.sleep(max(0, at(1.0) - time.monotonic()))
+            return marks
+
+        try:
+            marks = await schedule()
+            for task in side_tasks[2:3]:
+                await task  # the killer is done by kills_end
+            # The end: no more faults, no more records; the sidecar stops gracefully.
+            await asyncio.to_thread(s3.faults, rate=0)
+            load.stopping.set()
+            await asyncio.gather(*producers)
+            if prom is not None:
+                await asyncio.sleep(6)  # a few more scrapes of a healthy sidecar
+                report["dashboard"] = await asyncio.to_thread(dashboard_queries, prom, "rlmm-soak")
+                if report["dashboard"]["without_data"]:
+                    failures.append(f"dashboard queries without data: {report['dashboard']}")
+            stop_watch.set()
+            sidecar.stopping.set()
+            await asyncio.gather(*side_tasks)
+            report["sidecar_sigterm_exit"] = await asyncio.to_thread(sidecar.terminate)
+            if report["sidecar_sigterm_exit"] != 0:
+                failures.append(f"sidecar SIGTERM exit {report['sidecar_sigterm_exit']}")
+            # The last segments roll; the consumers read everything.
+            rolls = await roll(broker.bootstrap, topics, s.segment_ms)
+            await wait_checkpoint(broker, rolls)
+            await truth.caught_up()
+            truth.stopping.set()
+            await asyncio.gather(*consumers)
+            log("producers stopped, segments rolled, consumers caught up")
+        finally:
+            load.stopping.set()
+            truth.stopping.set()
+            sidecar.stopping.set()
+            stop_watch.set()
+            for task in [*producers, *consumers, *side_tasks]:
+                task.cancel()
+            await asyncio.gather(*producers, *consumers, *side_tasks, return_exceptions=True)
+
+        # A round killed right after an upload leaves a copy STARTED with its objects:
+        # verify must find it and gc --apply remove exactly it. Then one clean round.
+        code, _out, err = await asyncio.to_thread(
+            rlmm, config, "offload", "--once", "--log-dir", str(broker.data_dir),
+            env={KILL_ENV: "copy.after_upload@2"},
+        )  # fmt: skip
+        report["crashed_round_exit"] = code
+        log(f"crashed round: exit {code}")
+        # (Not --deep: a stuck copy is found from the metadata and a listing; the deep
+        # read of every object comes after the clean round.)
+        code, first, err = await asyncio.to_thread(rlmm, config, "verify",
+                                                   "--safety-window", "0s")  # fmt: skip
+        problems = [(p["kind"], p.get("segment_id"), p.get("object_name")) for p in
+                    (first or {}).get("problems", [])]  # fmt: skip
+        code_gc, gc, err_gc = await asyncio.to_thread(rlmm, config, "gc", "--apply",
+                                                      "--safety-window", "0s")  # fmt: skip
+        done = [(a["kind"], a.get("segment_id"), a.get("object_name")) for a in
+                (gc or {}).get("done", [])]  # fmt: skip
+        log(f"verify: {len(problems)} problem(s); gc --apply: {len(done)} done")
+        round_started_ms = int(time.time() * 1000)
+        code, last_round, err = await asyncio.to_thread(
+            rlmm, config, "offload", "--once", "--log-dir", str(broker.data_dir)
+        )
+        report["final_round"] = {"exit": code, **(last_round or {})}
+        if code != 0 or (last_round or {}).get("errors"):
+            failures.append(f"final round: exit {code}, {last_round}, {err}")
+        code2, second, err2 = await asyncio.to_thread(rlmm, config, "verify", "--deep",
+                                                      "--safety-window", "0s")  # fmt: skip
+        kinds: dict[str, int] = defaultdict(int)
+        for kind, _sid, _name in problems:
+            kinds[kind] += 1
+        report["verify"] = {
+            "leftovers_found": dict(kinds), "gc_exit": code_gc,
+            "gc_removed": len(done), "gc_removed_exactly_the_leftovers": sorted(map(str, done))
+            == sorted(map(str, problems)),
+            "after_gc_and_clean_round": {"exit": code2, "ok": (second or {}).get("ok"),
+                         "segments": (second or {}).get("segments_checked"),
+                         "objects": (second or {}).get("objects_checked"),
+                         "bytes_read": (second or {}).get("bytes_read")},
+        }  # fmt: skip
+        if not problems:
+            failures.append(f"verify found no leftover of the crashed round: {first}, {err}")
+        if code_gc != 0 or not report["verify"]["gc_removed_exactly_the_leftovers"]:
+            failures.append(f"gc --apply: exit {code_gc}, {gc}, {err_gc}; verify: {first}")
+        if code2 != 0 or not (second or {}).get("ok"):
+            failures.append(f"verify after gc: exit {code2}, {second}, {err2}")
+
+        log("clean round and verify done")
+        # What the archive holds against what the consumers read.
+        events = await asyncio.to_thread(events_summary, config)
+        comparison = await asyncio.to_thread(
+            compare, truth, config, topics, rolls, events["expired_ranges"]
+        )
+        log(f"compared {comparison['compared']} records")
+        # Remote retention: nothing past it is left, in the metadata or the bucket.
+        code, listing, err = await asyncio.to_thread(rlmm, config, "segments", "list")
+        live = (listing or {}).get("segments", [])
+        overdue = [
+            seg["segment_id"] for seg in live for t in topics
+            if seg["topic"] == t.name and t.remote_retention_ms >= 0
+            and seg["max_timestamp_ms"] < round_started_ms - t.remote_retention_ms
+        ]  # fmt: skip
+        objects = _bucket_names(s3.moto_url)
+        expired_ids = events["deleted"]
+        expired_objects = [n for n in objects if any(sid in n for sid in expired_ids)]
+        report["retention"] = {
+            "segments_expired": events["segments_expired"], "overdue_in_metadata": overdue,
+            "expired_objects_in_bucket": expired_objects[:10], "objects_in_bucket": len(objects),
+            "segments_live": len(live),
+        }  # fmt: skip
+        if overdue or expired_objects:
+            failures.append(f"remote retention: {report['retention']}")
+        if events["segments_expired"] == 0:
+            failures.append("remote retention expired nothing: the run was too short")
+        for key in ("lost", "duplicates", "mismatched"):
+            if comparison[key]:
+                failures.append(f"records {key}: {comparison[key]}")
+        if comparison["compared"] == 0:
+            failures.append("no record compared")
+
+        report.update({
+            "duration_s": round(time.monotonic() - started, 1),
+            "records_produced": dict(tally.produced),
+            "records_consumed": {lv: sum(map(len, r.values())) for lv, r in truth.records.items()},
+            "send_errors": tally.send_errors,
+            "transactions": dict(tally.transactions),
+            "records_compared": comparison["compared"],
+            "records_lost": comparison["lost"],
+            "duplicates": comparison["duplicates"],
+            "mismatched": comparison["mismatched"],
+            "archived_but_unseen_by_consumer": comparison["unseen_by_consumer"],
+            "consumer_resets": tally.consumer_resets,
+            "partitions": comparison["partitions"],
+            "segments_copied": events["segments_copied"],
+            "segments_expired": events["segments_expired"],
+            "copy_starts_abandoned": events["copy_starts_abandoned"],
+            "copy_lag_s": events["copy_lag_s"],
+            "kills": {"total": tally.kills_external + sum(tally.kills_at_steps.values()),
+                      "external": tally.kills_external, "at_steps": dict(tally.kills_at_steps)},
+            "sidecar_starts": tally.sidecar_starts,
+            "sidecar_exits": dict(tally.sidecar_exits),
+            "broker_restarts": tally.broker_restarts,
+            "broker_restart_s": tally.broker_restart_s,
+            "faults_injected": (await asyncio.to_thread(s3.faults))["counts"],
+            "s3_requests": (await asyncio.to_thread(s3.faults))["requests"],
+        })  # fmt: skip
+        report["resources"] = _resources(tally)
+        report["alert"] = _alert_report(tally, marks, s, prom is not None, failures)
+
+    report["leftover_processes"] = leftovers(work)
+    if report["leftover_processes"]:
+        failures.append(f"processes outlived the run: {report['leftover_processes']}")
+    report["failures"] = failures
+    report["ok"] = not failures
+    return report
+
+
+def _boto_keys() -> dict[str, str]:
+    return {"region_name": "us-east-1", "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing"}  # fmt: skip
+
+
+def _bucket_names(moto_url: str) -> list[str]:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=moto_url, **_boto_keys())
+    names: list[str] = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
+        names.extend(o["Key"] for o in page.get("Contents", []))
+    return names
+
+
+def _resources(tally: Tally) -> dict[str, Any]:
+    samples = tally.samples
+    last = [x for x in samples if samples and x[1] == samples[-1][1]]
+    mib = 1 << 20
+    rss = growth_per_hour(samples, 2)
+    fds = growth_per_hour(samples, 3)
+    return {
+        "samples": len(samples),
+        "last_incarnation_s": round(last[-1][0] - last[0][0], 1) if last else None,
+        "rss_mib": {
+            "max": round(max(x[2] for x in samples) / mib, 1) if samples else None,
+            "last_start": round(last[0][2] / mib, 1) if last else None,
+            "last_end": round(last[-1][2] / mib, 1) if last else None,
+            "growth_mib_per_hour": None if rss is None else round(rss / mib, 1),
+        },
+        "fds": {
+            "max": max(x[3] for x in samples) if samples else None,
+            "last_start": last[0][3] if last else None,
+            "last_end": last[-1][3] if last else None,
+            "growth_per_hour": None if fds is None else round(fds, 1),
+        },
+    }
+
+
+def _alert_report(
+    tally: Tally, marks: dict[str, float], s: Settings, watched: bool, failures: list[str]
+) -> dict[str, Any]:
+    if not watched:
+        return {"checked": False}
+    storm_start, storm_end = marks["storm_start"], marks["storm_end"]
+    firing = [t for t, state in tally.alert_states if state == "firing"]
+    fired_at = firing[0] if firing else None
+    resolved = [
+        t for t, state in tally.alert_states if state == "inactive" and fired_at and t > fired_at
+    ]
+    out = {
+        "checked": True, "rules_time_scale": s.scale,
+        "fired_s_after_storm_start": None if fired_at is None else round(fired_at - storm_start, 1),
+        "resolved_s_after_storm_end": round(resolved[0] - storm_end, 1) if resolved else None,
+        "transitions": [(round(t - storm_start, 1), state) for t, state in tally.alert_states],
+    }  # fmt: skip
+    if fired_at is None or not storm_start < fired_at <= storm_end + 4:
+        failures.append(f"{COPY_ALERT} did not fire during the storm: {out}")
+    elif not resolved:
+        failures.append(f"{COPY_ALERT} did not resolve after the storm: {out}")
+    return out
+
+
+@contextlib.contextmanager
+def workdir(s: Settings) -> Iterator[Path]:
+    work = s.work or Path(tempfile.mkdtemp(prefix="rlmm-soak-"))
+    try:
+        yield work
+    finally:
+        if not s.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
+    parser.add_argument("--rate", type=float, default=200.0, help="records/s, all producers")
+    parser.add_argument("--fault-rate", type=float, default=0.03)
+    parser.add_argument("--storm-rate", type=float, default=0.9)
+    parser.add_argument(
+        "--alert-scale", type=float, default=None,
+        help="multiply the alert rules' windows by this (default: duration / 600)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kills-in-storm", action=argparse.BooleanOptionalAction, default=True,
+        help="SIGKILL the sidecar during the storm too (a short run cannot, and still see "
+        "the copy-errors alert fire: each restart pauses its errors)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--work", type=Path, default=None, help="work dir (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    args = parser.parse_args(argv)
+    s = Settings(
+        duration_s=args.duration, rate=args.rate, fault_rate=args.fault_rate,
+        storm_rate=args.storm_rate, seed=args.seed, work=args.work, keep=args.keep,
+        kills_in_storm=args.kills_in_storm, alert_scale=args.alert_scale,
+    )  # fmt: skip
+    # The producers' and consumers' retries while the broker restarts are expected;
+    # the report counts them.
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    os.environ.update(AWS_ENV)  # this process reads the archive too
+    with workdir(s) as work:
+        report = asyncio.run(soak(s, work))
+        if s.keep:
+            report["work"] = str(work)
+    print(json.dumps(report, indent=2, default=str))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
