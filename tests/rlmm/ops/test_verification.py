@@ -9,6 +9,7 @@ from pathlib import Path
 
 from eventlog._batch import encode_batch
 from remote.layouts.rlmm import RlmmLayout
+from remote.storage import IndexType
 from rlmm.archive import open_metadata_view
 from rlmm.codec import encode
 from rlmm.model import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
@@ -121,3 +122,28 @@ def test_every_problem_kind_has_its_remedy_in_the_output_and_the_docs() -> None:
         remedy = REMEDIES[kind]
         assert Problem(kind, "t", 0, "d").to_dict()["remedy"] == remedy
         assert f"- `{kind.value}`: {remedy}" in docs, kind
+
+
+def test_a_pool_of_workers_reports_what_one_worker_does(tmp_path: Path) -> None:
+    """Segments are checked by a pool of threads; the report (problems in order,
+    counts, bytes read) is the same as one at a time, deep or not."""
+    store = build_store(tmp_path)
+    stuck_started(store)
+    rsm = store.rsm()
+    try:
+        seed_orphan(store, rsm, age_ms=0)
+        with open_metadata_view(store.config) as view:
+            layout = RlmmLayout(rsm)
+            victims = [m for tp in view.topic_partitions() for m in view.segments(tp)
+                       if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED][1::3]  # fmt: skip
+            for m in victims:  # a missing index in every third finished segment
+                name = layout.index_object_name(m, IndexType.OFFSET)
+                (Path(store.config.remote_options()["root"]) / name).unlink()
+            later = int(time.time() * 1000) + 2 * HOUR_MS
+            for deep in (False, True):
+                one = verify(view, layout, deep=deep, now_ms=later, workers=1)
+                many = verify(view, layout, deep=deep, now_ms=later, workers=8)
+                assert len(one.problems) >= len(victims) + 2
+                assert many.to_dict() == one.to_dict()
+    finally:
+        rsm.close()
