@@ -40,7 +40,8 @@ def test_short_soak(
     work = tmp_path / "soak"
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "soak.py"), "--duration", str(DURATION_S),
-         "--seed", "19", "--no-kills-in-storm", "--alert-scale", "0.25", "--work", str(work)],
+         "--seed", "19", "--no-kills-in-storm", "--alert-scale", "0.25", "--storm", "0.1,0.65",
+         "--broker-restart-at", "0.7", "--kills-end", "0.75", "--work", str(work)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
         cwd=ROOT, start_new_session=True,
     )  # fmt: skip
