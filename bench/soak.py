@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,6 +235,9 @@ async def create_topics(bootstrap: str, topics: list[Topic]) -> None:
 # --- producers and consumers --------------------------------------------------
 
 
+Step = Callable[[AIOKafkaProducer, int], Awaitable[None]]
+
+
 class Load:
     """The producers: steady rates until ``stop``; a failed send is counted, not fatal."""
 
@@ -245,64 +248,52 @@ class Load:
         self.stopping = asyncio.Event()
         self.rng = random.Random(s.seed)
 
-    async def _paced(self, rate: float, step: Any) -> None:
-        interval = 1.0 / rate
-        next_at = time.monotonic()
-        while not self.stopping.is_set():
-            try:
-                await step()
-            except Exception as e:  # the broker restarts: keep producing
-                self.tally.send_errors += 1
-                log(f"send failed ({type(e).__name__}: {e}); going on")
-                await asyncio.sleep(0.5)
-            next_at += interval
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            if time.monotonic() - next_at > 5:
-                next_at = time.monotonic()  # after an outage: no burst to catch up
-
-    async def codec_producer(self, codec: str | None) -> None:
+    async def _paced(self, rate: float, codec: str | None, step: Step) -> None:
+        """``step(producer, seq)`` ``rate`` times a second with an idempotent producer,
+        until ``stopping``; a failed send is counted and the next one goes on."""
         producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap, compression_type=codec, enable_idempotence=True,
             acks="all", linger_ms=20, request_timeout_ms=30000,
         )  # fmt: skip
         await producer.start()
-        seq = 0
         try:
-
-            async def step() -> None:
-                nonlocal seq
+            interval = 1.0 / rate
+            next_at = time.monotonic()
+            seq = 0
+            while not self.stopping.is_set():
                 seq += 1
-                key = None if seq % 11 == 0 else f"key-{seq % 37}".encode()
-                value = f"{codec}-{seq}-".encode() * (1 + seq % 5)
-                headers = [("codec", str(codec).encode()), ("seq", str(seq).encode())]
-                if seq % 7 == 0:
-                    headers.append(("bin", bytes([seq % 256, 0, 255])))
-                await producer.send_and_wait("soak-keys", value, key=key, headers=headers)
-                self.tally.produced["soak-keys"] += 1
-
-            await self._paced(self.s.rate * 0.6 / len(CODECS), step)
+                try:
+                    await step(producer, seq)
+                except Exception as e:  # the broker restarts: keep producing
+                    self.tally.send_errors += 1
+                    log(f"send failed ({type(e).__name__}: {e}); going on")
+                    await asyncio.sleep(0.5)
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                if time.monotonic() - next_at > 5:
+                    next_at = time.monotonic()  # after an outage: no burst to catch up
         finally:
             await producer.stop()
+
+    async def codec_producer(self, codec: str | None) -> None:
+        async def step(producer: AIOKafkaProducer, seq: int) -> None:
+            key = None if seq % 11 == 0 else f"key-{seq % 37}".encode()
+            value = f"{codec}-{seq}-".encode() * (1 + seq % 5)
+            headers = [("codec", str(codec).encode()), ("seq", str(seq).encode())]
+            if seq % 7 == 0:
+                headers.append(("bin", bytes([seq % 256, 0, 255])))
+            await producer.send_and_wait("soak-keys", value, key=key, headers=headers)
+            self.tally.produced["soak-keys"] += 1
+
+        await self._paced(self.s.rate * 0.6 / len(CODECS), codec, step)
 
     async def bytes_producer(self) -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, compression_type="lz4", acks="all",
-            enable_idempotence=True, request_timeout_ms=30000,
-        )  # fmt: skip
-        await producer.start()
-        seq = 0
-        try:
+        async def step(producer: AIOKafkaProducer, seq: int) -> None:
+            value = self.rng.randbytes(1000)  # incompressible: the size is the size
+            await producer.send_and_wait("soak-bytes", value, partition=seq % 2)
+            self.tally.produced["soak-bytes"] += 1
 
-            async def step() -> None:
-                nonlocal seq
-                seq += 1
-                value = self.rng.randbytes(1000)  # incompressible: the size is the size
-                await producer.send_and_wait("soak-bytes", value, partition=seq % 2)
-                self.tally.produced["soak-bytes"] += 1
-
-            await self._paced(self.s.rate * 0.15, step)
-        finally:
-            await producer.stop()
+        await self._paced(self.s.rate * 0.15, "lz4", step)
 
     async def txn_producer(self) -> None:
         """Transactions of 1-12 records; one in four aborted. A producer that breaks

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.kafka",
     "tests.fixtures.apache_kafka",
     "tests.fixtures.spark",
+    "tests.fixtures.prometheus",
 ]
