@@ -29,6 +29,7 @@ from rlmm.archive.view import (
     open_metadata_view,
     snapshot_source,
 )
+from rlmm.archive.where import RowBounds, comparison_bounds
 
 __all__ = [
     "EARLIEST",
@@ -42,9 +43,11 @@ __all__ = [
     "LineageRange",
     "MetadataView",
     "ReadRequest",
+    "RowBounds",
     "Slice",
     "ViewStats",
     "close_remote_storage",
+    "comparison_bounds",
     "kafka_schema",
     "load_metadata_view",
     "open_metadata_view",

@@ -14,6 +14,15 @@ requested range, or bounds outside the archive, raise DataLossError (or are skip
 and logged when fail_on_data_loss is false); no object is fetched for a segment the
 bounds exclude, and a wholly wanted segment that fits one slice is planned from its
 metadata alone.
+
+A query's filter (``request.where``, RowBounds) only removes records the filter
+drops: partitions it names none of, offsets outside its range, segments whose max
+timestamp is below its lower timestamp bound, and the start of the first segment
+left, up to the time index's entry below that bound. It is applied after the
+offsets and timestamps of the options are checked, so a read that fails (a gap, an
+offset outside the archive) fails the same with or without it. A segment is never
+dropped by the upper timestamp bound: Kafka records no segment's smallest
+timestamp, and timestamps need not grow with offsets.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ from rlmm.archive.request import (
 )
 from rlmm.archive.storage import remote_storage_for
 from rlmm.archive.view import MetadataView
+from rlmm.archive.where import RowBounds
 from rlmm.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -221,16 +231,23 @@ class _Planner:
                 return found
         return None
 
-    def _offset_in_segment(self, r: LineageRange, timestamp: int) -> int | None:
+    def time_index_floor(self, r: LineageRange, timestamp: int) -> int:
+        """An offset of ``r`` before which no record has a timestamp >= ``timestamp``:
+        the time index's last entry below it (an entry is the largest timestamp so far
+        in the segment and the offset holding it, so no record up to that offset
+        reaches ``timestamp``)."""
         segment = r.segment
         entries = read_time_index(
             self.layout.fetch_index(segment, IndexType.TIMESTAMP),
             segment.start_offset,
             name=self.layout.index_object_name(segment, IndexType.TIMESTAMP),
         )
-        # Largest entry with a timestamp <= the target: no earlier record reaches it.
         i = bisect_left([e.timestamp for e in entries], timestamp)
-        not_before = max(entries[i - 1].offset if i else segment.start_offset, r.first_offset)
+        return max(entries[i - 1].offset if i else segment.start_offset, r.first_offset)
+
+    def _offset_in_segment(self, r: LineageRange, timestamp: int) -> int | None:
+        segment = r.segment
+        not_before = self.time_index_floor(r, timestamp)
         position = lookup_offset(self.offset_index(segment), not_before)
         name = self.layout.log_object_name(segment)
         with self.layout.fetch_log_segment(segment, position) as stream:
@@ -323,13 +340,34 @@ class _Planner:
         if bounds is None:
             return
         start, end = bounds
+        where = self.request.where
+        if where is not None:  # after bounds(): the filter never changes what fails
+            if where.min_offset is not None:
+                start = max(start, where.min_offset)
+            if where.max_offset is not None:
+                end = min(end, where.max_offset + 1)
+            if start >= end:
+                return
+        min_ts = None if where is None else where.min_timestamp_ms
         aborted: list[AbortedTxn] = []
         if self.request.isolation_level == READ_COMMITTED:
             aborted = self.aborted_transactions(ranges, start, end)
+        narrowed = False
         for r in ranges:
             lo, hi = max(r.first_offset, start), min(r.last_offset + 1, end)
             if lo >= hi:
                 continue  # pruned by offsets: nothing fetched
+            if min_ts is not None:
+                if r.segment.max_timestamp_ms < min_ts:
+                    continue  # every record is older than the filter keeps: nothing fetched
+                if not narrowed:
+                    # The first segment left is where the window usually starts; later
+                    # ones are mostly newer (their batches before it are skipped unread
+                    # by the reader), so one time-index fetch per partition.
+                    narrowed = True
+                    lo = max(lo, self.time_index_floor(r, min_ts))
+                    if lo >= hi:
+                        continue
             for first, until, begin, finish in self._pieces(r.segment, lo, hi):
                 txns = tuple(
                     (t.producer_id, t.first_offset, t.last_offset)
@@ -349,6 +387,8 @@ class _Planner:
                     aborted_transactions=txns,
                     include_headers=self.request.include_headers,
                     fail_on_data_loss=self.request.fail_on_data_loss,
+                    min_timestamp_ms=min_ts,
+                    max_timestamp_ms=None if where is None else where.max_timestamp_ms,
                 )
 
     def _pieces(
@@ -419,10 +459,16 @@ def plan_slices(
     """Slices covering the request, partition by partition, each in offset order."""
     planner = _Planner(request, layout or remote_storage_for(remote_options), remote_options)
     out: list[Slice] = []
+    where = request.where or RowBounds()
     for tp in select_partitions(view, request):
         ranges = view.lineage_ranges(tp)
         if not ranges:
             log.info("%s has no finished segment in the archive", tp)
+            continue
+        if not where.keeps_partition(tp.topic, tp.partition):
+            # The filter drops every record of it: no slice, but the same checks (and
+            # failures) as without the filter.
+            planner.bounds(tp, ranges)
             continue
         out.extend(planner.slices(tp, ranges))
     return out

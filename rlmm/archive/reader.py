@@ -9,10 +9,11 @@ Invariants: only records with offsets in ``[from_offset, until_offset)`` come ou
 in offset order, each once; control batches never do; under read_committed a
 transactional batch of an aborted transaction never does (Kafka's consumer rule:
 the slice's aborted transactions become "aborting" once a batch reaches their first
-offset, and stop being so at their producer's ABORT marker). A corrupt batch raises
-CorruptBatchError, a segment deleted since planning DataLossError (with
-fail_on_data_loss false, both are logged and skipped). The fetched stream is closed
-whatever happens.
+offset, and stop being so at their producer's ABORT marker); with the slice's
+timestamp bounds (a query's filter), only records inside them come out. A corrupt
+batch raises CorruptBatchError, a segment deleted since planning DataLossError
+(with fail_on_data_loss false, both are logged and skipped). The fetched stream is
+closed whatever happens.
 """
 
 from __future__ import annotations
@@ -99,8 +100,15 @@ def _decode(
     piece: Slice, stream: BinaryIO, segment_id: str, name: str, batch_rows: int
 ) -> Iterator[pa.RecordBatch]:
     builder = ColumnBuilder(
-        piece.topic, piece.partition, piece.from_offset, piece.until_offset, piece.include_headers
+        piece.topic,
+        piece.partition,
+        piece.from_offset,
+        piece.until_offset,
+        piece.include_headers,
+        piece.min_timestamp_ms,
+        piece.max_timestamp_ms,
     )
+    min_ts = piece.min_timestamp_ms
     lo, hi = piece.from_offset, piece.until_offset
     committed = piece.isolation_level == READ_COMMITTED
     pending = sorted(piece.aborted_transactions, key=lambda t: t[1])
@@ -132,6 +140,8 @@ def _decode(
                     continue
             if header.is_control:
                 continue
+            if min_ts is not None and header.magic >= 2 and header.max_timestamp < min_ts:
+                continue  # every record is older than the query keeps: not decoded
             rows = len(builder)
             try:
                 builder.add(header, data)
@@ -150,9 +160,13 @@ def _decode(
                 log.warning("%s; batch skipped", error)
                 continue
             if len(builder) >= batch_rows:
-                yield builder.build()
+                built = builder.build()
+                if built.num_rows:
+                    yield built
     if len(builder):
-        yield builder.build()
+        built = builder.build()
+        if built.num_rows:
+            yield built
 
 
 __all__ = ["read_slice"]

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from rlmm.archive.errors import ArchiveError
+from rlmm.archive.where import RowBounds
 from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
 
 EARLIEST = -2
@@ -70,8 +71,13 @@ class ReadRequest:
     max_slice_bytes: int = 128 * 1024 * 1024
     isolation_level: str = READ_UNCOMMITTED
     include_headers: bool = False
+    # The query's filter as bounds (pushed down by Spark): only pruning, never an
+    # error; the offset and timestamp options above are checked as if it were absent.
+    where: RowBounds | None = None
 
     def __post_init__(self) -> None:
+        if self.where is not None and not isinstance(self.where, RowBounds):
+            raise ArchiveError(f"where must be a RowBounds, got {self.where!r}")
         given = [
             name
             for name, value in (
@@ -165,6 +171,10 @@ class Slice:
     aborted_transactions: tuple[tuple[int, int, int], ...] = ()
     include_headers: bool = False
     fail_on_data_loss: bool = True
+    # The query's timestamp bounds (ms, inclusive): rows outside are not returned
+    # (the query drops them anyway), and batches wholly before are not decoded.
+    min_timestamp_ms: int | None = None
+    max_timestamp_ms: int | None = None
 
     @property
     def size_in_bytes(self) -> int:

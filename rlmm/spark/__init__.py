@@ -7,6 +7,9 @@ Usage::
     df = (spark.read.format("kafka-archive")
           .option("config", "rlmm.toml").option("subscribe", "orders").load())
 
+``register`` also sets ``spark.sql.python.filterPushdown.enabled`` to true in the
+session (see :func:`enable_filter_pushdown`).
+
 Invariant: ``import rlmm.spark`` is cheap and works without pyspark installed; the
 data source class (which subclasses pyspark's) loads on first use, and a missing
 pyspark is an error naming the ``spark`` extra.
@@ -51,7 +54,26 @@ def register(spark: Any) -> None:
     problem = worker_python_problem(worker)
     if problem is not None:
         raise WorkerPythonError(problem)
+    enable_filter_pushdown(spark)
     spark.dataSource.register(_source_module().KafkaArchiveDataSource)
+
+
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+def enable_filter_pushdown(spark: Any) -> None:
+    """Turn on Spark's filter pushdown to Python data sources in this session.
+
+    kafka-archive's reader implements ``pushFilters``, and Spark (4.1, 4.2) refuses to
+    plan a Python source that does while the conf is off (DATA_SOURCE_PUSHDOWN_DISABLED)
+    rather than not calling it; the conf is off by default. It only matters to Python
+    data sources that implement ``pushFilters``, and Spark still applies every filter
+    such a source hands back."""
+    current = str(spark.conf.get(FILTER_PUSHDOWN_CONF, "false")).strip().lower()
+    if current != "true":
+        log.info("kafka-archive: setting %s = true (needed for its filter pushdown)",
+                 FILTER_PUSHDOWN_CONF)  # fmt: skip
+        spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
 
 
 def worker_python_problem(worker: str | None) -> str | None:
@@ -90,10 +112,12 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "FILTER_PUSHDOWN_CONF",
     "KafkaArchiveDataSource",
     "KafkaArchiveOptionError",
     "KafkaArchiveOptions",
     "WorkerPythonError",
+    "enable_filter_pushdown",
     "parse_options",
     "register",
     "worker_python_problem",

@@ -29,7 +29,7 @@ from rlmm.spark.errors import KafkaArchiveOptionError
 from rlmm.spark.options import OVERRIDE_PREFIX, KafkaArchiveOptions
 
 if TYPE_CHECKING:
-    from rlmm.archive import MetadataView, ReadRequest, Slice
+    from rlmm.archive import MetadataView, ReadRequest, RowBounds, Slice
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,9 @@ def remote_options(config: RlmmConfig) -> dict[str, Any]:
     return out
 
 
-def read_request(options: KafkaArchiveOptions, max_slice_bytes: int) -> ReadRequest:
+def read_request(
+    options: KafkaArchiveOptions, max_slice_bytes: int, where: RowBounds | None = None
+) -> ReadRequest:
     from rlmm.archive import ArchiveError, ReadRequest
 
     try:
@@ -79,6 +81,7 @@ def read_request(options: KafkaArchiveOptions, max_slice_bytes: int) -> ReadRequ
             max_slice_bytes=max_slice_bytes,
             isolation_level=options.isolation_level,
             include_headers=options.include_headers,
+            where=where,
         )
     except ArchiveError as e:  # parse_options checks the same rules first
         raise KafkaArchiveOptionError(options.subscription, str(e)) from e
@@ -105,28 +108,33 @@ def check_subscription(options: KafkaArchiveOptions) -> None:
             )
 
 
-def plan(options: KafkaArchiveOptions) -> list[Slice]:
-    """The slices of one read, split as minPartitions / maxRecordsPerPartition ask."""
+def plan(options: KafkaArchiveOptions, where: RowBounds | None = None) -> list[Slice]:
+    """The slices of one read, split as minPartitions / maxRecordsPerPartition ask;
+    ``where`` (the query's pushed filters) prunes what the query would drop anyway."""
     from rlmm.archive import open_metadata_view, plan_slices
 
     config = rlmm_config(options)
     remote = remote_options(config)
     limit = options.max_bytes_per_partition
     with open_metadata_view(config) as view:
-        slices = plan_slices(view, read_request(options, limit), remote)
+        slices = plan_slices(view, read_request(options, limit, where), remote)
         smaller = _smaller_limit(slices, options)
         if smaller is not None and smaller < limit:
-            slices = _replan(view, options, remote, smaller)
+            slices = _replan(view, options, remote, smaller, where)
     return split_by_offsets(slices, options)
 
 
 def _replan(
-    view: MetadataView, options: KafkaArchiveOptions, remote: Mapping[str, Any], limit: int
+    view: MetadataView,
+    options: KafkaArchiveOptions,
+    remote: Mapping[str, Any],
+    limit: int,
+    where: RowBounds | None,
 ) -> list[Slice]:
     from rlmm.archive import plan_slices
 
     log.info("kafka-archive: planning again with slices of at most %d bytes", limit)
-    return plan_slices(view, read_request(options, limit), remote)
+    return plan_slices(view, read_request(options, limit, where), remote)
 
 
 def _records(piece: Slice) -> int:

@@ -4,13 +4,18 @@ Job: a thin layer over ``rlmm.archive``. ``__init__`` (at ``load()``, on the dri
 parses and validates the options into a ``KafkaArchiveOptions`` and checks the
 subscription against the archive; ``partitions()`` (on the driver) plans one input
 partition per archive slice; ``read()`` (on an executor) fetches and decodes one
-slice into Arrow batches.
+slice into Arrow batches. ``pushFilters`` (Spark >= 4.1, on the driver, before
+``partitions()``) turns the query's comparisons on ``topic``, ``partition``,
+``offset`` and ``timestamp`` into ``rlmm.archive.RowBounds``, which planning prunes
+with and readers filter rows with.
 
-Invariants: an input partition carries everything its reader needs (the slice:
-segment metadata, byte and offset range, aborted transactions, remote storage
-options) and never a path to the driver's event log or snapshots, so executors on
-other machines only need to reach remote storage; this module imports neither
-pyarrow, boto3 nor the archive reader at import time.
+Invariants: pushed filters only ever remove rows the query drops: every filter is
+handed back to Spark as not handled, so Spark still applies them all and a query's
+result is the same with or without pushdown; an input partition carries everything
+its reader needs (the slice: segment metadata, byte and offset range, aborted
+transactions, remote storage options) and never a path to the driver's event log or
+snapshots, so executors on other machines only need to reach remote storage; this
+module imports neither pyarrow, boto3 nor the archive reader at import time.
 """
 
 from __future__ import annotations
@@ -19,7 +24,19 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
 
 from rlmm.spark.errors import KafkaArchiveOptionError
 from rlmm.spark.options import KafkaArchiveOptions, parse_options
@@ -28,7 +45,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from rlmm.archive import Slice
+    from rlmm.archive import RowBounds, Slice
 
 NAME = "kafka-archive"
 # Rows per Arrow batch handed to the JVM. Each batch is a hand-off between the Python
@@ -75,16 +92,52 @@ class SlicePartition(InputPartition):
         self.slice = piece
 
 
+# Spark's pushed filter classes -> the comparison each stands for. EqualNullSafe is
+# EqualTo here: the bounded columns are never null (a null value is not understood).
+_COMPARISONS: dict[type[Filter], str] = {
+    EqualTo: "=",
+    EqualNullSafe: "=",
+    GreaterThan: ">",
+    GreaterThanOrEqual: ">=",
+    LessThan: "<",
+    LessThanOrEqual: "<=",
+    In: "in",
+}
+
+
+def filter_bounds(filters: list[Filter]) -> RowBounds:
+    """The RowBounds of Spark's pushed filters (their AND); a filter on another column,
+    or of another kind (NOT, IS NULL, LIKE), adds no bound."""
+    from rlmm.archive import RowBounds
+
+    bounds = RowBounds()
+    for f in filters:
+        op = _COMPARISONS.get(type(f))
+        path: tuple[str, ...] = getattr(f, "attribute", ())
+        if op is None or len(path) != 1:
+            continue
+        bounds = bounds.with_comparison(str(path[0]).lower(), op, getattr(f, "value", None))
+    return bounds
+
+
 class KafkaArchiveReader(DataSourceReader):
     """Plans on the driver (``partitions``), fetches and decodes on executors (``read``)."""
 
     def __init__(self, options: KafkaArchiveOptions) -> None:
         self.options = options
+        self.where: RowBounds | None = None
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        """Keep the bounds of ``filters`` for planning; hand every one back to Spark
+        (not handled), so Spark applies them all: pruning never changes a result."""
+        self.where = filter_bounds(filters)
+        log.info("kafka-archive: pushed filters %s -> %s", filters, self.where)
+        return filters
 
     def partitions(self) -> list[InputPartition]:
         from rlmm.spark.planning import plan
 
-        slices = plan(self.options)
+        slices = plan(self.options, self.where)
         log.info("kafka-archive: %d input partitions (one per slice)", len(slices))
         return [SlicePartition(piece) for piece in slices]
 
@@ -127,4 +180,11 @@ class KafkaArchiveDataSource(DataSource):
         return KafkaArchiveReader(self.parsed)
 
 
-__all__ = ["NAME", "KafkaArchiveDataSource", "KafkaArchiveReader", "SlicePartition", "kafka_struct"]
+__all__ = [
+    "NAME",
+    "KafkaArchiveDataSource",
+    "KafkaArchiveReader",
+    "SlicePartition",
+    "filter_bounds",
+    "kafka_struct",
+]
