@@ -4,8 +4,10 @@
 Run as ``python -m tests.integration.spark_kafka_reads REQUEST.json``. REQUEST holds
 ``bootstrap``, ``topic``, ``ending`` ({partition: exclusive end offset}), ``isolation``
 levels to read at, ``jars`` (Spark's Kafka source, for ``spark.jars``), optional
-``rlmm_config`` and ``output``. It runs in its own process because ``spark.jars`` is
-fixed when a JVM starts: the test session's shared Spark JVM has no Kafka source.
+``rlmm_config``, ``filters`` (SQL conditions: each read is done again with
+``.where(condition)``, keyed ``<source>/<isolation>/<condition>``) and ``output``.
+It runs in its own process because ``spark.jars`` is fixed when a JVM starts: the
+test session's shared Spark JVM has no Kafka source.
 
 Invariant: one row per record, every column of Spark's Kafka source, in
 (partition, offset) order; bytes as hex so the JSON compares exactly.
@@ -64,6 +66,7 @@ def main(request_path: str) -> None:
         topic = request["topic"]
         ending = json.dumps({topic: {str(p): o for p, o in request["ending"].items()}})
         result: dict[str, Any] = {}
+        filters = request.get("filters", [])
         for isolation in request["isolation"]:
             live = (
                 spark.read.format("kafka")
@@ -76,6 +79,8 @@ def main(request_path: str) -> None:
                 .load()
             )
             result[f"kafka/{isolation}"] = rows(live)
+            for condition in filters:
+                result[f"kafka/{isolation}/{condition}"] = rows(live.where(condition))
             if request.get("rlmm_config"):
                 import rlmm.spark
 
@@ -90,6 +95,11 @@ def main(request_path: str) -> None:
                     .load()
                 )
                 result[f"kafka-archive/{isolation}"] = rows(archived)
+                for condition in filters:
+                    # Pushed into kafka-archive (Spark still applies it after).
+                    result[f"kafka-archive/{isolation}/{condition}"] = rows(
+                        archived.where(condition)
+                    )
         Path(request["output"]).write_text(json.dumps(result))
     finally:
         spark.stop()

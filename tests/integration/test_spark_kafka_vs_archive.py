@@ -8,7 +8,10 @@ spark-sql-kafka, fetched with Maven) and from the archive with ``format("kafka-a
 
 Invariant checked: the two DataFrames are equal row for row, all columns and headers
 included, under ``read_uncommitted`` and under ``read_committed``
-(``kafka.isolation.level``); aborted records appear only in the first.
+(``kafka.isolation.level``); aborted records appear only in the first. The same holds
+with filters that kafka-archive pushes down (a timestamp window, a partition, an
+offset range, IN, the topic, and their AND): Spark's Kafka source reads everything
+and filters, kafka-archive prunes and Spark filters what it returns.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from uuid import uuid4
 
@@ -51,10 +55,12 @@ def headers_for(i: int) -> list[tuple[str, bytes]]:
     return [("trace", f"t-{i}".encode()), ("bin", bytes([i % 256, 0, 255]))][: 1 + i % 2]
 
 
-async def produce(bootstrap: str, topic: str) -> dict[int, int]:
+async def produce(bootstrap: str, topic: str, base_ts: int | None = None) -> dict[int, int]:
     """Plain records, a committed and an aborted transaction, then (after segment.ms)
-    one record per partition that rolls the segment; returns those records' offsets."""
-    base_ts = int(time.time() * 1000) - 60_000
+    one record per partition that rolls the segment; returns those records' offsets.
+    Record ``i`` has the timestamp ``base_ts + i`` (default: a minute ago)."""
+    if base_ts is None:
+        base_ts = int(time.time() * 1000) - 60_000
     plain = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     txn = AIOKafkaProducer(
         bootstrap_servers=bootstrap, transactional_id=f"rlmm-test-{topic}", enable_idempotence=True
@@ -103,6 +109,27 @@ async def create_topic(bootstrap: str, topic: str) -> None:
         await admin.close()
 
 
+def pushed_filters(topic: str, base_ts: int) -> list[str]:
+    """Conditions kafka-archive pushes down; record ``i`` is stamped ``base_ts + i`` ms."""
+
+    def ts(offset_ms: int, micros: int = 0) -> str:
+        at = datetime.fromtimestamp((base_ts + offset_ms) / 1000, UTC)
+        return f"timestamp'{at.replace(microsecond=at.microsecond + micros).isoformat()}'"
+
+    window = f"timestamp >= {ts(20)} AND timestamp < {ts(105)}"  # plain and committed
+    return [
+        window,
+        f"timestamp BETWEEN {ts(200)} AND {ts(305, 500)}",  # aborted; .5 ms rounds
+        f"timestamp > {ts(320)}",
+        "partition = 1",
+        "offset >= 5 AND offset < 17",
+        "partition IN (0, 2) AND offset IN (3, 8, 21)",
+        f"topic = '{topic}' AND partition = 2 AND {window}",
+        f"topic IN ('{topic}', 'other') AND offset <= 4",
+        "partition = 0 AND partition = 1",
+    ]
+
+
 def read_with_spark(request: dict[str, object], work: Path) -> dict[str, list[dict[str, object]]]:
     """Both reads in a child process with its own Spark JVM (spark.jars is per JVM)."""
     (work / "request.json").write_text(json.dumps(request))
@@ -140,7 +167,8 @@ async def test_spark_kafka_source_equals_kafka_archive(
     broker = apache_kafka_broker
     topic = f"spark-src-{uuid4().hex[:8]}"
     await create_topic(broker.bootstrap, topic)
-    ends = await produce(broker.bootstrap, topic)
+    base_ts = int(time.time()) * 1000 - 60_000  # a whole second: SQL literals stay short
+    ends = await produce(broker.bootstrap, topic, base_ts)
 
     # The sidecar copies nothing past the high watermark Kafka checkpointed (every
     # replica.high.watermark.checkpoint.interval.ms, 5 s by default): wait for it.
@@ -180,6 +208,7 @@ partitions = 4
             "isolation": ISOLATION,
             "jars": [str(j) for j in jars],
             "rlmm_config": str(config_path),
+            "filters": (filters := pushed_filters(topic, base_ts)),
             "output": str(tmp_path / "rows.json"),
         },
         tmp_path,
@@ -187,6 +216,12 @@ partitions = 4
     for isolation in ISOLATION:
         live, archived = result[f"kafka/{isolation}"], result[f"kafka-archive/{isolation}"]
         assert archived == live, f"{isolation}: kafka-archive differs from Spark's Kafka source"
+        for condition in filters:
+            live = result[f"kafka/{isolation}/{condition}"]
+            archived = result[f"kafka-archive/{isolation}/{condition}"]
+            assert archived == live, f"{isolation}, where {condition}: kafka-archive differs"
+        window = result[f"kafka/{isolation}/{filters[0]}"]
+        assert 0 < len(window) < len(result[f"kafka/{isolation}"])
     uncommitted, committed = result["kafka/read_uncommitted"], result["kafka/read_committed"]
     values = [bytes.fromhex(str(r["value"])) for r in uncommitted]
     assert sum(v.startswith(b"aborted-") for v in values) == 10
