@@ -1,0 +1,527 @@
+"""Benchmark: Spark's own Kafka source on a live broker vs ``kafka-archive`` on rlmm's archive.
+
+An Apache Kafka 4.1.1 broker (the suite's pinned release, one KRaft node) gets a
+``--partitions`` topic of ``--records`` records of ``--record-size`` bytes whose
+CreateTime timestamps are spread evenly over ``--hours`` hours (ending an hour ago),
+written by a small Java producer (kafka-clients, run from source by ``java``) with
+explicit timestamps. Segments roll every hour of record time (``segment.ms``) or at
+``--segment-mb``; one record per partition stamped "now" rolls the last one, so every
+record written is in a rolled segment. ``rlmm offload --once`` (the sidecar, over the
+broker's log dir; ``retention.ms=-1`` on the topic and in the sidecar's config, so
+nothing is past retention) copies them into rlmm's local remote storage.
+
+Then, in one Spark session (``local[2]``), over the same offsets ([earliest, the roll
+record) per partition, explicit ``endingOffsets`` on both sides):
+
+- full scan, ``count(*)`` and ``sum(length(value))``: (a) Spark's ``format("kafka")``
+  reading the broker vs (b) ``format("kafka-archive")``. Target: (b) >= 3x (a).
+- a ``--window-hours`` window, ``where timestamp >= t1 and timestamp < t2``, at each
+  start hour of ``--window-at`` (default: the first, the middle and the last hour):
+  (a) Spark's Kafka source reads the whole range and filters; (b) kafka-archive gets
+  the window pushed down (segments ending before t1 are pruned, the first one left
+  starts at its time-index entry; a window's end prunes nothing, so an early window
+  still reads, and drops, everything after it). Target on the middle hour: >= 20x.
+  Extra baseline (no target): (c) Spark's Kafka source given the window through its
+  own ``startingTimestamp`` / ``endingTimestamp`` options (plus the same ``where``),
+  the manual way a Kafka-source user narrows the read.
+
+Every query runs once to warm up (JIT, Python workers), then ``--repeat`` times; the
+best wall time counts. Counts and sums must be equal across the sides of a query, or
+the bench fails (exit 1). Spark's fixed cost per query (a read of 500 records per
+partition), the planned input partitions, and the CPU seconds of the Spark JVM, its
+Python workers and the broker during the best run are reported. Prints ONE JSON
+document. Usage:
+  python bench/spark_vs_kafka.py [--records 3000000] [--record-size 100]
+      [--partitions 2] [--repeat 2] [--hours 24] [--window-hours 1] [--window-at 0,12,23]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from bench._machine import machine
+from rlmm.offload.logdir import read_offset_checkpoint
+from tests.fixtures.apache_kafka import (
+    KAFKA_VERSION,
+    ApacheKafkaBroker,
+    classpath,
+    require_tools,
+    spark_kafka_jars,
+)
+
+SPARK_CORES = 2
+HOUR_MS = 3_600_000
+FIXED_RECORDS = 500  # per partition: the tiny query that measures Spark's fixed cost
+TARGETS = {"full_scan": 3.0, "window": 20.0}
+
+# Records with explicit CreateTime timestamps, spread evenly over [t0, t1): Kafka's
+# ProducerPerformance cannot set them. Run from source (java Source.java).
+JAVA_PRODUCER = r"""
+import java.util.Properties;
+import java.util.Random;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public class TimedProducer {
+    public static void main(String[] a) throws Exception {
+        String bootstrap = a[0], topic = a[1];
+        int partitions = Integer.parseInt(a[2]);
+        long records = Long.parseLong(a[3]);
+        int size = Integer.parseInt(a[4]);
+        long t0 = Long.parseLong(a[5]), t1 = Long.parseLong(a[6]);
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("acks", "all");
+        p.put("linger.ms", "20");
+        p.put("batch.size", "262144");
+        p.put("buffer.memory", "134217728");
+        p.put("compression.type", "none");
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        byte[] value = new byte[size];
+        Random random = new Random(20);
+        for (int i = 0; i < size; i++) value[i] = (byte) ('A' + random.nextInt(26));
+        AtomicLong failed = new AtomicLong();
+        AtomicReference<Exception> first = new AtomicReference<>();
+        long span = t1 - t0;
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            for (long i = 0; i < records; i++) {
+                long ts = t0 + span * i / records;
+                producer.send(
+                    new ProducerRecord<>(topic, (int) (i % partitions), ts, null, value),
+                    (meta, e) -> {
+                        if (e != null) {
+                            failed.incrementAndGet();
+                            first.compareAndSet(null, e);
+                        }
+                    });
+            }
+            producer.flush();
+        }
+        if (failed.get() > 0) {
+            System.err.println(failed.get() + " records failed: " + first.get());
+            System.exit(1);
+        }
+        System.out.println(records);
+    }
+}
+"""
+
+
+# -- the topic, the archive ---------------------------------------------------
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int, segment_mb: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        configs = {
+            "segment.bytes": str(segment_mb << 20),
+            "segment.ms": str(HOUR_MS),  # a segment per hour of record time
+            "retention.ms": "-1",  # the old timestamps are never deleted
+            "message.timestamp.before.max.ms": str(2**63 - 1),
+        }
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
+    finally:
+        await admin.close()
+
+
+def produce(
+    broker: ApacheKafkaBroker, root: Path, topic: str, args: argparse.Namespace, t0: int, t1: int
+) -> None:
+    java, _mvn = require_tools()
+    source = root / "TimedProducer.java"
+    source.write_text(JAVA_PRODUCER)
+    argv = [
+        java, "-Xmx512m", "-cp", classpath(broker.libs), str(source), broker.bootstrap, topic,
+        str(args.partitions), str(args.records), str(args.record_size), str(t0), str(t1),
+    ]  # fmt: skip
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the timed producer failed:\n{done.stdout}{done.stderr[-4000:]}")
+
+
+async def roll(bootstrap: str, topic: str, partitions: int, ts: int) -> dict[int, int]:
+    """One record per partition stamped ``ts``, more than ``segment.ms`` after the first
+    record of the active segment: it rolls that segment. Returns those records' offsets
+    (the end of what is rolled, so of what the sidecar copies)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        return {
+            p: (await producer.send_and_wait(topic, b"roll", partition=p, timestamp_ms=ts)).offset
+            for p in range(partitions)
+        }
+    finally:
+        await producer.stop()
+
+
+def wait_rolled(broker: ApacheKafkaBroker, topic: str, rolls: dict[int, int]) -> int:
+    """Until each partition's active segment starts at its roll record and the high
+    watermark checkpoint (the sidecar copies nothing past it) covers that record;
+    returns the number of rolled segments."""
+    deadline = time.monotonic() + 120
+    checkpoint = broker.data_dir / "replication-offset-checkpoint"
+    while True:
+        bases = {
+            p: sorted(int(f.stem) for f in (broker.data_dir / f"{topic}-{p}").glob("*.log"))
+            for p in rolls
+        }
+        marks = read_offset_checkpoint(checkpoint) if checkpoint.exists() else {}
+        if all(b[-1] == rolls[p] for p, b in bases.items()) and all(
+            marks.get((topic, p), -1) > end for p, end in rolls.items()
+        ):
+            return sum(len(b) - 1 for b in bases.values())
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not rolled within 120 s: segments {bases}, marks {marks}")
+        time.sleep(0.5)
+
+
+def offload(broker: ApacheKafkaBroker, root: Path, topic: str) -> tuple[Path, dict[str, Any]]:
+    """``rlmm offload --once`` over the broker's log dir (this topic only); its summary."""
+    config = root / "rlmm.toml"
+    config.write_text(
+        f'data_dir = "{root / "rlmm"}"\n'
+        "[eventlog]\npartitions = 4\n"
+        '[offload]\n"remote.storage.enable" = false\n'
+        f'[offload.topics."{topic}"]\n"remote.storage.enable" = true\n"retention.ms" = -1\n'
+    )
+    rlmm_bin = Path(sys.executable).parent / "rlmm"
+    child = subprocess.Popen(
+        [str(rlmm_bin), "offload", "--once", "--json", "--config", str(config),
+         "--log-dir", str(broker.data_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = child.communicate(timeout=900)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+    if child.returncode != 0:
+        raise RuntimeError(f"rlmm offload failed ({child.returncode}):\n{err.decode()[-4000:]}")
+    summary: dict[str, Any] = json.loads(out)
+    return config, summary
+
+
+# -- Spark --------------------------------------------------------------------
+
+
+def start_spark(jars: list[Path]) -> tuple[Any, float]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import rlmm.spark
+
+    t0 = time.perf_counter()
+    spark = (
+        SparkSession.builder.master(f"local[{SPARK_CORES}]")
+        .appName("rlmm-bench-spark-vs-kafka")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.shuffle.partitions", str(SPARK_CORES))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.jars", ",".join(str(j) for j in jars))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    rlmm.spark.register(spark)
+    return spark, time.perf_counter() - t0
+
+
+def cpu_seconds(broker_pid: int) -> dict[str, float]:
+    """CPU seconds so far of the broker JVM, Spark's JVM, Spark's Python workers and
+    this (driver) process."""
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    total = {"broker": 0.0, "spark_jvm": 0.0, "python_workers": 0.0, "driver": t.user + t.system}
+    for child in me.children(recursive=True):
+        try:
+            c = child.cpu_times()
+            name = child.name()
+        except psutil.Error:
+            continue
+        if child.pid == broker_pid:
+            kind = "broker"
+        elif name == "java":
+            kind = "spark_jvm"
+        elif name.startswith("python"):
+            kind = "python_workers"
+        else:
+            continue
+        total[kind] += c.user + c.system
+    return total
+
+
+def aggregate(df: Any) -> tuple[int, int]:
+    row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+    return int(row["n"]), int(row["b"] or 0)
+
+
+def timed(run: Callable[[], tuple[int, int]], repeat: int, broker_pid: int) -> dict[str, Any]:
+    """One warm-up run, then ``repeat`` runs: the best wall time and that run's CPU."""
+    t0 = time.perf_counter()
+    first = run()
+    warmup = time.perf_counter() - t0
+    best: tuple[float, dict[str, float]] | None = None
+    for _ in range(repeat):
+        c0 = cpu_seconds(broker_pid)
+        t0 = time.perf_counter()
+        result = run()
+        wall = time.perf_counter() - t0
+        c1 = cpu_seconds(broker_pid)
+        assert result == first, (result, first)
+        if best is None or wall < best[0]:
+            best = (wall, {k: round(c1[k] - c0[k], 2) for k in c1})
+    assert best is not None
+    return {
+        "rows": first[0],
+        "value_bytes": first[1],
+        "wall_s": best[0],
+        "first_s": warmup,
+        "cpu_s": best[1],
+    }
+
+
+def sql_ts(ms: int) -> str:
+    return f"timestamp'{datetime.fromtimestamp(ms / 1000, UTC).isoformat()}'"
+
+
+def fmt(m: dict[str, Any], fixed: float | None = None) -> dict[str, Any]:
+    out = {
+        "rows": m["rows"],
+        "wall_s": round(m["wall_s"], 3),
+        "first_run_s": round(m["first_s"], 2),
+        "records_per_s": round(m["rows"] / m["wall_s"]),
+        "cpu_s": m["cpu_s"],
+    }
+    if fixed is not None and m["rows"]:
+        out["us_per_record_net_of_fixed_cost"] = round(
+            max(m["wall_s"] - fixed, 0.0) / m["rows"] * 1e6, 3
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=3_000_000)
+    parser.add_argument("--record-size", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--window-hours", type=int, default=1)
+    parser.add_argument(
+        "--window-at",
+        default=None,
+        help="comma-separated start hours of the windows (default: first, middle, last)",
+    )
+    parser.add_argument("--segment-mb", type=int, default=32)
+    args = parser.parse_args()
+    if args.window_at is None:
+        starts = sorted({0, args.hours // 2, args.hours - args.window_hours})
+    else:
+        starts = [int(h) for h in args.window_at.split(",")]
+    middle = args.hours // 2
+    bench_t0 = time.perf_counter()
+    out: dict[str, Any] = {
+        "bench": "spark_vs_kafka",
+        "machine": machine(),
+        "kafka": KAFKA_VERSION,
+        "records": args.records,
+        "record_size": args.record_size,
+        "partitions": args.partitions,
+        "hours": args.hours,
+        "window_hours": args.window_hours,
+        "segment_ms": HOUR_MS,
+        "segment_mb": args.segment_mb,
+        "spark_master": f"local[{SPARK_CORES}]",
+        "targets": {
+            "full_scan_archive_vs_kafka_source": TARGETS["full_scan"],
+            f"window_at_hour_{middle}_archive_vs_kafka_source": TARGETS["window"],
+        },
+    }
+    jars = spark_kafka_jars()
+    root = Path(tempfile.mkdtemp(prefix="rlmm-spark-vs-kafka-"))
+    broker = ApacheKafkaBroker(root, heap="1g")
+    spark = None
+    failed: list[str] = []
+    try:
+        broker.start()
+        assert broker.process is not None
+        broker_pid = broker.process.pid
+        topic = f"day-{uuid4().hex[:8]}"
+        asyncio.run(create_topic(broker.bootstrap, topic, args.partitions, args.segment_mb))
+        now = int(time.time()) * 1000
+        t_end = now - HOUR_MS  # the roll record ("now") is > segment.ms after the last segment
+        t_start = t_end - args.hours * HOUR_MS
+        t0 = time.perf_counter()
+        produce(broker, root, topic, args, t_start, t_end)
+        out["produce_s"] = round(time.perf_counter() - t0, 1)
+        rolls = asyncio.run(roll(broker.bootstrap, topic, args.partitions, now))
+        segments = wait_rolled(broker, topic, rolls)
+        out["rolled_segments"] = segments
+        out["log_mb"] = round(
+            sum(f.stat().st_size for f in broker.data_dir.glob(f"{topic}-*/*.log")) / 1e6, 1
+        )
+        t0 = time.perf_counter()
+        config, summary = offload(broker, root, topic)
+        out["offload_s"] = round(time.perf_counter() - t0, 1)
+        out["offload"] = {
+            k: summary[k] for k in ("segments_copied", "bytes_copied", "errors", "warnings")
+        }
+        if summary["segments_copied"] != segments:
+            raise RuntimeError(f"the sidecar copied {summary} of {segments} rolled segments")
+
+        spark, startup = start_spark(jars)
+        out["spark_session_start_s"] = round(startup, 1)
+        ending = json.dumps({topic: {str(p): o for p, o in rolls.items()}})
+        tiny = json.dumps({topic: {str(p): FIXED_RECORDS for p in rolls}})
+
+        def kafka(end: str = ending, **options: str) -> Any:
+            reader = (
+                spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("subscribe", topic)
+                .option("minPartitions", str(SPARK_CORES))
+            )
+            if not options:
+                reader = reader.option("startingOffsets", "earliest").option("endingOffsets", end)
+            for k, v in options.items():
+                reader = reader.option(k, v)
+            return reader.load()
+
+        def archive(end: str = ending) -> Any:
+            return (
+                spark.read.format("kafka-archive")
+                .option("config", str(config))
+                .option("subscribe", topic)
+                .option("endingOffsets", end)
+                .option("minPartitions", str(SPARK_CORES))
+                .load()
+            )
+
+        def fixed_cost(df: Callable[[], Any]) -> float:
+            walls = []
+            for _ in range(4):  # the first one warms up
+                t0 = time.perf_counter()
+                n, _b = aggregate(df())
+                walls.append(time.perf_counter() - t0)
+                assert n == FIXED_RECORDS * args.partitions, n
+            return min(walls[1:])
+
+        fixed_a = fixed_cost(lambda: kafka(tiny))
+        fixed_b = fixed_cost(lambda: archive(tiny))
+        out["spark_fixed_cost_s"] = {
+            "kafka_source": round(fixed_a, 3),
+            "kafka_archive": round(fixed_b, 3),
+            "note": f"best of 3 reads of {FIXED_RECORDS} records per partition, after one",
+        }
+
+        expected_rows = args.records + 0  # the roll records are past the ending offsets
+        a = timed(lambda: aggregate(kafka()), args.repeat, broker_pid)
+        b = timed(lambda: aggregate(archive()), args.repeat, broker_pid)
+        if not (a["rows"] == b["rows"] == expected_rows and a["value_bytes"] == b["value_bytes"]):
+            failed.append(f"full scan: kafka {a['rows']}/{a['value_bytes']}, "
+                          f"kafka-archive {b['rows']}/{b['value_bytes']}, "
+                          f"expected {expected_rows} rows")  # fmt: skip
+        full_ratio = a["wall_s"] / b["wall_s"]
+        out["full_scan"] = {
+            "query": "count(*), sum(length(value)) over every record",
+            "rows": a["rows"],
+            "value_bytes": a["value_bytes"],
+            "input_partitions": {
+                "kafka_source": kafka().rdd.getNumPartitions(),
+                "kafka_archive": archive().rdd.getNumPartitions(),
+            },
+            "a_kafka_source": fmt(a, fixed_a),
+            "b_kafka_archive": fmt(b, fixed_b),
+            "archive_vs_kafka_source": round(full_ratio, 2),
+            "target": TARGETS["full_scan"],
+            "met": full_ratio >= TARGETS["full_scan"],
+        }
+
+        out["windows"] = {}
+        for hour in starts:
+            w0 = t_start + hour * HOUR_MS
+            w1 = w0 + args.window_hours * HOUR_MS
+            cond = f"timestamp >= {sql_ts(w0)} AND timestamp < {sql_ts(w1)}"
+            wa = timed(lambda c=cond: aggregate(kafka().where(c)), args.repeat, broker_pid)
+            wb = timed(lambda c=cond: aggregate(archive().where(c)), args.repeat, broker_pid)
+            wc = timed(
+                lambda c=cond, s=w0, e=w1: aggregate(
+                    kafka(startingTimestamp=str(s), endingTimestamp=str(e)).where(c)
+                ),
+                args.repeat,
+                broker_pid,
+            )
+            sides = {(m["rows"], m["value_bytes"]) for m in (wa, wb, wc)}
+            if len(sides) != 1 or wa["rows"] == 0:
+                failed.append(f"window at hour {hour}: (rows, value bytes) differ or 0: {sides}")
+            ratio = wa["wall_s"] / wb["wall_s"]
+            entry: dict[str, Any] = {
+                "where": cond,
+                "rows": wa["rows"],
+                "value_bytes": wa["value_bytes"],
+                "input_partitions": {
+                    "kafka_source": kafka().where(cond).rdd.getNumPartitions(),
+                    "kafka_archive": archive().where(cond).rdd.getNumPartitions(),
+                    "kafka_source_by_timestamp": kafka(
+                        startingTimestamp=str(w0), endingTimestamp=str(w1)
+                    )
+                    .where(cond)
+                    .rdd.getNumPartitions(),
+                },
+                "a_kafka_source_where": fmt(wa, fixed_a),
+                "b_kafka_archive_where_pushed_down": fmt(wb, fixed_b),
+                "c_kafka_source_starting_ending_timestamp": fmt(wc, fixed_a),
+                "archive_vs_kafka_source": round(ratio, 2),
+                "archive_vs_kafka_source_by_timestamp": round(wc["wall_s"] / wb["wall_s"], 2),
+            }
+            if hour == middle:
+                entry["target"] = TARGETS["window"]
+                entry["met"] = ratio >= TARGETS["window"]
+            out["windows"][f"hour_{hour}"] = entry
+        out["failed"] = failed
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    out["bench_wall_s"] = round(time.perf_counter() - bench_t0, 1)
+    print(json.dumps(out, indent=2))
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
