@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._machine import machine
 from eventlog.memory import MemoryEventLog
+from rlmm._segment_columns import WIDTH
 from rlmm.cache import RemoteLogLeaderEpochState, RemoteLogMetadataCache
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.metadata_store import RemotePartitionMetadataStore
@@ -74,23 +75,29 @@ def build_cache(tp: TopicIdPartition, count: int) -> RemoteLogMetadataCache:
 def state_of(tp: TopicIdPartition, count: int) -> list:
     """Snapshot state of ``count`` finished segments: one cache block (format 2).
 
-    The columns are filled directly (10M segments through add + finish would take
+    The records are filled directly (10M segments through add + finish would take
     minutes of setup); lookups below assert every answer, so a wrong block shows.
     """
+    assert sys.byteorder == "little"  # the records are little-endian; so are these views
     cache = RemoteLogMetadataCache(tp)
     cols = cache.columns
-    starts = range(0, count * SEG, SEG)
-    cols.uuids = bytearray(os.urandom(16 * count))
-    cols.start = array("q", starts)
-    cols.end = array("q", range(SEG - 1, count * SEG, SEG))
-    cols.max_ts = array("q", starts)
-    cols.event_ts = array("q", bytes(8 * count))
-    cols.size = array("i", [1 << 30]) * count
-    cols.broker = array("i", [1]) * count
-    cols.ep_first = array("i", range(count))
-    cols.flags = array("B", [int(RemoteLogSegmentState.COPY_SEGMENT_FINISHED)]) * count
-    cols.ep_start = array("q", starts)
-    cols.ep_epoch = array("i", [i // EPOCH_EVERY for i in range(count)])
+    starts = array("q", range(0, count * SEG, SEG))
+    cols.recs = bytearray(WIDTH * count)
+    q = memoryview(cols.recs).cast("q")  # 8 per record: uuid (2), start, end, max_ts, event_ts
+    uuids = memoryview(os.urandom(16 * count)).cast("q")
+    q[0::8], q[1::8] = uuids[0::2], uuids[1::2]
+    q[2::8] = starts
+    q[3::8] = array("q", range(SEG - 1, count * SEG, SEG))
+    q[4::8] = starts
+    i = memoryview(cols.recs).cast("i")  # 16 per record: ..., size, broker, ep_first, tail
+    i[12::16] = array("i", [1 << 30]) * count
+    i[13::16] = array("i", [1]) * count
+    i[14::16] = array("i", range(count))
+    i[15::16] = array("i", [int(RemoteLogSegmentState.COPY_SEGMENT_FINISHED) | 1 << 8]) * count
+    del q, i, uuids
+    cols.eps = array("q", bytes(16 * count))
+    cols.eps[0::2] = array("q", [n // EPOCH_EVERY for n in range(count)])
+    cols.eps[1::2] = starts
     for first in range(0, count, EPOCH_EVERY):
         last = min(first + EPOCH_EVERY, count)
         st = RemoteLogLeaderEpochState(cache)

@@ -1,18 +1,20 @@
 """One user partition's cache as a self-contained encoded block (for lazy snapshot restore).
 
-A block (version 3) is the cache's packed columns, as they are held in memory::
+A block (version 4) is the cache's packed records and columns, as they are held in memory::
 
-    b"RLC3" | header length (u32 LE) | msgpack header | zero padding to 8 | columns
-    header:  [topic_id (16 bytes), partition, rows, flat epochs, dead rows,
+    b"RLC4" | header length (u32 LE) | msgpack header | zero padding to 8 | columns
+    header:  [topic_id (16 bytes), partition, rows, epoch pairs, dead rows,
               total_size_bytes, byte order, [[row, custom_metadata], ...],
               [[epoch, index length, highest, size_bytes, [unreferenced rows]], ...]]
-    columns: the SegmentColumns buffers (``raw_columns`` order), padding to 8, then per
-             epoch its ``starts`` and ``ends`` (int64), then per epoch its ``rows`` (int32)
+    columns: the SegmentColumns buffers (``raw_columns`` order: 64-byte little-endian
+             records, then the epoch pairs as int64), then per epoch its ``starts`` and
+             ``ends`` (int64), then per epoch its ``rows`` (int32)
 
 so decoding is no more than pointing memoryviews at the bytes (the cache reads them in
 place until its first change) and a restored partition's first read costs
-microseconds, whatever its size. Version-2 blocks (msgpack lists of segments, written
-before the cache was columnar) still decode, into the same columns.
+microseconds, whatever its size. Older blocks still decode, into the same records:
+version 3 (one column per field, written before the records; same header) and version
+2 (msgpack lists of segments, written before the cache was columnar).
 
 Invariant: ``decode_block(tp, encode_block(cache))`` has the fingerprint of ``cache``;
 a block that is not a consistent cache of ``tp`` raises BlockError and builds nothing
@@ -29,14 +31,23 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgpack
 
-from rlmm._segment_columns import FAST_OBJECTS, NATIVE, SegmentColumns
+from rlmm._segment_columns import (
+    DEAD,
+    FAST_OBJECTS,
+    NATIVE,
+    STATE_MASK,
+    TAIL,
+    TXN_EMPTY,
+    SegmentColumns,
+)
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 if TYPE_CHECKING:
     from rlmm.cache import RemoteLogMetadataCache
 
-BLOCK_VERSION: Final = 3
-MAGIC: Final = b"RLC3"
+BLOCK_VERSION: Final = 4
+MAGIC: Final = b"RLC4"
+MAGIC_V3: Final = b"RLC3"
 _PREFIX: Final = struct.Struct("<4sI")
 LEGACY_BLOCK_VERSION: Final = 2
 FAST_BLOCKS: Final = FAST_OBJECTS  # decoding builds no objects; reads use this path
@@ -72,7 +83,7 @@ def load_rows(cols: SegmentColumns, items: Sequence[Any]) -> None:
         cols.append_raw(raw, (start, end, max_ts, broker, event_ts, size), flat, state, custom, txn)
 
 
-# ---- version 3 -------------------------------------------------------------------------------
+# ---- version 4 -------------------------------------------------------------------------------
 
 
 def _pad(n: int) -> int:
@@ -87,7 +98,7 @@ def encode_block(cache: RemoteLogMetadataCache) -> bytes:
         tp.topic_id.bytes,
         tp.partition,
         len(cols),
-        len(cols.ep_epoch),
+        cols.pairs,
         cols.dead,
         cache.total_size_bytes,
         NATIVE,
@@ -113,10 +124,10 @@ def encode_block(cache: RemoteLogMetadataCache) -> bytes:
 
 
 def split_block(data: bytes) -> tuple[list[Any], bytes]:
-    """(header, the bytes after it) of a version-3 block: for tools and tests."""
+    """(header, the bytes after it) of a version-4 (or 3) block: for tools and tests."""
     magic, length = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise BlockError("not a version-3 cache block")
+    if magic not in (MAGIC, MAGIC_V3):
+        raise BlockError("not a version-4 cache block")
     end = _PREFIX.size + length
     return msgpack.unpackb(data[_PREFIX.size : end], raw=False), data[end + _pad(end) :]
 
@@ -129,12 +140,16 @@ def join_block(header: list[Any], columns: bytes) -> bytes:
 
 
 def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) -> None:
-    """Point ``cache`` at version-3 ``data`` (replacing its state); ValueError-family if bad."""
+    """Point ``cache`` at version-4 ``data`` (replacing its state); ValueError-family if bad.
+
+    A version-3 block is read into owned records instead (the cache re-encodes it).
+    """
     from rlmm.cache import RemoteLogLeaderEpochState
 
     magic, length = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
+    if magic not in (MAGIC, MAGIC_V3):
         raise BlockError("not a cache block")
+    v3 = magic == MAGIC_V3
     head_end = _PREFIX.size + length
     limit = len(data)
     header = msgpack.unpackb(
@@ -150,10 +165,14 @@ def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) 
     tp = cache.topic_id_partition
     if topic_id != tp.topic_id.bytes or partition != tp.partition:
         raise BlockError(f"the block holds another partition (partition {partition!r})")
-    copy = order != NATIVE
+    swap = order != NATIVE
     view = memoryview(data)
     pos = head_end + _pad(head_end)
-    cols, pos = SegmentColumns.from_buffers(rows, flat, view, pos, copy)
+    if v3:
+        cols, pos = _v3_columns(rows, flat, view, pos, swap)
+    else:
+        cols, pos = SegmentColumns.from_buffers(rows, flat, view, pos, swap)
+    copy = swap or v3  # the index too: a cache owns all or none of its buffers
     pos += _pad(pos)
     cols.dead = dead
     cols.custom = {row: value for row, value in custom}
@@ -165,7 +184,7 @@ def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) 
     for n in lengths:
         pair = []
         for _ in range(2):
-            pair.append(_column(view[pos : pos + 8 * n], "q", copy))
+            pair.append(_column(view[pos : pos + 8 * n], "q", copy, swap))
             pos += 8 * n
         starts_ends.append((pair[0], pair[1]))
     for (epoch, n, highest, size, unreferenced), (starts, ends) in zip(
@@ -173,7 +192,7 @@ def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) 
     ):
         st = RemoteLogLeaderEpochState(cache)
         st.starts, st.ends = starts, ends
-        st.rows = _column(view[pos : pos + 4 * n], "i", copy)
+        st.rows = _column(view[pos : pos + 4 * n], "i", copy, swap)
         pos += 4 * n
         st.unreferenced_rows = set(unreferenced)
         st.highest_offset = highest
@@ -185,9 +204,10 @@ def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) 
             raise BlockError(f"epoch {epoch}: a segment index out of range")
         epochs[epoch] = st
     if check:
-        if total != sum(cols.size):
+        if total != cols.total_size():
             raise BlockError(f"total size {total!r} is not the sum of the segments' sizes")
-        if rows and not 0 <= min(cols.ep_first) <= max(cols.ep_first) < max(flat, 1):
+        firsts = cols.firsts()
+        if rows and not 0 <= min(firsts) <= max(firsts) < max(flat, 1):
             raise BlockError("leader epoch index out of range")
         if custom and not 0 <= min(r for r, _ in custom) <= max(r for r, _ in custom) < rows:
             raise BlockError("custom metadata of a segment out of range")
@@ -195,15 +215,70 @@ def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) 
     cache.epochs = epochs
     cache.total_size_bytes = total
     cache._memo.clear()
-    cache._block = data
+    cache._block = None if v3 else data
 
 
-def _column(view: memoryview, code: str, copy: bool) -> Any:
+def _column(view: memoryview, code: str, copy: bool, swap: bool) -> Any:
+    """A view of ``view`` as ``code`` items, or (``copy``) an owned array, byte-swapped if asked."""
     if not copy:
         return view.cast(code)  # type: ignore[call-overload]
     owned = array(code, bytes(view))
-    owned.byteswap()
+    if swap:
+        owned.byteswap()
     return owned
+
+
+# ---- version 3 (one column per field) --------------------------------------------------------
+
+_V3_COLUMNS: Final = (
+    ("uuids", "B", 16),
+    ("start", "q", 1),
+    ("end", "q", 1),
+    ("max_ts", "q", 1),
+    ("event_ts", "q", 1),
+    ("ep_start", "q", 0),
+    ("size", "i", 1),
+    ("broker", "i", 1),
+    ("ep_first", "i", 1),
+    ("ep_epoch", "i", 0),
+    ("flags", "B", 1),
+)
+
+
+def _v3_columns(
+    rows: int, flat: int, view: memoryview, pos: int, swap: bool
+) -> tuple[SegmentColumns, int]:
+    """The records of a version-3 block's columns (copied: read once, after an upgrade)."""
+    c: dict[str, Any] = {}
+    for name, code, per_row in _V3_COLUMNS:
+        count = per_row * rows if per_row else flat
+        width = array(code).itemsize * count
+        if pos + width > len(view):
+            raise ValueError(f"column {name} runs past the end of the block")
+        c[name] = _column(view[pos : pos + width], code, True, swap and code != "B")
+        pos += width
+    cols = SegmentColumns()
+    uuids, flags = bytes(c["uuids"]), c["flags"]
+    bounds = [*c["ep_first"], flat]
+    ep_epoch, ep_start = c["ep_epoch"], c["ep_start"]
+    for r in range(rows):
+        a, b = bounds[r], bounds[r + 1]
+        pairs: list[int] = []
+        for epoch, start in zip(ep_epoch[a:b], ep_start[a:b], strict=True):
+            pairs += (epoch, start)
+        values = (
+            c["start"][r],
+            c["end"][r],
+            c["max_ts"][r],
+            c["broker"][r],
+            c["event_ts"][r],
+            c["size"][r],
+        )
+        state, txn = flags[r] & STATE_MASK, bool(flags[r] & TXN_EMPTY)
+        cols.append_raw(uuids[16 * r : 16 * r + 16], values, pairs, state, None, txn)
+        if flags[r] & DEAD:
+            cols.recs[(r << 6) + TAIL] |= DEAD
+    return cols, pos
 
 
 # ---- version 2 (msgpack lists) --------------------------------------------------------------
@@ -235,7 +310,7 @@ def _decode_legacy(tp: TopicIdPartition, data: bytes, cache: RemoteLogMetadataCa
     rows = len(cols)
     if len({item[0] for item in segments_state}) != rows:
         raise BlockError("a segment id appears twice")
-    if total != sum(cols.size):
+    if total != cols.total_size():
         raise BlockError(f"total size {total!r} is not the sum of the segments' sizes")
     epochs = {}
     for epoch, starts, ends, indexes, unreferenced, highest, size in epochs_state:
@@ -260,7 +335,7 @@ def _decode_legacy(tp: TopicIdPartition, data: bytes, cache: RemoteLogMetadataCa
 def decode_block(tp: TopicIdPartition, data: bytes, cache: RemoteLogMetadataCache) -> None:
     """Fill the empty ``cache`` of ``tp`` from ``data``; BlockError if it is not consistent."""
     try:
-        if data[:4] == MAGIC:
+        if data[:4] in (MAGIC, MAGIC_V3):
             decode_into(cache, data)
         else:
             _decode_legacy(tp, data, cache)

@@ -1,19 +1,23 @@
-"""Packed storage of one user partition's remote segments: one row per segment, one
-typed array per field (the columnar metadata cache's bottom layer).
+"""Packed storage of one user partition's remote segments: one fixed-size record per
+segment (the columnar metadata cache's bottom layer).
 
-Invariant: row ``r`` of every per-row column describes the same segment, and the flat
-leader-epoch columns hold its ``(epoch, start offset)`` pairs from ``ep_first[r]`` up to
-the next row's ``ep_first`` (or their end). A row keeps its number until
+Invariant: record ``r`` (bytes ``64r`` to ``64r + 64`` of ``recs``, little-endian,
+:data:`RECORD` layout) describes segment row ``r``, and the flat leader-epoch column
+``eps`` holds its ``(epoch, start offset)`` pairs, interleaved, from pair ``ep_first``
+on: ``count`` of them, or (when ``count`` is :data:`MANY`) up to the next record's
+``ep_first`` (or the column's end). A row keeps its number until
 :meth:`SegmentColumns.compact`, which renumbers the live rows in order and returns the
 map; a killed (deleted) row stays, flagged dead, with size 0, until then. :meth:`find`
-answers exactly the live rows. Columns are either owned arrays or read-only
-memoryviews into the block they were decoded from ("frozen", zero-copy); every write
-thaws them (one copy) first.
+answers exactly the live rows. ``recs`` and ``eps`` are either owned (bytearray, array)
+or read-only memoryviews into the block they were decoded from ("frozen", zero-copy);
+every write thaws them (one copy) first.
 
-A segment costs about 75 bytes here (16 uuid, 4x8 offsets/times, 2x4 size/broker, 1
-flags, 4 epoch index, 12 per leader epoch) plus its lazily built id index (8-16 bytes),
-instead of the ~700 bytes of a RemoteLogSegmentMetadata and its members; the objects are
-built only when a read returns one (:meth:`metadata`, on the fast path below).
+Row-major because a point lookup reads one whole segment: its record is one cache line
+(64-byte aligned within the block) and its epochs one more, where one array per field
+cost a cache and TLB miss per field at 10M segments. A segment costs 64 bytes here plus
+16 per leader epoch, plus its lazily built id index (8-16 bytes), instead of the ~700
+bytes of a RemoteLogSegmentMetadata and its members; the objects are built only when a
+read returns one (:meth:`metadata`, on the fast path below).
 
 The fast path builds the frozen model objects through mutable "shadow" classes with the
 same slot layout and then switches their ``__class__``: plain slot stores instead of
@@ -23,6 +27,7 @@ both ways is equal (``FAST_OBJECTS``); otherwise the model's constructors are.
 
 from __future__ import annotations
 
+import struct
 import sys
 import uuid
 from array import array
@@ -44,21 +49,19 @@ STATE_MASK: Final = 0b11
 TXN_EMPTY: Final = 0b100
 DEAD: Final = 0b1000
 
-# (name, typecode) of the per-row columns, then of the flat leader-epoch columns; the
-# block format stores them in this order, 8-byte columns first so all stay aligned.
-ROW_COLUMNS: Final = (
-    ("start", "q"),
-    ("end", "q"),
-    ("max_ts", "q"),
-    ("event_ts", "q"),
-    ("size", "i"),
-    ("broker", "i"),
-    ("ep_first", "i"),
-    ("flags", "B"),
-)
-EPOCH_COLUMNS: Final = (("ep_start", "q"), ("ep_epoch", "i"))
+# One segment: uuid, start, end, max timestamp, event timestamp (int64), size, broker,
+# first epoch pair (int32), then flags (low byte) | epoch pair count << 8. Little-endian
+# whatever the host, so a block needs no byte swapping for its records.
+RECORD: Final = struct.Struct("<16sqqqqiiiI")
+WIDTH: Final = 64
+assert RECORD.size == WIDTH
+_END, _EVENT_TS, _SIZE, _BROKER, _FIRST, TAIL = 24, 40, 48, 52, 56, 60  # field offsets
+MANY: Final = 0xFFFFFF  # count field saturated: the next record's ep_first bounds the pairs
+_I64: Final = struct.Struct("<q")
+_I32: Final = struct.Struct("<i")
+_U32: Final = struct.Struct("<I")
 NATIVE: Final = sys.byteorder
-assert array("i").itemsize == 4 and array("q").itemsize == 8  # the block format's sizes
+assert array("q").itemsize == 8  # the block format's epoch pairs
 
 _MIX: Final = 0x9E3779B97F4A7C15
 _MASK64: Final = (1 << 64) - 1
@@ -170,40 +173,18 @@ _make_metadata: Final = _fast_metadata if FAST_OBJECTS else _build.segment_metad
 
 # ---- the columns ---------------------------------------------------------------------------
 
+_unpack_record = RECORD.unpack_from
+_FIRST_TAIL: Final = struct.Struct("<iI")
+
 
 class SegmentColumns:
-    """The segments of one partition as packed columns (see the module docstring)."""
+    """The segments of one partition as packed records (see the module docstring)."""
 
-    __slots__ = (
-        "broker",
-        "custom",
-        "dead",
-        "end",
-        "ep_epoch",
-        "ep_first",
-        "ep_start",
-        "event_ts",
-        "flags",
-        "frozen",
-        "max_ts",
-        "size",
-        "start",
-        "table",
-        "uuids",
-    )
+    __slots__ = ("custom", "dead", "eps", "frozen", "recs", "table")
 
     def __init__(self) -> None:
-        self.uuids: Any = bytearray()  # 16 bytes a row (bytearray, or a frozen view)
-        self.start: Any = array("q")
-        self.end: Any = array("q")
-        self.max_ts: Any = array("q")
-        self.event_ts: Any = array("q")
-        self.size: Any = array("i")
-        self.broker: Any = array("i")
-        self.ep_first: Any = array("i")
-        self.flags: Any = array("B")
-        self.ep_start: Any = array("q")
-        self.ep_epoch: Any = array("i")
+        self.recs: Any = bytearray()  # WIDTH bytes a row (bytearray, or a frozen view)
+        self.eps: Any = array("q")  # epoch, start offset, epoch, ... (array, or a frozen view)
         self.custom: dict[int, bytes] = {}  # rows whose custom metadata is not None (rare)
         self.dead = 0
         self.frozen = False
@@ -212,84 +193,91 @@ class SegmentColumns:
         self.table: Any = None
 
     def __len__(self) -> int:
-        return len(self.flags)
+        return len(self.recs) >> 6
 
     @property
     def live(self) -> int:
-        return len(self.flags) - self.dead
+        return len(self) - self.dead
+
+    @property
+    def pairs(self) -> int:
+        """Number of (epoch, start offset) pairs in ``eps``."""
+        return len(self.eps) >> 1
 
     # ---- frozen (zero-copy) columns --------------------------------------------------------
 
     def thaw(self) -> None:
-        """Copy memoryview columns into owned arrays (before the first write)."""
+        """Copy memoryview columns into owned buffers (before the first write)."""
         if not self.frozen:
             return
-        for name, code in (*ROW_COLUMNS, *EPOCH_COLUMNS):
-            owned = array(code)
-            owned.frombytes(getattr(self, name).cast("B"))
-            setattr(self, name, owned)
-        self.uuids = bytearray(self.uuids)
+        self.recs = bytearray(self.recs)
+        eps = array("q")
+        eps.frombytes(self.eps.cast("B"))
+        self.eps = eps
         self.frozen = False
 
-    def raw_columns(self) -> list[bytes | memoryview | bytearray | array[Any]]:
+    def raw_columns(self) -> list[Any]:
         """The buffers the block format stores, in its order."""
-        out: list[Any] = [self.uuids]
-        out += [getattr(self, name) for name, _ in ROW_COLUMNS if _ == "q"]
-        out += [self.ep_start]
-        out += [getattr(self, name) for name, code in ROW_COLUMNS if code == "i"]
-        out += [self.ep_epoch, self.flags]
-        return out
+        return [self.recs, self.eps]
 
     @classmethod
     def from_buffers(
-        cls, rows: int, flat: int, data: memoryview, pos: int, copy: bool
+        cls, rows: int, pairs: int, data: memoryview, pos: int, swap: bool
     ) -> tuple[SegmentColumns, int]:
         """Columns over ``data`` from ``pos`` (as :meth:`raw_columns` laid them out).
 
-        Returns them and the position after them; views (frozen) unless ``copy``
-        (a block of another byte order: copied and byte-swapped). ValueError if short.
+        Returns them and the position after them; views (frozen) unless ``swap`` (a
+        block of another byte order: its epoch pairs are copied and byte-swapped; the
+        records are little-endian everywhere). ValueError if short.
         """
         cols = cls()
-        sizes: list[tuple[str, str, int]] = [("uuids", "B", 16 * rows)]
-        sizes += [(name, "q", rows) for name, code in ROW_COLUMNS if code == "q"]
-        sizes += [("ep_start", "q", flat)]
-        sizes += [(name, "i", rows) for name, code in ROW_COLUMNS if code == "i"]
-        sizes += [("ep_epoch", "i", flat), ("flags", "B", rows)]
-        for name, code, count in sizes:
-            width = array(code).itemsize * count
-            if pos + width > len(data):
-                raise ValueError(f"column {name} runs past the end of the block")
-            view = data[pos : pos + width]
-            pos += width
-            if copy:
-                owned: Any = bytearray(view) if name == "uuids" else array(code, bytes(view))
-                if code != "B":
-                    owned.byteswap()
-                setattr(cols, name, owned)
-            else:
-                setattr(cols, name, view if code == "B" else view.cast(code))  # type: ignore[call-overload]
-        cols.frozen = not copy
+        width = WIDTH * rows
+        if pos + width + 16 * pairs > len(data):
+            raise ValueError("the segment columns run past the end of the block")
+        recs = data[pos : pos + width]
+        pos += width
+        eps = data[pos : pos + 16 * pairs]
+        pos += 16 * pairs
+        if swap:
+            cols.recs = bytearray(recs)
+            cols.eps = array("q", bytes(eps))
+            cols.eps.byteswap()
+        else:
+            cols.recs = recs
+            cols.eps = eps.cast("q")
+        cols.frozen = not swap
         return cols, pos
 
     # ---- writes --------------------------------------------------------------------------------
 
+    def _push(self, record: bytes, flat_epochs: Iterable[int]) -> int:
+        # Packed first (by the callers), so a value out of range changes nothing.
+        self.thaw()
+        row = len(self)
+        self.eps.extend(flat_epochs)
+        self.recs += record
+        return row
+
     def append(self, m: RemoteLogSegmentMetadata) -> int:
         """Add ``m`` as a new (live) row; returns its row number."""
-        self.thaw()
-        row = len(self.flags)
         raw = m.remote_log_segment_id.id.bytes
-        self.uuids += raw
-        self.start.append(m.start_offset)
-        self.end.append(m.end_offset)
-        self.max_ts.append(m.max_timestamp_ms)
-        self.event_ts.append(m.event_timestamp_ms)
-        self.size.append(m.segment_size_in_bytes)
-        self.broker.append(m.broker_id)
-        self.ep_first.append(len(self.ep_epoch))
-        for epoch, start in m.segment_leader_epochs.items():
-            self.ep_epoch.append(epoch)
-            self.ep_start.append(start)
-        self.flags.append(int(m.state) | (TXN_EMPTY if m.txn_index_empty else 0))
+        epochs = m.segment_leader_epochs
+        flat: list[int] = []
+        for epoch, start in epochs.items():
+            flat += (epoch, start)
+        flags = int(m.state) | (TXN_EMPTY if m.txn_index_empty else 0)
+        record = RECORD.pack(
+            raw,
+            m.start_offset,
+            m.end_offset,
+            m.max_timestamp_ms,
+            m.event_timestamp_ms,
+            m.segment_size_in_bytes,
+            m.broker_id,
+            self.pairs,
+            flags | min(len(epochs), MANY) << 8,
+        )
+        row = self._push(record, flat)
         if m.custom_metadata is not None:
             self.custom[row] = m.custom_metadata
         if self.table is not None:
@@ -306,22 +294,15 @@ class SegmentColumns:
         txn: bool,
     ) -> int:
         """Add a row from snapshot fields (start, end, max_ts, broker, event_ts, size)."""
-        self.thaw()
-        row = len(self.flags)
         start, end, max_ts, broker, event_ts, size = values
         if len(raw) != 16 or not flat_epochs or len(flat_epochs) % 2 or not 0 <= state <= 3:
-            raise ValueError(f"row {row}: malformed segment fields")
-        self.uuids += raw
-        self.start.append(start)
-        self.end.append(end)
-        self.max_ts.append(max_ts)
-        self.event_ts.append(event_ts)
-        self.size.append(size)
-        self.broker.append(broker)
-        self.ep_first.append(len(self.ep_epoch))
-        self.ep_epoch.extend(flat_epochs[0::2])
-        self.ep_start.extend(flat_epochs[1::2])
-        self.flags.append(state | (TXN_EMPTY if txn else 0))
+            raise ValueError(f"row {len(self)}: malformed segment fields")
+        flags = state | (TXN_EMPTY if txn else 0)
+        count = min(len(flat_epochs) >> 1, MANY)
+        record = RECORD.pack(
+            raw, start, end, max_ts, event_ts, size, broker, self.pairs, flags | count << 8
+        )
+        row = self._push(record, flat_epochs)
         if custom is not None:
             self.custom[row] = custom
         self.table = None
@@ -330,10 +311,14 @@ class SegmentColumns:
     def set_update(
         self, row: int, state: int, broker: int, event_ts: int, custom: bytes | None
     ) -> None:
+        packed_broker = _I32.pack(broker)  # before any change: out of range changes nothing
+        packed_ts = _I64.pack(event_ts)
         self.thaw()
-        self.flags[row] = (self.flags[row] & ~STATE_MASK) | state
-        self.broker[row] = broker
-        self.event_ts[row] = event_ts
+        at = row << 6
+        recs = self.recs
+        recs[at + TAIL] = (recs[at + TAIL] & ~STATE_MASK) | state
+        recs[at + _BROKER : at + _BROKER + 4] = packed_broker
+        recs[at + _EVENT_TS : at + _EVENT_TS + 8] = packed_ts
         if custom is None:
             self.custom.pop(row, None)
         else:
@@ -342,35 +327,30 @@ class SegmentColumns:
     def kill(self, row: int) -> None:
         """The segment is gone (DELETE_SEGMENT_FINISHED): its row is dead until compact()."""
         self.thaw()
-        self.flags[row] |= DEAD
-        self.size[row] = 0  # so that the sizes column always sums to the live total
+        at = row << 6
+        self.recs[at + TAIL] |= DEAD
+        _I32.pack_into(self.recs, at + _SIZE, 0)  # so that the sizes always sum to the live total
         self.custom.pop(row, None)
         self.dead += 1
 
     def compact(self) -> list[int]:
         """Drop dead rows; returns old row -> new row (-1 for a dropped one)."""
         self.thaw()
-        flags = self.flags
-        keep = [r for r in range(len(flags)) if not flags[r] & DEAD]
-        remap = [-1] * len(flags)
+        recs = self.recs
+        keep = [r for r in range(len(self)) if not recs[(r << 6) + TAIL] & DEAD]
+        remap = [-1] * len(self)
         for new, old in enumerate(keep):
             remap[old] = new
-        ep_first, ep_epoch, ep_start = self.ep_first, self.ep_epoch, self.ep_start
-        bounds = [*ep_first, len(ep_epoch)]
-        new_first = array("i")
-        new_epoch = array("i")
-        new_start = array("q")
+        out = bytearray()
+        eps = self.eps
+        new_eps = array("q")
         for r in keep:
-            new_first.append(len(new_epoch))
-            new_epoch += ep_epoch[bounds[r] : bounds[r + 1]]
-            new_start += ep_start[bounds[r] : bounds[r + 1]]
-        self.ep_first, self.ep_epoch, self.ep_start = new_first, new_epoch, new_start
-        for name, code in ROW_COLUMNS:
-            if name != "ep_first":
-                column = getattr(self, name)
-                setattr(self, name, array(code, [column[r] for r in keep]))
-        uuids = self.uuids
-        self.uuids = bytearray(b"".join(uuids[16 * r : 16 * r + 16] for r in keep))
+            a, b = self._pair_bounds(r)
+            record = recs[r << 6 : (r + 1) << 6]
+            _I32.pack_into(record, _FIRST, len(new_eps) >> 1)
+            out += record
+            new_eps += eps[2 * a : 2 * b]
+        self.recs, self.eps = out, new_eps
         self.custom = {remap[r]: v for r, v in self.custom.items()}
         self.dead = 0
         self.table = None
@@ -380,7 +360,7 @@ class SegmentColumns:
 
     def _index(self, row: int, raw: bytes | memoryview) -> None:
         table = self.table
-        if 2 * (len(self.flags) + 1) > len(table):
+        if 2 * (len(self) + 1) > len(table):
             self._build_table()
             return
         mask = len(table) - 1
@@ -391,16 +371,16 @@ class SegmentColumns:
 
     def _build_table(self) -> None:
         capacity = 16
-        while capacity < 2 * (len(self.flags) + 1):
+        while capacity < 2 * (len(self) + 1):
             capacity *= 2
         table = array("i", bytes(4 * capacity))
         mask = capacity - 1
-        uuids = self.uuids
-        flags = self.flags
-        for row in range(len(flags)):
-            if flags[row] & DEAD:
+        recs = self.recs
+        for row in range(len(self)):
+            at = row << 6
+            if recs[at + TAIL] & DEAD:
                 continue
-            h = _slot_hash(uuids[16 * row : 16 * row + 16], mask)
+            h = _slot_hash(recs[at : at + 16], mask)
             while table[h]:
                 h = (h + 1) & mask
             table[h] = row + 1
@@ -413,80 +393,114 @@ class SegmentColumns:
         table = self.table
         mask = len(table) - 1
         h = _slot_hash(raw, mask)
-        uuids = self.uuids
-        flags = self.flags
+        recs = self.recs
         while True:
             v = table[h]
             if not v:
                 return -1
-            row = v - 1
-            if uuids[16 * row : 16 * row + 16] == raw and not flags[row] & DEAD:
-                return row
+            at = (v - 1) << 6
+            if recs[at : at + 16] == raw and not recs[at + TAIL] & DEAD:
+                return v - 1
             h = (h + 1) & mask
 
     # ---- reads ---------------------------------------------------------------------------------
 
+    def flags_of(self, row: int) -> int:
+        return int(self.recs[(row << 6) + TAIL])
+
     def state(self, row: int) -> RemoteLogSegmentState:
-        return STATES[self.flags[row] & STATE_MASK]
+        return STATES[self.recs[(row << 6) + TAIL] & STATE_MASK]
+
+    def size_of(self, row: int) -> int:
+        return int(_I32.unpack_from(self.recs, (row << 6) + _SIZE)[0])
+
+    def end_of(self, row: int) -> int:
+        return int(_I64.unpack_from(self.recs, (row << 6) + _END)[0])
+
+    def uuid_bytes(self, row: int) -> bytes:
+        return bytes(self.recs[row << 6 : (row << 6) + 16])
+
+    def firsts(self) -> Sequence[int]:
+        """Every record's first epoch pair (for the block checks)."""
+        if NATIVE == "little" and len(self):
+            return memoryview(self.recs).cast("i")[_FIRST >> 2 :: WIDTH >> 2]
+        return [r[7] for r in RECORD.iter_unpack(self.recs)]
+
+    def total_size(self) -> int:
+        """Summed size of all rows (dead rows count 0)."""
+        if NATIVE == "little" and len(self):
+            return sum(memoryview(self.recs).cast("i")[_SIZE >> 2 :: WIDTH >> 2])
+        return sum(r[5] for r in RECORD.iter_unpack(self.recs))
 
     def live_rows(self) -> Iterator[int]:
-        flags = self.flags
         if not self.dead:
-            yield from range(len(flags))
+            yield from range(len(self))
             return
-        for row in range(len(flags)):
-            if not flags[row] & DEAD:
+        recs = self.recs
+        for row in range(len(self)):
+            if not recs[(row << 6) + TAIL] & DEAD:
                 yield row
+
+    def _pair_bounds(self, row: int) -> tuple[int, int]:
+        first, tail = _FIRST_TAIL.unpack_from(self.recs, (row << 6) + _FIRST)
+        count = tail >> 8
+        if count != MANY:
+            return first, first + count
+        if row + 1 < len(self):
+            return first, _I32.unpack_from(self.recs, ((row + 1) << 6) + _FIRST)[0]
+        return first, self.pairs
 
     def epoch_items(self, row: int) -> list[tuple[int, int]]:
         """The segment's (leader epoch, start offset) pairs, ascending."""
-        a = self.ep_first[row]
-        b = self.ep_first[row + 1] if row + 1 < len(self.flags) else len(self.ep_epoch)
-        return list(zip(self.ep_epoch[a:b], self.ep_start[a:b], strict=True))
+        a, b = self._pair_bounds(row)
+        eps = self.eps
+        return list(zip(eps[2 * a : 2 * b : 2], eps[2 * a + 1 : 2 * b : 2], strict=True))
 
     def epoch_ranges(self, row: int) -> list[tuple[int, int, int]]:
         """(epoch, first offset, last offset) of each leader epoch inside the segment."""
         items = self.epoch_items(row)
         out = []
         for i, (epoch, start) in enumerate(items):
-            end = items[i + 1][1] - 1 if i + 1 < len(items) else self.end[row]
+            end = items[i + 1][1] - 1 if i + 1 < len(items) else self.end_of(row)
             out.append((epoch, start, end))
         return out
 
     def uuid_int(self, row: int) -> int:
-        return int.from_bytes(self.uuids[16 * row : 16 * row + 16], "big")
+        return int.from_bytes(self.recs[row << 6 : (row << 6) + 16], "big")
 
     def sort_key(self, row: int) -> tuple[int, int, int]:
         """As the listing order: start offset, end offset, uuid."""
-        return (self.start[row], self.end[row], self.uuid_int(row))
+        raw, start, end = _KEY.unpack_from(self.recs, row << 6)
+        return (start, end, int.from_bytes(raw, "big"))
 
     def segment_id(self, tp: TopicIdPartition, row: int) -> RemoteLogSegmentId:
         return make_segment_id(tp, self.uuid_int(row))
 
     def metadata(self, tp: TopicIdPartition, row: int) -> RemoteLogSegmentMetadata:
         """A new RemoteLogSegmentMetadata of ``row`` (the hot path of every point lookup)."""
-        a = self.ep_first[row]
-        b = self.ep_first[row + 1] if row + 1 < len(self.flags) else len(self.ep_epoch)
-        epochs = (
-            {self.ep_epoch[a]: self.ep_start[a]}
-            if b - a == 1
-            else dict(zip(self.ep_epoch[a:b], self.ep_start[a:b], strict=True))
+        # One unpack of one record (one cache line), then one epoch pair (one more).
+        raw, start, end, max_ts, event_ts, size, broker, first, tail = _unpack_record(
+            self.recs, row << 6
         )
-        n = int.from_bytes(self.uuids[16 * row : 16 * row + 16], "big")
-        flags = self.flags[row]
+        eps = self.eps
+        if tail >> 8 == 1:
+            epochs = {eps[2 * first]: eps[2 * first + 1]}
+        else:
+            epochs = dict(self.epoch_items(row))
+        n = int.from_bytes(raw, "big")
         if not FAST_OBJECTS:
             return _build.segment_metadata(
                 _slow_segment_id(tp, n),
-                self.start[row],
-                self.end[row],
-                self.max_ts[row],
-                self.broker[row],
-                self.event_ts[row],
-                self.size[row],
+                start,
+                end,
+                max_ts,
+                broker,
+                event_ts,
+                size,
                 epochs,
-                STATES[flags & STATE_MASK],
+                STATES[tail & STATE_MASK],
                 self.custom.get(row),
-                bool(flags & TXN_EMPTY),
+                bool(tail & TXN_EMPTY),
             )
         # _fast_segment_id and _fast_metadata inlined: this is most of a lookup's cost.
         u = _new(_UUID)
@@ -499,18 +513,21 @@ class SegmentColumns:
         sid.__class__ = RemoteLogSegmentId  # type: ignore[assignment]
         m = _SegmentShadow()
         m.remote_log_segment_id = sid  # type: ignore[attr-defined]
-        m.start_offset = self.start[row]  # type: ignore[attr-defined]
-        m.end_offset = self.end[row]  # type: ignore[attr-defined]
-        m.max_timestamp_ms = self.max_ts[row]  # type: ignore[attr-defined]
-        m.broker_id = self.broker[row]  # type: ignore[attr-defined]
-        m.event_timestamp_ms = self.event_ts[row]  # type: ignore[attr-defined]
-        m.segment_size_in_bytes = self.size[row]  # type: ignore[attr-defined]
+        m.start_offset = start  # type: ignore[attr-defined]
+        m.end_offset = end  # type: ignore[attr-defined]
+        m.max_timestamp_ms = max_ts  # type: ignore[attr-defined]
+        m.broker_id = broker  # type: ignore[attr-defined]
+        m.event_timestamp_ms = event_ts  # type: ignore[attr-defined]
+        m.segment_size_in_bytes = size  # type: ignore[attr-defined]
         m.segment_leader_epochs = _PROXY(epochs)  # type: ignore[attr-defined]
-        m.state = STATES[flags & STATE_MASK]  # type: ignore[attr-defined]
+        m.state = STATES[tail & STATE_MASK]  # type: ignore[attr-defined]
         m.custom_metadata = self.custom.get(row) if self.custom else None  # type: ignore[attr-defined]
-        m.txn_index_empty = flags & TXN_EMPTY != 0  # type: ignore[attr-defined]
+        m.txn_index_empty = tail & TXN_EMPTY != 0  # type: ignore[attr-defined]
         m.__class__ = RemoteLogSegmentMetadata  # type: ignore[assignment]
         return m  # type: ignore[return-value]
+
+
+_KEY: Final = struct.Struct("<16sqq")
 
 
 def packed_rows(values: Iterable[int]) -> array[int]:

@@ -296,7 +296,7 @@ class RemoteLogMetadataCache:
             for epoch, start, _end in cols.epoch_ranges(row):
                 self.epochs[epoch].mark_deleting(start, row)
         elif update.state == _DELETE_FINISHED:
-            size = cols.size[row]
+            size = cols.size_of(row)
             for epoch, _start in cols.epoch_items(row):
                 state = self.epochs[epoch]
                 state.remove(row)
@@ -362,10 +362,10 @@ class RemoteLogMetadataCache:
         state = self.epochs.get(leader_epoch)
         if state is None:
             return None
-        flags = self.columns.flags
+        flags_of = self.columns.flags_of
         for j in range(max(bisect_right(state.starts, offset) - 1, 0), len(state.starts)):
             row = state.rows[j]
-            if state.ends[j] >= offset and not flags[row] & TXN_EMPTY:
+            if state.ends[j] >= offset and not flags_of(row) & TXN_EMPTY:
                 return self.segment_at(row)
         return None
 
@@ -405,10 +405,10 @@ class RemoteLogMetadataCache:
             [
                 epoch,
                 [
-                    [start, bytes(cols.uuids[16 * r : 16 * r + 16])]
+                    [start, cols.uuid_bytes(r)]
                     for start, r in zip(st.starts, st.rows, strict=True)
                 ],
-                [bytes(cols.uuids[16 * r : 16 * r + 16]) for r in st.unreferenced_rows],
+                [cols.uuid_bytes(r) for r in st.unreferenced_rows],
                 st.highest_offset,
             ]
             for epoch, st in self.epochs.items()
@@ -425,7 +425,7 @@ class RemoteLogMetadataCache:
         load_rows(cache.columns, segments_state)
         cols = cache.columns
         by_uuid = {item[0]: row for row, item in enumerate(segments_state)}
-        cache.total_size_bytes = sum(cols.size)
+        cache.total_size_bytes = cols.total_size()
         for epoch, index, unreferenced, highest in epochs_state:
             st = cache._new_epoch(epoch)
             st.starts = array("q", [start for start, _ in index])
@@ -433,7 +433,7 @@ class RemoteLogMetadataCache:
             st.ends = array("q", [_epoch_end(cols, r, epoch) for r in st.rows])
             st.unreferenced_rows = {by_uuid[raw] for raw in unreferenced}
             st.highest_offset = highest
-            st.size_bytes = sum(cols.size[r] for r in st.all_rows())
+            st.size_bytes = sum(cols.size_of(r) for r in st.all_rows())
         return cache
 
     def fingerprint(self) -> Any:
@@ -476,7 +476,7 @@ def _epoch_end(cols: SegmentColumns, row: int, leader_epoch: int) -> int:
     for epoch, start in cols.epoch_items(row):
         if epoch > leader_epoch:
             return start - 1
-    return int(cols.end[row])
+    return cols.end_of(row)
 
 
 __all__ = ["DEAD", "RemoteLogLeaderEpochState", "RemoteLogMetadataCache", "SegmentsView"]

@@ -1,17 +1,22 @@
 """The columnar cache's own mechanics: dead rows and compaction, a cache reading its
-block in place and then changing, version-2 blocks from before the columns, and the
-object memo. Every check compares with what the public reads answered before."""
+block in place and then changing, version-2 and version-3 blocks from before the
+records, segments with more epochs than a record counts, and the object memo. Every
+check compares with what the public reads answered before."""
 
 from __future__ import annotations
 
 import random
+import struct
+from array import array
 from typing import Any
 
 import msgpack
 import pytest
 
+from rlmm import _segment_columns as columns_module
 from rlmm import cache as cache_module
-from rlmm._cache_block import BlockError, segment_to_state
+from rlmm._cache_block import BlockError, segment_to_state, split_block
+from rlmm._segment_columns import RECORD
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.model import RemoteLogSegmentMetadata
 from tests.rlmm.factories import S, segment, tp, update
@@ -161,3 +166,91 @@ def test_memory_per_segment_is_packed() -> None:
     tracemalloc.stop()
     assert len(cache.segments) == 5000
     assert used / 5000 < 256, f"{used / 5000:.0f} bytes per segment"
+
+
+def v3_block(cache: RemoteLogMetadataCache) -> bytes:
+    """The version-3 block (one column per field) an rlmm before the records wrote."""
+    header, _ = split_block(cache.to_block())
+    cols = cache.columns
+    records = list(RECORD.iter_unpack(cols.recs))
+    uuids = b"".join(r[0] for r in records)
+    flat = [cols.epoch_items(row) for row in range(len(cols))]
+    ep_first, at = [], 0
+    for items in flat:
+        ep_first.append(at)
+        at += len(items)
+    pairs = [pair for items in flat for pair in items]
+    columns: list[Any] = [uuids]
+    columns += [array("q", [r[k] for r in records]) for k in (1, 2, 3, 4)]
+    columns.append(array("q", [start for _, start in pairs]))
+    columns += [array("i", [r[k] for r in records]) for k in (5, 6)]
+    columns += [array("i", ep_first), array("i", [epoch for epoch, _ in pairs])]
+    columns.append(bytes(r[8] & 0xFF for r in records))
+    body = b"".join(bytes(c) for c in columns)
+    body += bytes(-len(body) % 8)
+    epochs = list(cache.epochs.values())
+    body += b"".join(bytes(st.starts) + bytes(st.ends) for st in epochs)
+    body += b"".join(bytes(st.rows) for st in epochs)
+    head = msgpack.packb(header, use_bin_type=True)
+    prefix = struct.pack("<4sI", b"RLC3", len(head)) + head
+    return prefix + bytes(-len(prefix) % 8) + body
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_version_3_blocks_still_load(seed: int) -> None:
+    cache = RemoteLogMetadataCache(TP)
+    history(cache, seed, 300)
+    m = segment(TP, 5000, 5009, {7: 5000}, size=3)  # one segment with custom metadata
+    cache.add_copy_in_progress_segment(m)
+    cache.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED, custom=b"c"))
+    old = v3_block(cache)
+    restored = RemoteLogMetadataCache.from_block(TP, old)
+    assert reads(restored) == reads(cache)
+    assert not restored.columns.frozen  # copied into records, and re-encoded as version 4
+    block = restored.to_block()
+    assert block[:4] == b"RLC4" and block != old
+    assert reads(RemoteLogMetadataCache.from_block(TP, block)) == reads(cache)
+    restored.add_copy_in_progress_segment(segment(TP, 6000, 6009, {7: 6000}))
+    with pytest.raises(BlockError):
+        RemoteLogMetadataCache.from_block(TP, old[: len(old) - 100])
+
+
+def test_segments_with_more_epochs_than_the_count_field_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    metas = []
+    for i in range(200):
+        start = i * 10
+        epochs = {i // 40 + k: start + 3 * k for k in range(1 + i % 4)}
+        metas.append(segment(TP, start, start + 9, epochs, size=i + 1))
+
+    def build() -> RemoteLogMetadataCache:
+        cache = RemoteLogMetadataCache(TP)
+        for i, m in enumerate(metas):
+            cache.add_copy_in_progress_segment(m)
+            cache.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED))
+            if i % 3 == 0:
+                cache.update_remote_log_segment_metadata(update(m, S.DELETE_SEGMENT_STARTED))
+                cache.update_remote_log_segment_metadata(update(m, S.DELETE_SEGMENT_FINISHED))
+        return cache
+
+    plain = build()
+    # Saturate the count field at 2: rows with more epochs are bounded by the next row.
+    monkeypatch.setattr(columns_module, "MANY", 2)
+    saturated = build()
+    assert any(r[8] >> 8 == 2 for r in RECORD.iter_unpack(saturated.columns.recs))
+    assert reads(saturated) == reads(plain)
+    again = RemoteLogMetadataCache.from_block(TP, saturated.to_block())
+    assert reads(again) == reads(plain)
+    saturated._compact()
+    assert reads(saturated) == reads(plain)
+
+
+def test_a_record_is_one_aligned_cache_line() -> None:
+    cache = RemoteLogMetadataCache(TP)
+    history(cache, 1, 50)
+    block = cache.to_block()
+    _, rest = split_block(block)
+    records_at = len(block) - len(rest)
+    assert RECORD.size == 64 and records_at % 8 == 0
+    assert bytes(cache.columns.recs) == rest[: 64 * len(cache.columns)]
