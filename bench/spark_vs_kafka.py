@@ -2,16 +2,17 @@
 
 An Apache Kafka 4.1.1 broker (the suite's pinned release, one KRaft node) gets a
 ``--partitions`` topic of ``--records`` records of ``--record-size`` bytes whose
-CreateTime timestamps are spread evenly over ``--hours`` hours (ending an hour ago),
+CreateTime timestamps are spread evenly over ``--hours`` hours (ending 6 hours ago),
 written by a small Java producer (kafka-clients, run from source by ``java``) with
-explicit timestamps. Segments roll every hour of record time (``segment.ms``) or at
-``--segment-mb``; one record per partition stamped "now" rolls the last one, so every
-record written is in a rolled segment. ``rlmm offload --once`` (the sidecar, over the
-broker's log dir; ``retention.ms=-1`` on the topic and in the sidecar's config, so
-nothing is past retention) copies them into rlmm's local remote storage.
+explicit timestamps. Segments roll at ``--segment-mb``, so each covers a stretch of
+time; one record per partition stamped "now" (more than ``segment.ms`` = 6 h after
+the last segment's first record) rolls the last one, so every record written is in a
+rolled segment. ``rlmm offload --once`` (the sidecar, over the broker's log dir;
+``retention.ms=-1`` on the topic and in the sidecar's config, so nothing is past
+retention) copies them into rlmm's local remote storage.
 
 Then, in one Spark session (``local[2]``), over the same offsets ([earliest, the roll
-record) per partition, explicit ``endingOffsets`` on both sides):
+record) per partition, explicit ``endingOffsets`` on both sides, ``minPartitions=2``):
 
 - full scan, ``count(*)`` and ``sum(length(value))``: (a) Spark's ``format("kafka")``
   reading the broker vs (b) ``format("kafka-archive")``. Target: (b) >= 3x (a).
@@ -25,14 +26,16 @@ record) per partition, explicit ``endingOffsets`` on both sides):
   own ``startingTimestamp`` / ``endingTimestamp`` options (plus the same ``where``),
   the manual way a Kafka-source user narrows the read.
 
-Every query runs once to warm up (JIT, Python workers), then ``--repeat`` times; the
-best wall time counts. Counts and sums must be equal across the sides of a query, or
-the bench fails (exit 1). Spark's fixed cost per query (a read of 500 records per
-partition), the planned input partitions, and the CPU seconds of the Spark JVM, its
-Python workers and the broker during the best run are reported. Prints ONE JSON
-document. Usage:
+Each query runs once to warm up (JIT, Python workers), then ``--repeat`` rounds with
+the sides of a query interleaved; the best wall time counts. Counts and sums must be
+equal across the sides of a query, or the bench fails (exit 1). Also reported: Spark's
+fixed cost per query (1,000 records on 2 input partitions) and per input partition
+(the same records on 40), kafka-archive's plan (slices, records, bytes it reads), the
+planned input partitions, and the CPU seconds of the broker, Spark's JVM and its
+Python workers during each best run. Prints ONE JSON document. Usage:
   python bench/spark_vs_kafka.py [--records 3000000] [--record-size 100]
       [--partitions 2] [--repeat 2] [--hours 24] [--window-hours 1] [--window-at 0,12,23]
+      [--segment-mb 16]
 """
 
 from __future__ import annotations
@@ -70,7 +73,11 @@ from tests.fixtures.apache_kafka import (
 
 SPARK_CORES = 2
 HOUR_MS = 3_600_000
+# segment.ms: segments roll by size (--segment-mb); the records end this long before
+# "now", so the roll record stamped "now" rolls the last segment by time.
+ROLL_MS = 6 * HOUR_MS
 FIXED_RECORDS = 500  # per partition: the tiny query that measures Spark's fixed cost
+MANY_PARTITIONS = 40  # the same tiny query cut into this many input partitions
 TARGETS = {"full_scan": 3.0, "window": 20.0}
 
 # Records with explicit CreateTime timestamps, spread evenly over [t0, t1): Kafka's
@@ -139,7 +146,7 @@ async def create_topic(bootstrap: str, topic: str, partitions: int, segment_mb: 
     try:
         configs = {
             "segment.bytes": str(segment_mb << 20),
-            "segment.ms": str(HOUR_MS),  # a segment per hour of record time
+            "segment.ms": str(ROLL_MS),
             "retention.ms": "-1",  # the old timestamps are never deleted
             "message.timestamp.before.max.ms": str(2**63 - 1),
         }
@@ -288,48 +295,71 @@ def aggregate(df: Any) -> tuple[int, int]:
     return int(row["n"]), int(row["b"] or 0)
 
 
-def timed(run: Callable[[], tuple[int, int]], repeat: int, broker_pid: int) -> dict[str, Any]:
-    """One warm-up run, then ``repeat`` runs: the best wall time and that run's CPU."""
-    t0 = time.perf_counter()
-    first = run()
-    warmup = time.perf_counter() - t0
-    best: tuple[float, dict[str, float]] | None = None
-    for _ in range(repeat):
-        c0 = cpu_seconds(broker_pid)
+def timed(
+    runs: dict[str, Callable[[], tuple[int, int]]], repeat: int, broker_pid: int
+) -> dict[str, dict[str, Any]]:
+    """Each run once to warm up, then ``repeat`` rounds of all of them interleaved (so
+    load from elsewhere on the machine hits every side alike): per run, the best wall
+    time and the CPU seconds spent during that run."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, run in runs.items():
         t0 = time.perf_counter()
-        result = run()
-        wall = time.perf_counter() - t0
-        c1 = cpu_seconds(broker_pid)
-        assert result == first, (result, first)
-        if best is None or wall < best[0]:
-            best = (wall, {k: round(c1[k] - c0[k], 2) for k in c1})
-    assert best is not None
-    return {
-        "rows": first[0],
-        "value_bytes": first[1],
-        "wall_s": best[0],
-        "first_s": warmup,
-        "cpu_s": best[1],
-    }
+        first = run()
+        out[name] = {"rows": first[0], "value_bytes": first[1], "first_s": time.perf_counter() - t0}
+    for _ in range(repeat):
+        for name, run in runs.items():
+            c0 = cpu_seconds(broker_pid)
+            t0 = time.perf_counter()
+            result = run()
+            wall = time.perf_counter() - t0
+            c1 = cpu_seconds(broker_pid)
+            m = out[name]
+            assert result == (m["rows"], m["value_bytes"]), (name, result, m)
+            if "wall_s" not in m or wall < m["wall_s"]:
+                m["wall_s"] = wall
+                m["cpu_s"] = {k: round(c1[k] - c0[k], 2) for k in c1}
+    return out
 
 
 def sql_ts(ms: int) -> str:
     return f"timestamp'{datetime.fromtimestamp(ms / 1000, UTC).isoformat()}'"
 
 
-def fmt(m: dict[str, Any], fixed: float | None = None) -> dict[str, Any]:
-    out = {
+def fmt(m: dict[str, Any], fixed: float, scanned: int) -> dict[str, Any]:
+    """Figures of one measured run; ``scanned``: the records the source reads for it."""
+    cpu = m["cpu_s"]
+    read_cpu = cpu["broker"] + cpu["spark_jvm"] + cpu["python_workers"]
+    return {
         "rows": m["rows"],
         "wall_s": round(m["wall_s"], 3),
         "first_run_s": round(m["first_s"], 2),
         "records_per_s": round(m["rows"] / m["wall_s"]),
-        "cpu_s": m["cpu_s"],
+        "records_read": scanned,
+        "cpu_s": cpu,
+        "cpu_us_per_record_read": round(read_cpu / scanned * 1e6, 2) if scanned else None,
+        "wall_us_per_record_read_net_of_fixed_cost": (
+            round(max(m["wall_s"] - fixed, 0.0) / scanned * 1e6, 2) if scanned else None
+        ),
     }
-    if fixed is not None and m["rows"]:
-        out["us_per_record_net_of_fixed_cost"] = round(
-            max(m["wall_s"] - fixed, 0.0) / m["rows"] * 1e6, 3
-        )
-    return out
+
+
+def archive_plan(config: Path, topic: str, ending: str, w0: int | None, w1: int | None) -> Any:
+    """kafka-archive's own plan for a read (the slices its input partitions carry)."""
+    from rlmm.archive import RowBounds
+    from rlmm.spark.options import parse_options
+    from rlmm.spark.planning import plan
+
+    options = parse_options(
+        {"config": str(config), "subscribe": topic, "endingOffsets": ending,
+         "minPartitions": str(SPARK_CORES)}
+    )  # fmt: skip
+    where = None if w0 is None else RowBounds(min_timestamp_ms=w0, max_timestamp_ms=w1)
+    slices = plan(options, where)
+    return {
+        "slices": len(slices),
+        "records": sum(s.until_offset - s.from_offset for s in slices),
+        "bytes": sum(s.size_in_bytes for s in slices),
+    }
 
 
 def main() -> None:
@@ -345,7 +375,7 @@ def main() -> None:
         default=None,
         help="comma-separated start hours of the windows (default: first, middle, last)",
     )
-    parser.add_argument("--segment-mb", type=int, default=32)
+    parser.add_argument("--segment-mb", type=int, default=16)
     args = parser.parse_args()
     if args.window_at is None:
         starts = sorted({0, args.hours // 2, args.hours - args.window_hours})
@@ -362,7 +392,7 @@ def main() -> None:
         "partitions": args.partitions,
         "hours": args.hours,
         "window_hours": args.window_hours,
-        "segment_ms": HOUR_MS,
+        "segment_ms": ROLL_MS,
         "segment_mb": args.segment_mb,
         "spark_master": f"local[{SPARK_CORES}]",
         "targets": {
@@ -382,7 +412,7 @@ def main() -> None:
         topic = f"day-{uuid4().hex[:8]}"
         asyncio.run(create_topic(broker.bootstrap, topic, args.partitions, args.segment_mb))
         now = int(time.time()) * 1000
-        t_end = now - HOUR_MS  # the roll record ("now") is > segment.ms after the last segment
+        t_end = now - ROLL_MS - 60_000  # the roll record ("now") rolls the last segment
         t_start = t_end - args.hours * HOUR_MS
         t0 = time.perf_counter()
         produce(broker, root, topic, args, t_start, t_end)
@@ -407,12 +437,12 @@ def main() -> None:
         ending = json.dumps({topic: {str(p): o for p, o in rolls.items()}})
         tiny = json.dumps({topic: {str(p): FIXED_RECORDS for p in rolls}})
 
-        def kafka(end: str = ending, **options: str) -> Any:
+        def kafka(end: str = ending, parts: int = SPARK_CORES, **options: str) -> Any:
             reader = (
                 spark.read.format("kafka")
                 .option("kafka.bootstrap.servers", broker.bootstrap)
                 .option("subscribe", topic)
-                .option("minPartitions", str(SPARK_CORES))
+                .option("minPartitions", str(parts))
             )
             if not options:
                 reader = reader.option("startingOffsets", "earliest").option("endingOffsets", end)
@@ -420,15 +450,17 @@ def main() -> None:
                 reader = reader.option(k, v)
             return reader.load()
 
-        def archive(end: str = ending) -> Any:
-            return (
+        def archive(end: str = ending, **options: str) -> Any:
+            reader = (
                 spark.read.format("kafka-archive")
                 .option("config", str(config))
                 .option("subscribe", topic)
                 .option("endingOffsets", end)
                 .option("minPartitions", str(SPARK_CORES))
-                .load()
             )
+            for k, v in options.items():
+                reader = reader.option(k, v)
+            return reader.load()
 
         def fixed_cost(df: Callable[[], Any]) -> float:
             walls = []
@@ -439,22 +471,45 @@ def main() -> None:
                 assert n == FIXED_RECORDS * args.partitions, n
             return min(walls[1:])
 
+        # Spark's cost per query (planning, scheduling, a 1,000-record read on 2 input
+        # partitions), and per input partition (the same records on MANY_PARTITIONS).
+        tiny_parts = max(SPARK_CORES, args.partitions)
         fixed_a = fixed_cost(lambda: kafka(tiny))
         fixed_b = fixed_cost(lambda: archive(tiny))
+        many_a = fixed_cost(lambda: kafka(tiny, MANY_PARTITIONS))
+        per_records = str(FIXED_RECORDS * args.partitions // MANY_PARTITIONS)
+        many_b = fixed_cost(lambda: archive(tiny, maxRecordsPerPartition=per_records))
         out["spark_fixed_cost_s"] = {
-            "kafka_source": round(fixed_a, 3),
-            "kafka_archive": round(fixed_b, 3),
-            "note": f"best of 3 reads of {FIXED_RECORDS} records per partition, after one",
+            "per_query": {"kafka_source": round(fixed_a, 3), "kafka_archive": round(fixed_b, 3)},
+            "per_input_partition": {
+                "kafka_source": round((many_a - fixed_a) / (MANY_PARTITIONS - tiny_parts), 4),
+                "kafka_archive": round((many_b - fixed_b) / (MANY_PARTITIONS - tiny_parts), 4),
+            },
+            "input_partitions_of_the_many_query": {
+                "kafka_source": kafka(tiny, MANY_PARTITIONS).rdd.getNumPartitions(),
+                "kafka_archive": archive(
+                    tiny, maxRecordsPerPartition=per_records
+                ).rdd.getNumPartitions(),
+            },
+            "note": (
+                f"best of 3 (after one) reads of {FIXED_RECORDS} records per partition on"
+                f" {tiny_parts} input partitions (per query), and on {MANY_PARTITIONS}:"
+                " the difference per extra input partition"
+            ),
         }
 
-        expected_rows = args.records + 0  # the roll records are past the ending offsets
-        a = timed(lambda: aggregate(kafka()), args.repeat, broker_pid)
-        b = timed(lambda: aggregate(archive()), args.repeat, broker_pid)
-        if not (a["rows"] == b["rows"] == expected_rows and a["value_bytes"] == b["value_bytes"]):
+        full = timed(
+            {"a": lambda: aggregate(kafka()), "b": lambda: aggregate(archive())},
+            args.repeat,
+            broker_pid,
+        )
+        a, b = full["a"], full["b"]
+        if not (a["rows"] == b["rows"] == args.records and a["value_bytes"] == b["value_bytes"]):
             failed.append(f"full scan: kafka {a['rows']}/{a['value_bytes']}, "
                           f"kafka-archive {b['rows']}/{b['value_bytes']}, "
-                          f"expected {expected_rows} rows")  # fmt: skip
+                          f"expected {args.records} rows")  # fmt: skip
         full_ratio = a["wall_s"] / b["wall_s"]
+        planned = archive_plan(config, topic, ending, None, None)
         out["full_scan"] = {
             "query": "count(*), sum(length(value)) over every record",
             "rows": a["rows"],
@@ -463,8 +518,9 @@ def main() -> None:
                 "kafka_source": kafka().rdd.getNumPartitions(),
                 "kafka_archive": archive().rdd.getNumPartitions(),
             },
-            "a_kafka_source": fmt(a, fixed_a),
-            "b_kafka_archive": fmt(b, fixed_b),
+            "kafka_archive_plan": planned,
+            "a_kafka_source": fmt(a, fixed_a, args.records),
+            "b_kafka_archive": fmt(b, fixed_b, planned["records"]),
             "archive_vs_kafka_source": round(full_ratio, 2),
             "target": TARGETS["full_scan"],
             "met": full_ratio >= TARGETS["full_scan"],
@@ -475,19 +531,22 @@ def main() -> None:
             w0 = t_start + hour * HOUR_MS
             w1 = w0 + args.window_hours * HOUR_MS
             cond = f"timestamp >= {sql_ts(w0)} AND timestamp < {sql_ts(w1)}"
-            wa = timed(lambda c=cond: aggregate(kafka().where(c)), args.repeat, broker_pid)
-            wb = timed(lambda c=cond: aggregate(archive().where(c)), args.repeat, broker_pid)
-            wc = timed(
-                lambda c=cond, s=w0, e=w1: aggregate(
-                    kafka(startingTimestamp=str(s), endingTimestamp=str(e)).where(c)
-                ),
+            by_ts = {"startingTimestamp": str(w0), "endingTimestamp": str(w1)}
+            w = timed(
+                {
+                    "a": lambda c=cond: aggregate(kafka().where(c)),
+                    "b": lambda c=cond: aggregate(archive().where(c)),
+                    "c": lambda c=cond, o=by_ts: aggregate(kafka(**o).where(c)),
+                },
                 args.repeat,
                 broker_pid,
             )
+            wa, wb, wc = w["a"], w["b"], w["c"]
             sides = {(m["rows"], m["value_bytes"]) for m in (wa, wb, wc)}
             if len(sides) != 1 or wa["rows"] == 0:
                 failed.append(f"window at hour {hour}: (rows, value bytes) differ or 0: {sides}")
             ratio = wa["wall_s"] / wb["wall_s"]
+            planned = archive_plan(config, topic, ending, w0, w1 - 1)
             entry: dict[str, Any] = {
                 "where": cond,
                 "rows": wa["rows"],
@@ -495,15 +554,12 @@ def main() -> None:
                 "input_partitions": {
                     "kafka_source": kafka().where(cond).rdd.getNumPartitions(),
                     "kafka_archive": archive().where(cond).rdd.getNumPartitions(),
-                    "kafka_source_by_timestamp": kafka(
-                        startingTimestamp=str(w0), endingTimestamp=str(w1)
-                    )
-                    .where(cond)
-                    .rdd.getNumPartitions(),
+                    "kafka_source_by_timestamp": kafka(**by_ts).where(cond).rdd.getNumPartitions(),
                 },
-                "a_kafka_source_where": fmt(wa, fixed_a),
-                "b_kafka_archive_where_pushed_down": fmt(wb, fixed_b),
-                "c_kafka_source_starting_ending_timestamp": fmt(wc, fixed_a),
+                "kafka_archive_plan": planned,
+                "a_kafka_source_where": fmt(wa, fixed_a, args.records),
+                "b_kafka_archive_where_pushed_down": fmt(wb, fixed_b, planned["records"]),
+                "c_kafka_source_starting_ending_timestamp": fmt(wc, fixed_a, wc["rows"]),
                 "archive_vs_kafka_source": round(ratio, 2),
                 "archive_vs_kafka_source_by_timestamp": round(wc["wall_s"] / wb["wall_s"], 2),
             }
