@@ -34,7 +34,7 @@ fixed cost per query (1,000 records on 2 input partitions) and per input partiti
 planned input partitions, and the CPU seconds of the broker, Spark's JVM and its
 Python workers during each best run. Prints ONE JSON document. Usage:
   python bench/spark_vs_kafka.py [--records 3000000] [--record-size 100]
-      [--partitions 2] [--repeat 2] [--hours 24] [--window-hours 1] [--window-at 0,12,23]
+      [--partitions 2] [--repeat 3] [--hours 24] [--window-hours 1] [--window-at 0,12,23]
       [--segment-mb 16]
 """
 
@@ -264,14 +264,14 @@ def start_spark(jars: list[Path]) -> tuple[Any, float]:
     return spark, time.perf_counter() - t0
 
 
-def cpu_seconds(broker_pid: int) -> dict[str, float]:
-    """CPU seconds so far of the broker JVM, Spark's JVM, Spark's Python workers and
-    this (driver) process."""
+def cpu_snapshot(broker_pid: int) -> dict[int, tuple[str, float]]:
+    """Per process: its kind (the broker JVM, Spark's JVM, Spark's Python workers, this
+    driver process) and its CPU seconds so far."""
     import psutil
 
     me = psutil.Process()
     t = me.cpu_times()
-    total = {"broker": 0.0, "spark_jvm": 0.0, "python_workers": 0.0, "driver": t.user + t.system}
+    out = {me.pid: ("driver", t.user + t.system)}
     for child in me.children(recursive=True):
         try:
             c = child.cpu_times()
@@ -286,8 +286,17 @@ def cpu_seconds(broker_pid: int) -> dict[str, float]:
             kind = "python_workers"
         else:
             continue
-        total[kind] += c.user + c.system
-    return total
+        out[child.pid] = (kind, c.user + c.system)
+    return out
+
+
+def cpu_spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> Any:
+    """CPU seconds per kind between two snapshots (a process gone by ``after`` is not
+    counted for that stretch: Spark reuses its Python workers, so that is rare)."""
+    total = {"broker": 0.0, "spark_jvm": 0.0, "python_workers": 0.0, "driver": 0.0}
+    for pid, (kind, seconds) in after.items():
+        total[kind] += seconds - before.get(pid, (kind, 0.0))[1]
+    return {k: round(v, 2) for k, v in total.items()}
 
 
 def aggregate(df: Any) -> tuple[int, int]:
@@ -308,16 +317,16 @@ def timed(
         out[name] = {"rows": first[0], "value_bytes": first[1], "first_s": time.perf_counter() - t0}
     for _ in range(repeat):
         for name, run in runs.items():
-            c0 = cpu_seconds(broker_pid)
+            c0 = cpu_snapshot(broker_pid)
             t0 = time.perf_counter()
             result = run()
             wall = time.perf_counter() - t0
-            c1 = cpu_seconds(broker_pid)
+            c1 = cpu_snapshot(broker_pid)
             m = out[name]
             assert result == (m["rows"], m["value_bytes"]), (name, result, m)
             if "wall_s" not in m or wall < m["wall_s"]:
                 m["wall_s"] = wall
-                m["cpu_s"] = {k: round(c1[k] - c0[k], 2) for k in c1}
+                m["cpu_s"] = cpu_spent(c0, c1)
     return out
 
 
@@ -362,12 +371,47 @@ def archive_plan(config: Path, topic: str, ending: str, w0: int | None, w1: int 
     }
 
 
+def analysis(out: dict[str, Any], middle: int, fixed_b: float, records: int) -> dict[str, Any]:
+    """What the targets would need, next to what was measured."""
+
+    def cpu(m: dict[str, Any]) -> float:
+        c = m["cpu_s"]
+        return float(c["broker"] + c["spark_jvm"] + c["python_workers"])
+
+    full = out["full_scan"]
+    a, b = full["a_kafka_source"], full["b_kafka_archive"]
+    result: dict[str, Any] = {
+        "full_scan_cpu_s": {"kafka_source": round(cpu(a), 2), "kafka_archive": round(cpu(b), 2)},
+        "full_scan_cpu_ratio": round(cpu(a) / cpu(b), 2) if cpu(b) else None,
+        "full_scan_kafka_archive_wall_for_target_s": round(a["wall_s"] / TARGETS["full_scan"], 3),
+        "kafka_archive_fixed_cost_per_query_s": round(fixed_b, 3),
+    }
+    window = out["windows"].get(f"hour_{middle}")
+    if window is not None:
+        wa = window["a_kafka_source_where"]
+        wb = window["b_kafka_archive_where_pushed_down"]
+        result.update(
+            {
+                f"window_hour_{middle}_kafka_archive_wall_for_target_s": round(
+                    wa["wall_s"] / TARGETS["window"], 3
+                ),
+                f"window_hour_{middle}_records_read": {
+                    "kafka_source": wa["records_read"],
+                    "kafka_archive": wb["records_read"],
+                    "kafka_archive_fraction": round(wb["records_read"] / records, 3),
+                    "rows_in_window": window["rows"],
+                },
+            }
+        )
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=3_000_000)
     parser.add_argument("--record-size", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--window-hours", type=int, default=1)
     parser.add_argument(
@@ -567,6 +611,7 @@ def main() -> None:
                 entry["target"] = TARGETS["window"]
                 entry["met"] = ratio >= TARGETS["window"]
             out["windows"][f"hour_{hour}"] = entry
+        out["where_the_time_goes"] = analysis(out, middle, fixed_b, args.records)
         out["failed"] = failed
     finally:
         if spark is not None:
