@@ -132,6 +132,36 @@ def test_timestamp_ranges(history: Any) -> None:
     assert read(config, request) == ([], [])
 
 
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+@pytest.mark.parametrize(("build_rows", "batch_rows"), [(1, 1), (3, 50), (64, 64), (7, 10**6)])
+def test_batches_built_in_chunks_and_concatenated(
+    history: Any, codec: str, build_rows: int, batch_rows: int, monkeypatch: Any
+) -> None:
+    """Rows built BUILD_ROWS at a time and yielded batch_rows at a time are the same rows,
+    in the same order, in batches of at least batch_rows (the last of a slice aside)."""
+    import rlmm.archive.reader as reader
+
+    monkeypatch.setattr(reader, "BUILD_ROWS", build_rows)
+    config, written = history
+    for level, headers in [("read_uncommitted", True), ("read_committed", False)]:
+        request = ReadRequest(
+            topics=(f"h-{codec}",), include_headers=headers, isolation_level=level
+        )
+        with open_metadata_view(config) as view:
+            slices = plan_slices(view, request, config.remote_options())
+        got = []
+        for piece in slices:
+            batches = list(read_slice(piece, batch_rows=batch_rows))
+            assert all(b.schema == kafka_schema(headers) for b in batches)
+            assert all(b.num_rows >= batch_rows for b in batches[:-1])
+            assert all(b.num_rows > 0 for b in batches)
+            for b in batches:
+                b.validate(full=True)
+            got += rows(batches)
+        kept = [e for e in written[codec] if headers or not e.aborted]
+        assert got == expected_rows(kept, headers)
+
+
 def test_slices_split_inside_segments_and_tile_the_range(history: Any) -> None:
     config, written = history
     request = ReadRequest(topics=("h-none",), max_slice_bytes=1500, include_headers=True)
