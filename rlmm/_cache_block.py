@@ -206,8 +206,8 @@ def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) 
     if check:
         if total != cols.total_size():
             raise BlockError(f"total size {total!r} is not the sum of the segments' sizes")
-        firsts = cols.firsts()
-        if rows and not 0 <= min(firsts) <= max(firsts) < max(flat, 1):
+        # A negative first field is an inline epoch; the others index the pairs.
+        if rows and not max(cols.firsts()) < max(flat, 1):
             raise BlockError("leader epoch index out of range")
         if custom and not 0 <= min(r for r, _ in custom) <= max(r for r, _ in custom) < rows:
             raise BlockError("custom metadata of a segment out of range")

@@ -2,10 +2,12 @@
 segment (the columnar metadata cache's bottom layer).
 
 Invariant: record ``r`` (bytes ``64r`` to ``64r + 64`` of ``recs``, little-endian,
-:data:`RECORD` layout) describes segment row ``r``, and the flat leader-epoch column
-``eps`` holds its ``(epoch, start offset)`` pairs, interleaved, from pair ``ep_first``
-on: ``count`` of them, or (when ``count`` is :data:`MANY`) up to the next record's
-``ep_first`` (or the column's end). A row keeps its number until
+:data:`RECORD` layout) describes segment row ``r``. Its leader epochs are either
+inline (``first < 0``: the one epoch ``-first - 1``, from the segment's start offset,
+which is what Kafka writes for almost every segment) or ``count`` ``(epoch, start
+offset)`` pairs of the flat column ``eps``, interleaved, from pair ``first`` on (when
+``count`` is :data:`MANY`: up to the next non-inline record's ``first``, or the
+column's end); pairs are in row order. A row keeps its number until
 :meth:`SegmentColumns.compact`, which renumbers the live rows in order and returns the
 map; a killed (deleted) row stays, flagged dead, with size 0, until then. :meth:`find`
 answers exactly the live rows. ``recs`` and ``eps`` are either owned (bytearray, array)
@@ -13,9 +15,10 @@ or read-only memoryviews into the block they were decoded from ("frozen", zero-c
 every write thaws them (one copy) first.
 
 Row-major because a point lookup reads one whole segment: its record is one cache line
-(64-byte aligned within the block) and its epochs one more, where one array per field
-cost a cache and TLB miss per field at 10M segments. A segment costs 64 bytes here plus
-16 per leader epoch, plus its lazily built id index (8-16 bytes), instead of the ~700
+(64-byte aligned within the block), and usually holds its epoch too, where one array
+per field cost a cache and TLB miss per field at 10M segments. A segment costs 64 bytes
+here (plus 16 per leader epoch when they are not inline), plus its lazily built id
+index (8-16 bytes), instead of the ~700
 bytes of a RemoteLogSegmentMetadata and its members; the objects are built only when a
 read returns one (:meth:`metadata`, on the fast path below).
 
@@ -50,13 +53,14 @@ TXN_EMPTY: Final = 0b100
 DEAD: Final = 0b1000
 
 # One segment: uuid, start, end, max timestamp, event timestamp (int64), size, broker,
-# first epoch pair (int32), then flags (low byte) | epoch pair count << 8. Little-endian
+# first epoch pair or -(inline epoch + 1) (int32), then flags (low byte) | count << 8. Little-endian
 # whatever the host, so a block needs no byte swapping for its records.
 RECORD: Final = struct.Struct("<16sqqqqiiiI")
 WIDTH: Final = 64
 assert RECORD.size == WIDTH
 _END, _EVENT_TS, _SIZE, _BROKER, _FIRST, TAIL = 24, 40, 48, 52, 56, 60  # field offsets
-MANY: Final = 0xFFFFFF  # count field saturated: the next record's ep_first bounds the pairs
+MANY: Final = 0xFFFFFF  # count field saturated: the next record's first pair bounds them
+_INLINE_MAX: Final = (1 << 31) - 2  # largest epoch that fits inline as -(epoch + 1)
 _I64: Final = struct.Struct("<q")
 _I32: Final = struct.Struct("<i")
 _U32: Final = struct.Struct("<I")
@@ -250,6 +254,12 @@ class SegmentColumns:
 
     # ---- writes --------------------------------------------------------------------------------
 
+    def _place(self, start: int, flat_epochs: Sequence[int]) -> tuple[int, int]:
+        """(first field, count field) of a new row with these epoch pairs."""
+        if len(flat_epochs) == 2 and flat_epochs[1] == start and 0 <= flat_epochs[0] <= _INLINE_MAX:
+            return -flat_epochs[0] - 1, 1
+        return self.pairs, min(len(flat_epochs) >> 1, MANY)
+
     def _push(self, record: bytes, flat_epochs: Iterable[int]) -> int:
         # Packed first (by the callers), so a value out of range changes nothing.
         self.thaw()
@@ -261,11 +271,11 @@ class SegmentColumns:
     def append(self, m: RemoteLogSegmentMetadata) -> int:
         """Add ``m`` as a new (live) row; returns its row number."""
         raw = m.remote_log_segment_id.id.bytes
-        epochs = m.segment_leader_epochs
         flat: list[int] = []
-        for epoch, start in epochs.items():
+        for epoch, start in m.segment_leader_epochs.items():
             flat += (epoch, start)
         flags = int(m.state) | (TXN_EMPTY if m.txn_index_empty else 0)
+        first, count = self._place(m.start_offset, flat)
         record = RECORD.pack(
             raw,
             m.start_offset,
@@ -274,10 +284,10 @@ class SegmentColumns:
             m.event_timestamp_ms,
             m.segment_size_in_bytes,
             m.broker_id,
-            self.pairs,
-            flags | min(len(epochs), MANY) << 8,
+            first,
+            flags | count << 8,
         )
-        row = self._push(record, flat)
+        row = self._push(record, flat if first >= 0 else ())
         if m.custom_metadata is not None:
             self.custom[row] = m.custom_metadata
         if self.table is not None:
@@ -298,11 +308,11 @@ class SegmentColumns:
         if len(raw) != 16 or not flat_epochs or len(flat_epochs) % 2 or not 0 <= state <= 3:
             raise ValueError(f"row {len(self)}: malformed segment fields")
         flags = state | (TXN_EMPTY if txn else 0)
-        count = min(len(flat_epochs) >> 1, MANY)
+        first, count = self._place(start, flat_epochs)
         record = RECORD.pack(
-            raw, start, end, max_ts, event_ts, size, broker, self.pairs, flags | count << 8
+            raw, start, end, max_ts, event_ts, size, broker, first, flags | count << 8
         )
-        row = self._push(record, flat_epochs)
+        row = self._push(record, flat_epochs if first >= 0 else ())
         if custom is not None:
             self.custom[row] = custom
         self.table = None
@@ -345,11 +355,12 @@ class SegmentColumns:
         eps = self.eps
         new_eps = array("q")
         for r in keep:
-            a, b = self._pair_bounds(r)
             record = recs[r << 6 : (r + 1) << 6]
-            _I32.pack_into(record, _FIRST, len(new_eps) >> 1)
+            if _I32.unpack_from(record, _FIRST)[0] >= 0:
+                a, b = self._pair_bounds(r)
+                _I32.pack_into(record, _FIRST, len(new_eps) >> 1)
+                new_eps += eps[2 * a : 2 * b]
             out += record
-            new_eps += eps[2 * a : 2 * b]
         self.recs, self.eps = out, new_eps
         self.custom = {remap[r]: v for r, v in self.custom.items()}
         self.dead = 0
@@ -421,7 +432,7 @@ class SegmentColumns:
         return bytes(self.recs[row << 6 : (row << 6) + 16])
 
     def firsts(self) -> Sequence[int]:
-        """Every record's first epoch pair (for the block checks)."""
+        """Every record's first field (for the block checks; negative: an inline epoch)."""
         if NATIVE == "little" and len(self):
             return memoryview(self.recs).cast("i")[_FIRST >> 2 :: WIDTH >> 2]
         return [r[7] for r in RECORD.iter_unpack(self.recs)]
@@ -442,16 +453,22 @@ class SegmentColumns:
                 yield row
 
     def _pair_bounds(self, row: int) -> tuple[int, int]:
+        """Pairs ``[a, b)`` of ``eps`` of a row whose epochs are not inline."""
         first, tail = _FIRST_TAIL.unpack_from(self.recs, (row << 6) + _FIRST)
         count = tail >> 8
         if count != MANY:
             return first, first + count
-        if row + 1 < len(self):
-            return first, _I32.unpack_from(self.recs, ((row + 1) << 6) + _FIRST)[0]
+        for later in range(row + 1, len(self)):
+            bound = _I32.unpack_from(self.recs, (later << 6) + _FIRST)[0]
+            if bound >= 0:
+                return first, bound
         return first, self.pairs
 
     def epoch_items(self, row: int) -> list[tuple[int, int]]:
         """The segment's (leader epoch, start offset) pairs, ascending."""
+        start, first = _START_FIRST.unpack_from(self.recs, row << 6)
+        if first < 0:
+            return [(-first - 1, start)]
         a, b = self._pair_bounds(row)
         eps = self.eps
         return list(zip(eps[2 * a : 2 * b : 2], eps[2 * a + 1 : 2 * b : 2], strict=True))
@@ -478,12 +495,14 @@ class SegmentColumns:
 
     def metadata(self, tp: TopicIdPartition, row: int) -> RemoteLogSegmentMetadata:
         """A new RemoteLogSegmentMetadata of ``row`` (the hot path of every point lookup)."""
-        # One unpack of one record (one cache line), then one epoch pair (one more).
+        # One unpack of one record (one cache line), which usually holds the epoch too.
         raw, start, end, max_ts, event_ts, size, broker, first, tail = _unpack_record(
             self.recs, row << 6
         )
-        eps = self.eps
-        if tail >> 8 == 1:
+        if first < 0:
+            epochs = {-first - 1: start}
+        elif tail >> 8 == 1:
+            eps = self.eps
             epochs = {eps[2 * first]: eps[2 * first + 1]}
         else:
             epochs = dict(self.epoch_items(row))
@@ -528,6 +547,7 @@ class SegmentColumns:
 
 
 _KEY: Final = struct.Struct("<16sqq")
+_START_FIRST: Final = struct.Struct("<16xq32xi")  # (start offset, first field)
 
 
 def packed_rows(values: Iterable[int]) -> array[int]:

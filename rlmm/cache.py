@@ -328,8 +328,14 @@ class RemoteLogMetadataCache:
         if not i or offset > state.ends[i - 1]:
             return None
         row = state.rows[i - 1]
-        found = self._memo.get(row)
-        return found if found is not None else self.segment_at(row)
+        memo = self._memo
+        found = memo.get(row)
+        if found is None:
+            found = self.columns.metadata(self.topic_id_partition, row)
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[row] = found
+        return found
 
     def highest_offset_for_epoch(self, leader_epoch: int) -> int | None:
         state = self.epochs.get(leader_epoch)
@@ -404,10 +410,7 @@ class RemoteLogMetadataCache:
         epochs = [
             [
                 epoch,
-                [
-                    [start, cols.uuid_bytes(r)]
-                    for start, r in zip(st.starts, st.rows, strict=True)
-                ],
+                [[start, cols.uuid_bytes(r)] for start, r in zip(st.starts, st.rows, strict=True)],
                 [cols.uuid_bytes(r) for r in st.unreferenced_rows],
                 st.highest_offset,
             ]

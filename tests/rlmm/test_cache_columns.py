@@ -180,6 +180,7 @@ def v3_block(cache: RemoteLogMetadataCache) -> bytes:
         ep_first.append(at)
         at += len(items)
     pairs = [pair for items in flat for pair in items]
+    header[3] = len(pairs)  # version 3 keeps every epoch in the flat columns
     columns: list[Any] = [uuids]
     columns += [array("q", [r[k] for r in records]) for k in (1, 2, 3, 4)]
     columns.append(array("q", [start for _, start in pairs]))
@@ -254,3 +255,27 @@ def test_a_record_is_one_aligned_cache_line() -> None:
     records_at = len(block) - len(rest)
     assert RECORD.size == 64 and records_at % 8 == 0
     assert bytes(cache.columns.recs) == rest[: 64 * len(cache.columns)]
+
+
+def test_a_single_epoch_from_the_segment_start_is_inline() -> None:
+    cache = RemoteLogMetadataCache(TP)
+    inline = segment(TP, 0, 9, {4: 0})
+    apart = segment(TP, 10, 19, {4: 8})  # the epoch began before the segment
+    huge = segment(TP, 20, 29, {(1 << 31) - 1: 20})  # too big to store as -(epoch + 1)
+    for m in (inline, apart, huge):
+        cache.add_copy_in_progress_segment(m)
+        cache.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED))
+    firsts = [r[7] for r in RECORD.iter_unpack(cache.columns.recs)]
+    assert firsts == [-5, 0, 1] and cache.columns.pairs == 2
+    listed = cache.list_remote_log_segments()
+    assert [m.remote_log_segment_id for m in listed] == [
+        m.remote_log_segment_id for m in (inline, apart, huge)
+    ]
+    assert [m.segment_leader_epochs for m in listed] == [
+        m.segment_leader_epochs for m in (inline, apart, huge)
+    ]
+    for epoch, offset, m in ((4, 5, inline), (4, 15, apart), ((1 << 31) - 1, 25, huge)):
+        found = cache.remote_log_segment_metadata(epoch, offset)
+        assert found is not None and found.remote_log_segment_id == m.remote_log_segment_id
+    again = RemoteLogMetadataCache.from_block(TP, cache.to_block())
+    assert reads(again) == reads(cache)
