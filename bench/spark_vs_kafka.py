@@ -78,6 +78,7 @@ HOUR_MS = 3_600_000
 ROLL_MS = 6 * HOUR_MS
 FIXED_RECORDS = 500  # per partition: the tiny query that measures Spark's fixed cost
 MANY_PARTITIONS = 40  # the same tiny query cut into this many input partitions
+FIXED_RUNS = 5  # best of
 TARGETS = {"full_scan": 3.0, "window": 20.0}
 
 # Records with explicit CreateTime timestamps, spread evenly over [t0, t1): Kafka's
@@ -371,30 +372,53 @@ def archive_plan(config: Path, topic: str, ending: str, w0: int | None, w1: int 
     }
 
 
-def analysis(out: dict[str, Any], middle: int, fixed_b: float, records: int) -> dict[str, Any]:
-    """What the targets would need, next to what was measured."""
+def analysis(out: dict[str, Any], middle: int, records: int) -> dict[str, Any]:
+    """What the targets would need, next to what was measured: CPU per side, and each
+    measured wall time split into Spark's cost per query, its cost per input partition
+    (times the partitions planned) and the rest (the records)."""
 
     def cpu(m: dict[str, Any]) -> float:
         c = m["cpu_s"]
         return float(c["broker"] + c["spark_jvm"] + c["python_workers"])
 
+    fixed = out["spark_fixed_cost_s"]
+
+    def split(m: dict[str, Any], source: str, partitions: int) -> dict[str, float]:
+        per_query = fixed["per_query"][source]
+        per_partitions = max(fixed["per_input_partition"][source], 0.0) * partitions
+        return {
+            "wall": m["wall_s"],
+            "spark_per_query": per_query,
+            "spark_per_input_partition_x_partitions": round(per_partitions, 3),
+            "records": round(max(m["wall_s"] - per_query - per_partitions, 0.0), 3),
+        }
+
     full = out["full_scan"]
     a, b = full["a_kafka_source"], full["b_kafka_archive"]
+    parts = full["input_partitions"]
     result: dict[str, Any] = {
         "full_scan_cpu_s": {"kafka_source": round(cpu(a), 2), "kafka_archive": round(cpu(b), 2)},
         "full_scan_cpu_ratio": round(cpu(a) / cpu(b), 2) if cpu(b) else None,
         "full_scan_kafka_archive_wall_for_target_s": round(a["wall_s"] / TARGETS["full_scan"], 3),
-        "kafka_archive_fixed_cost_per_query_s": round(fixed_b, 3),
+        "full_scan_wall_split_s": {
+            "kafka_source": split(a, "kafka_source", parts["kafka_source"]),
+            "kafka_archive": split(b, "kafka_archive", parts["kafka_archive"]),
+        },
     }
     window = out["windows"].get(f"hour_{middle}")
     if window is not None:
         wa = window["a_kafka_source_where"]
         wb = window["b_kafka_archive_where_pushed_down"]
+        wparts = window["input_partitions"]
         result.update(
             {
                 f"window_hour_{middle}_kafka_archive_wall_for_target_s": round(
                     wa["wall_s"] / TARGETS["window"], 3
                 ),
+                f"window_hour_{middle}_wall_split_s": {
+                    "kafka_source": split(wa, "kafka_source", wparts["kafka_source"]),
+                    "kafka_archive": split(wb, "kafka_archive", wparts["kafka_archive"]),
+                },
                 f"window_hour_{middle}_records_read": {
                     "kafka_source": wa["records_read"],
                     "kafka_archive": wb["records_read"],
@@ -508,15 +532,38 @@ def main() -> None:
 
         def fixed_cost(df: Callable[[], Any]) -> float:
             walls = []
-            for _ in range(4):  # the first one warms up
+            for _ in range(FIXED_RUNS + 1):  # the first one warms up
                 t0 = time.perf_counter()
                 n, _b = aggregate(df())
                 walls.append(time.perf_counter() - t0)
                 assert n == FIXED_RECORDS * args.partitions, n
             return min(walls[1:])
 
+        full = timed(
+            {"a": lambda: aggregate(kafka()), "b": lambda: aggregate(archive())},
+            args.repeat,
+            broker_pid,
+        )
+        windows = []
+        for hour in starts:
+            w0 = t_start + hour * HOUR_MS
+            w1 = w0 + args.window_hours * HOUR_MS
+            cond = f"timestamp >= {sql_ts(w0)} AND timestamp < {sql_ts(w1)}"
+            by_ts = {"startingTimestamp": str(w0), "endingTimestamp": str(w1)}
+            w = timed(
+                {
+                    "a": lambda c=cond: aggregate(kafka().where(c)),
+                    "b": lambda c=cond: aggregate(archive().where(c)),
+                    "c": lambda c=cond, o=by_ts: aggregate(kafka(**o).where(c)),
+                },
+                args.repeat,
+                broker_pid,
+            )
+            windows.append((hour, w0, w1, cond, by_ts, w))
+
         # Spark's cost per query (planning, scheduling, a 1,000-record read on 2 input
-        # partitions), and per input partition (the same records on MANY_PARTITIONS).
+        # partitions), and per input partition (the same records on MANY_PARTITIONS);
+        # measured last, on a warm session.
         tiny_parts = max(SPARK_CORES, args.partitions)
         fixed_a = fixed_cost(lambda: kafka(tiny))
         fixed_b = fixed_cost(lambda: archive(tiny))
@@ -536,17 +583,13 @@ def main() -> None:
                 ).rdd.getNumPartitions(),
             },
             "note": (
-                f"best of 3 (after one) reads of {FIXED_RECORDS} records per partition on"
-                f" {tiny_parts} input partitions (per query), and on {MANY_PARTITIONS}:"
-                " the difference per extra input partition"
+                f"best of {FIXED_RUNS} (after one) reads of {FIXED_RECORDS} records per"
+                f" partition on {tiny_parts} input partitions (per query), and on"
+                f" {MANY_PARTITIONS}: the difference per extra input partition (wall time"
+                f" on local[{SPARK_CORES}])"
             ),
         }
 
-        full = timed(
-            {"a": lambda: aggregate(kafka()), "b": lambda: aggregate(archive())},
-            args.repeat,
-            broker_pid,
-        )
         a, b = full["a"], full["b"]
         if not (a["rows"] == b["rows"] == args.records and a["value_bytes"] == b["value_bytes"]):
             failed.append(f"full scan: kafka {a['rows']}/{a['value_bytes']}, "
@@ -571,20 +614,7 @@ def main() -> None:
         }
 
         out["windows"] = {}
-        for hour in starts:
-            w0 = t_start + hour * HOUR_MS
-            w1 = w0 + args.window_hours * HOUR_MS
-            cond = f"timestamp >= {sql_ts(w0)} AND timestamp < {sql_ts(w1)}"
-            by_ts = {"startingTimestamp": str(w0), "endingTimestamp": str(w1)}
-            w = timed(
-                {
-                    "a": lambda c=cond: aggregate(kafka().where(c)),
-                    "b": lambda c=cond: aggregate(archive().where(c)),
-                    "c": lambda c=cond, o=by_ts: aggregate(kafka(**o).where(c)),
-                },
-                args.repeat,
-                broker_pid,
-            )
+        for hour, w0, w1, cond, by_ts, w in windows:
             wa, wb, wc = w["a"], w["b"], w["c"]
             sides = {(m["rows"], m["value_bytes"]) for m in (wa, wb, wc)}
             if len(sides) != 1 or wa["rows"] == 0:
@@ -611,7 +641,7 @@ def main() -> None:
                 entry["target"] = TARGETS["window"]
                 entry["met"] = ratio >= TARGETS["window"]
             out["windows"][f"hour_{hour}"] = entry
-        out["where_the_time_goes"] = analysis(out, middle, fixed_b, args.records)
+        out["where_the_time_goes"] = analysis(out, middle, args.records)
         out["failed"] = failed
     finally:
         if spark is not None:
