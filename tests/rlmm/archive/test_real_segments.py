@@ -71,7 +71,9 @@ def kafka_python_rows(pdir: PartitionDir) -> list[tuple[Any, ...]]:
     return out
 
 
-def test_real_segments_read_as_kafka_python_decodes_them(tmp_path: Path) -> None:
+def test_real_segments_read_as_kafka_python_decodes_them(tmp_path: Path, monkeypatch: Any) -> None:
+    import rlmm.archive.reader as reader
+
     logs = tmp_path / "logs"
     dirs = [
         as_partition_dir(TIMEINDEX_TEST, logs / "timeindex_test-0"),
@@ -86,13 +88,24 @@ def test_real_segments_read_as_kafka_python_decodes_them(tmp_path: Path) -> None
     asyncio.run(offload(config, dirs, skip_active=False))
     with open_metadata_view(config) as view:
         for pdir in dirs:
-            for slice_bytes in (1 << 30, 64 * 1024):
+            # Default batches, and small ones built 7 rows at a time and concatenated
+            # (chunks of magic 0/1 and v2 batches, of both timestamp types, in one batch).
+            for slice_bytes, build_rows, batch_rows in [
+                (1 << 30, reader.BUILD_ROWS, reader.DEFAULT_BATCH_ROWS),
+                (64 * 1024, reader.BUILD_ROWS, reader.DEFAULT_BATCH_ROWS),
+                (1 << 30, 7, 100),
+            ]:
+                monkeypatch.setattr(reader, "BUILD_ROWS", build_rows)
                 request = ReadRequest(
                     topics=(pdir.topic,), include_headers=True, max_slice_bytes=slice_bytes
                 )
                 slices = plan_slices(view, request, config.remote_options())
-                got = [r[:5] for piece in slices for r in rows(read_slice(piece))]
-                assert got == kafka_python_rows(pdir), (pdir.topic, slice_bytes)
+                got = [
+                    r[:5]
+                    for piece in slices
+                    for r in rows(read_slice(piece, batch_rows=batch_rows))
+                ]
+                assert got == kafka_python_rows(pdir), (pdir.topic, slice_bytes, build_rows)
                 assert len(got) > 0
     assert len(kafka_python_rows(dirs[0])) == 15363
 
