@@ -65,6 +65,7 @@ from bench._machine import machine
 from rlmm.offload.logdir import read_offset_checkpoint
 from tests.fixtures.apache_kafka import (
     KAFKA_VERSION,
+    SPARK_KAFKA_VERSION,
     ApacheKafkaBroker,
     classpath,
     require_tools,
@@ -455,6 +456,7 @@ def main() -> None:
         "bench": "spark_vs_kafka",
         "machine": machine(),
         "kafka": KAFKA_VERSION,
+        "pyspark": SPARK_KAFKA_VERSION,
         "records": args.records,
         "record_size": args.record_size,
         "partitions": args.partitions,
