@@ -11,6 +11,7 @@ from __future__ import annotations
 from rlmm.archive.columns import kafka_schema
 from rlmm.archive.errors import ArchiveError, CorruptBatchError, DataLossError
 from rlmm.archive.lineage import Gap, LineageRange
+from rlmm.archive.packing import OPEN_COST_BYTES, pack_slices
 from rlmm.archive.planner import plan_slices, select_partitions
 from rlmm.archive.reader import read_slice
 from rlmm.archive.request import (
@@ -34,6 +35,7 @@ from rlmm.archive.where import RowBounds, comparison_bounds
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "OPEN_COST_BYTES",
     "READ_COMMITTED",
     "READ_UNCOMMITTED",
     "ArchiveError",
@@ -51,6 +53,7 @@ __all__ = [
     "kafka_schema",
     "load_metadata_view",
     "open_metadata_view",
+    "pack_slices",
     "plan_slices",
     "read_slice",
     "remote_storage_for",

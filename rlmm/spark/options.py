@@ -4,10 +4,11 @@ Names and meanings follow Spark's Kafka source (``subscribe``, ``subscribePatter
 ``assign``, ``startingOffsets`` / ``endingOffsets`` with their per-partition JSON and
 -2 / -1, ``startingTimestamp`` / ``endingTimestamp``, ``startingOffsetsByTimestamp`` /
 ``endingOffsetsByTimestamp``, ``includeHeaders``, ``failOnDataLoss``, ``minPartitions``,
-``maxRecordsPerPartition``); ours are ``isolationLevel``, ``config`` (the rlmm TOML)
-and ``rlmm.<section>.<key>`` overrides of it. Options only meaningful to a live
-consumer (``kafka.*``, streaming rate limits) are accepted and ignored, so switching
-``format("kafka")`` to ``format("kafka-archive")`` is one word.
+``maxRecordsPerPartition``); ours are ``isolationLevel``, ``maxBytesPerPartition``
+and ``openCostInBytes`` (how slices are cut and grouped into input partitions),
+``config`` (the rlmm TOML) and ``rlmm.<section>.<key>`` overrides of it. Options only
+meaningful to a live consumer (``kafka.*``, streaming rate limits) are accepted and
+ignored, so switching ``format("kafka")`` to ``format("kafka-archive")`` is one word.
 
 Invariant: ``parse_options`` either returns a valid, picklable ``KafkaArchiveOptions``
 or raises ``KafkaArchiveOptionError`` naming the option; it imports neither pyspark
@@ -51,6 +52,7 @@ _OURS = (
     "maxRecordsPerPartition",
     "isolationLevel",
     "maxBytesPerPartition",
+    "openCostInBytes",
     "config",
 )
 SPELLING = {name.lower(): name for name in _OURS}
@@ -91,6 +93,7 @@ class KafkaArchiveOptions:
     max_records_per_partition: int | None = None
     isolation_level: str = READ_UNCOMMITTED
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
+    open_cost_in_bytes: int | None = None  # None: rlmm.archive.packing's default
     ignored: tuple[str, ...] = field(default=())
 
     @property
@@ -348,6 +351,7 @@ def parse_options(options: Mapping[str, str]) -> KafkaArchiveOptions:
         isolation_level=level,
         max_bytes_per_partition=_positive_int(options, "maxBytesPerPartition")
         or DEFAULT_MAX_BYTES_PER_PARTITION,
+        open_cost_in_bytes=_int_at_least(options, "openCostInBytes", 0, "a non-negative integer"),
         ignored=tuple(sorted(ignored)),
         **_subscription(options),
     )

@@ -1,12 +1,13 @@
 """Driver-side planning of a kafka-archive read: options -> archive slices -> input partitions.
 
 Job: load the rlmm configuration the options name, check the subscription against
-the archive (at ``load()``), and plan through ``rlmm.archive.plan_slices``: one Spark
-input partition per slice, with ``minPartitions`` and ``maxRecordsPerPartition``
-met first by planning smaller slices (cut at offset-index positions, so no byte is
-fetched twice) and, where one index interval is still too many records, by cutting
-a slice's offset range (those pieces share a byte range; each keeps only its own
-offsets).
+the archive (at ``load()``), and plan through ``rlmm.archive.plan_slices``, with
+``minPartitions`` and ``maxRecordsPerPartition`` met first by planning smaller slices
+(cut at offset-index positions, so no byte is fetched twice) and, where one index
+interval is still too many records, by cutting a slice's offset range (those pieces
+share a byte range; each keeps only its own offsets). Then ``rlmm.archive.pack_slices``
+groups consecutive slices into Spark input partitions (Spark's file-source rule, with
+``maxBytesPerPartition`` as the group size), so small segments are not a task each.
 
 Invariants: the slices returned tile each partition's requested offsets, in order,
 without overlap (no record twice); a local remote storage root is made absolute
@@ -124,6 +125,22 @@ def plan(options: KafkaArchiveOptions, where: RowBounds | None = None) -> list[S
     return split_by_offsets(slices, options)
 
 
+def plan_groups(
+    options: KafkaArchiveOptions, where: RowBounds | None = None
+) -> list[tuple[Slice, ...]]:
+    """The slices of one read (``plan``) grouped into Spark input partitions."""
+    from rlmm.archive import OPEN_COST_BYTES, pack_slices
+
+    open_cost = options.open_cost_in_bytes
+    return pack_slices(
+        plan(options, where),
+        options.max_bytes_per_partition,
+        min_groups=options.min_partitions or 1,
+        max_group_records=options.max_records_per_partition,
+        open_cost_bytes=OPEN_COST_BYTES if open_cost is None else open_cost,
+    )
+
+
 def _replan(
     view: MetadataView,
     options: KafkaArchiveOptions,
@@ -185,4 +202,11 @@ def split_by_offsets(slices: list[Slice], options: KafkaArchiveOptions) -> list[
     return out
 
 
-__all__ = ["check_subscription", "plan", "remote_options", "rlmm_config", "split_by_offsets"]
+__all__ = [
+    "check_subscription",
+    "plan",
+    "plan_groups",
+    "remote_options",
+    "rlmm_config",
+    "split_by_offsets",
+]

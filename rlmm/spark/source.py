@@ -2,17 +2,17 @@
 
 Job: a thin layer over ``rlmm.archive``. ``__init__`` (at ``load()``, on the driver)
 parses and validates the options into a ``KafkaArchiveOptions`` and checks the
-subscription against the archive; ``partitions()`` (on the driver) plans one input
-partition per archive slice; ``read()`` (on an executor) fetches and decodes one
-slice into Arrow batches. ``pushFilters`` (Spark >= 4.1, on the driver, before
-``partitions()``) turns the query's comparisons on ``topic``, ``partition``,
-``offset`` and ``timestamp`` into ``rlmm.archive.RowBounds``, which planning prunes
-with and readers filter rows with.
+subscription against the archive; ``partitions()`` (on the driver) plans archive
+slices and groups consecutive ones into input partitions; ``read()`` (on an executor)
+fetches and decodes its group's slices, one after the other, into Arrow batches.
+``pushFilters`` (Spark >= 4.1, on the driver, before ``partitions()``) turns the
+query's comparisons on ``topic``, ``partition``, ``offset`` and ``timestamp`` into
+``rlmm.archive.RowBounds``, which planning prunes with and readers filter rows with.
 
 Invariants: pushed filters only ever remove rows the query drops: every filter is
 handed back to Spark as not handled, so Spark still applies them all and a query's
 result is the same with or without pushdown; an input partition carries everything
-its reader needs (the slice: segment metadata, byte and offset range, aborted
+its reader needs (its slices: segment metadata, byte and offset range, aborted
 transactions, remote storage options) and never a path to the driver's event log or
 snapshots, so executors on other machines only need to reach remote storage; this
 module imports neither pyarrow, boto3 nor the archive reader at import time.
@@ -20,8 +20,9 @@ module imports neither pyarrow, boto3 nor the archive reader at import time.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -88,11 +89,12 @@ def kafka_struct(include_headers: bool) -> StructType:
 
 
 class SlicePartition(InputPartition):
-    """One Spark input partition: one archive slice (a small picklable value)."""
+    """One Spark input partition: archive slices its task reads one after the other
+    (a small picklable value)."""
 
-    def __init__(self, piece: Slice | None) -> None:
-        super().__init__(None if piece is None else str(piece))
-        self.slice = piece
+    def __init__(self, pieces: Sequence[Slice]) -> None:
+        super().__init__("; ".join(map(str, pieces)))
+        self.slices = tuple(pieces)
 
 
 # Spark's pushed filter classes -> the comparison each stands for. EqualNullSafe is
@@ -145,19 +147,26 @@ class KafkaArchiveReader(DataSourceReader):
         return filters
 
     def partitions(self) -> list[InputPartition]:
-        from rlmm.spark.planning import plan
+        from rlmm.spark.planning import plan_groups
 
-        slices = plan(self.options, self.where)
-        log.info("kafka-archive: %d input partitions (one per slice)", len(slices))
-        return [SlicePartition(piece) for piece in slices]
+        groups = plan_groups(self.options, self.where)
+        log.info(
+            "kafka-archive: %d slices in %d input partitions",
+            sum(map(len, groups)),
+            len(groups),
+        )
+        return [SlicePartition(group) for group in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        piece = getattr(partition, "slice", None)
-        if piece is None:  # Spark's stand-in when there is nothing to read
+        # Spark's own stand-in partition (nothing planned) has no slices.
+        pieces: tuple[Slice, ...] = getattr(partition, "slices", ())
+        if not pieces:
             return iter(())
         from rlmm.archive import read_slice
 
-        return read_slice(piece, batch_rows=ARROW_BATCH_ROWS)
+        return itertools.chain.from_iterable(
+            read_slice(piece, batch_rows=ARROW_BATCH_ROWS) for piece in pieces
+        )
 
 
 class KafkaArchiveDataSource(DataSource):

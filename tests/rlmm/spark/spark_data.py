@@ -22,6 +22,10 @@ from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.model import TopicIdPartition
 from tests.rlmm.archive.archive_data import copy_segment, make_config, rows
 
+# An open cost as large as an input partition's bytes: one input partition per slice,
+# so a test can count the slices a read planned.
+UNPACKED = {"openCostInBytes": str(128 * 1024 * 1024)}
+
 
 def overrides(config: RlmmConfig) -> dict[str, str]:
     """The ``rlmm.*`` options that name ``config`` inline (no TOML file)."""

@@ -45,6 +45,7 @@ def test_every_option(toml: str) -> None:
             "maxrecordsperpartition": "1000",
             "isolationlevel": "read_committed",
             "maxbytesperpartition": "1048576",
+            "opencostinbytes": "0",
             "kafka.bootstrap.servers": "broker:9092",  # accepted, ignored
             "maxoffsetspertrigger": "10",
         }
@@ -56,6 +57,7 @@ def test_every_option(toml: str) -> None:
     assert (parsed.min_partitions, parsed.max_records_per_partition) == (8, 1000)
     assert parsed.isolation_level == "read_committed"
     assert parsed.max_bytes_per_partition == 1 << 20
+    assert parsed.open_cost_in_bytes == 0
     assert parsed.ignored == ("kafka.bootstrap.servers", "maxoffsetspertrigger")
 
 
@@ -104,6 +106,7 @@ def test_inline_overrides_without_a_file(tmp_path: Path) -> None:
         ({"subscribe": "a", "failOnDataLoss": "1"}, "failOnDataLoss", "true or false"),
         ({"subscribe": "a", "minPartitions": "0"}, "minPartitions", "positive"),
         ({"subscribe": "a", "maxRecordsPerPartition": "x"}, "maxRecordsPerPartition", "positive"),
+        ({"subscribe": "a", "openCostInBytes": "-1"}, "openCostInBytes", "non-negative"),
         ({"subscribe": "a", "isolationLevel": "serializable"}, "isolationLevel", "read_committed"),
         ({"subscribe": "a", "kafka.isolation.level": "x"}, "kafka.isolation.level", "read_"),
         ({"subscribe": "a", "subscription": "a"}, "subscription", "not an option"),

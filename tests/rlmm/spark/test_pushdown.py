@@ -1,6 +1,6 @@
 """Filter pushdown of ``format("kafka-archive")`` on local[2]: Spark's pushed filters
 become bounds (``filter_bounds``), a filtered read returns exactly the rows Spark's
-own filtering of the whole read gives, and it plans fewer input partitions."""
+own filtering of the whole read gives, and it plans fewer slices."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from rlmm.archive import RowBounds
 from rlmm.spark import FILTER_PUSHDOWN_CONF
 from rlmm.spark.source import filter_bounds
 from tests.rlmm.archive.timeline_data import BASE_TS, OUT_OF_ORDER, TOPIC, write_timeline
-from tests.rlmm.spark.spark_data import overrides, read
+from tests.rlmm.spark.spark_data import UNPACKED, overrides, read
 
 pytestmark = pytest.mark.spark
 
@@ -66,7 +66,8 @@ def test_filter_bounds_of_spark_s_filters() -> None:
 @pytest.fixture(scope="module")
 def timeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     config, _ = write_timeline(tmp_path_factory.mktemp("spark-timeline"))
-    return {**overrides(config), "subscribe": TOPIC}
+    # One input partition per slice, so the tests can count what planning pruned.
+    return {**overrides(config), "subscribe": TOPIC, **UNPACKED}
 
 
 def collected(df: Any) -> list[tuple[Any, ...]]:

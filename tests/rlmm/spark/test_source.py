@@ -30,6 +30,7 @@ from tests.rlmm.archive.archive_data import (
 )
 from tests.rlmm.archive.test_real_segments import as_partition_dir, kafka_python_rows
 from tests.rlmm.spark.spark_data import (
+    UNPACKED,
     copy_segments,
     overrides,
     read,
@@ -69,11 +70,15 @@ def test_every_codec_record_by_record_with_spark_s_kafka_schema(
     # Without includeHeaders: exactly Spark's Kafka columns.
     plain = read(registered, config=str(toml), subscribe="h-none")
     assert [(f.name, f.dataType.simpleString()) for f in plain.schema.fields] == KAFKA_COLUMNS
-    # One Spark partition per slice: here one per archived segment.
+    # One slice per archived segment; small slices share an input partition (here all
+    # of them), unless opening one is said to cost a whole partition's bytes.
     config = make_config(toml.parent / "rlmm")
     with open_metadata_view(config) as view:
         segments = len(view.lineage(view.find("h-none", 0)))  # type: ignore[arg-type]
-    assert plain.rdd.getNumPartitions() == segments > 4
+    assert plain.rdd.getNumPartitions() == 1
+    one_each = read(registered, config=str(toml), subscribe="h-none", **UNPACKED)
+    assert one_each.rdd.getNumPartitions() == segments > 4
+    assert spark_rows(one_each) == spark_rows(plain)
 
 
 @pytest.mark.parametrize("codec", ["none", "zstd"])
@@ -147,7 +152,9 @@ def test_slice_boundaries_inside_segments(registered: Any, history: Any) -> None
     partitions (inside transactions too); together they read each record once."""
     toml, written = history
     committed = [e for e in written["none"] if not e.aborted]
-    whole = read(registered, config=str(toml), subscribe="h-none").rdd.getNumPartitions()
+    whole = read(
+        registered, config=str(toml), subscribe="h-none", **UNPACKED
+    ).rdd.getNumPartitions()
     df = read(
         registered,
         config=str(toml),
@@ -233,7 +240,7 @@ def test_s3_through_the_moto_server(registered: Any, s3_endpoint: str, tmp_path:
     from rlmm.spark.source import SlicePartition
 
     slices = plan(parse_options({"subscribe": "s3t", **overrides(config)}))
-    blob = pickle.dumps([SlicePartition(s) for s in slices])
+    blob = pickle.dumps(SlicePartition(slices))
     assert b"spark-archive" in blob and str(tmp_path).encode() not in blob
 
 
