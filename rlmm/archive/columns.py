@@ -133,7 +133,13 @@ class ColumnBuilder:
         pairs = self.header_pairs
         ends = self.header_ends
         with_headers = self.include_headers
-        if lo <= base and last < hi and header.record_count == last - base + 1:
+        ts_lo, ts_hi = self.min_timestamp_ms, self.max_timestamp_ms
+        # A batch with a record after the window: only its records inside the window
+        # are kept (Kafka keeps no smallest timestamp, so each record is looked at).
+        past_end = ts_hi is not None and header.max_timestamp > ts_hi
+        if past_end and log_append:
+            return  # every record has the batch's max timestamp: all after the window
+        if not past_end and lo <= base and last < hi and header.record_count == last - base + 1:
             # The hot path: every record wanted and offsets are base..last, so no
             # per-record offset work; one loop per case keeps the loop body minimal.
             # ``keys.append(x)`` rather than a bound ``ka(x)``: CPython 3.11+ runs the
@@ -175,6 +181,10 @@ class ColumnBuilder:
             o = r.offset
             if o < lo or o >= hi:
                 continue
+            if past_end:
+                t = r.timestamp
+                if t > ts_hi or (ts_lo is not None and t < ts_lo):
+                    continue
             ka(r.key)
             va(r.value)
             oa(o)

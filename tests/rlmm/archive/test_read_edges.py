@@ -14,7 +14,14 @@ import pytest
 
 from remote import PartitionDir, PartitionDirWriter, generate_records
 from remote.segments import RecordBatchReader
-from rlmm.archive import ArchiveError, ReadRequest, open_metadata_view, plan_slices, read_slice
+from rlmm.archive import (
+    ArchiveError,
+    ReadRequest,
+    RowBounds,
+    open_metadata_view,
+    plan_slices,
+    read_slice,
+)
 from rlmm.config import RlmmConfig
 from tests.remote.segments._data import kafka_python_records
 from tests.rlmm.archive.archive_data import make_config, offload, rows
@@ -80,6 +87,13 @@ def test_log_append_time_batches(tmp_path: Path) -> None:
         assert {r[5] for r in got} == {1}  # LogAppendTime
     # Each record carries its batch's max timestamp, not its own create time.
     assert got[0][4] == 1_700_000_000_006
+    # A window: exactly the rows whose batch timestamp is in it (batches stamped after
+    # it are skipped whole, undecoded).
+    stamps = sorted({r[4] for r in got})
+    lo, hi = stamps[2], stamps[5]
+    where = RowBounds(min_timestamp_ms=lo, max_timestamp_ms=hi)
+    window = read_all(config, ReadRequest(topics=("lat",), include_headers=True, where=where))
+    assert window == [r for r in got if lo <= r[4] <= hi] and len(window) == 4 * 7
 
 
 @pytest.mark.parametrize(
