@@ -6,6 +6,7 @@ Names and meanings follow Spark's Kafka source (``subscribe``, ``subscribePatter
 ``endingOffsetsByTimestamp``, ``includeHeaders``, ``failOnDataLoss``, ``minPartitions``,
 ``maxRecordsPerPartition``); ours are ``isolationLevel``, ``maxBytesPerPartition``
 and ``openCostInBytes`` (how slices are cut and grouped into input partitions),
+``filterPushdown``,
 ``config`` (the rlmm TOML) and ``rlmm.<section>.<key>`` overrides of it. Options only
 meaningful to a live consumer (``kafka.*``, streaming rate limits) are accepted and
 ignored, so switching ``format("kafka")`` to ``format("kafka-archive")`` is one word.
@@ -53,6 +54,7 @@ _OURS = (
     "isolationLevel",
     "maxBytesPerPartition",
     "openCostInBytes",
+    "filterPushdown",
     "config",
 )
 SPELLING = {name.lower(): name for name in _OURS}
@@ -94,6 +96,9 @@ class KafkaArchiveOptions:
     isolation_level: str = READ_UNCOMMITTED
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
     open_cost_in_bytes: int | None = None  # None: rlmm.archive.packing's default
+    # None: "auto", on only where Spark keeps a scan's pushdown to that scan (see
+    # rlmm.spark.source.pushdown_is_scan_scoped).
+    filter_pushdown: bool | None = None
     ignored: tuple[str, ...] = field(default=())
 
     @property
@@ -130,6 +135,17 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     text = str(raw).strip().lower()
     if text not in ("true", "false"):
         raise KafkaArchiveOptionError(name, f"must be true or false, got {raw!r}")
+    return text == "true"
+
+
+def _auto_bool(options: Mapping[str, str], name: str) -> bool | None:
+    """``true`` / ``false``, or None for ``auto`` (and unset)."""
+    raw = options.get(name.lower())
+    if raw is None or str(raw).strip().lower() == "auto":
+        return None
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise KafkaArchiveOptionError(name, f"must be auto, true or false, got {raw!r}")
     return text == "true"
 
 
@@ -352,6 +368,7 @@ def parse_options(options: Mapping[str, str]) -> KafkaArchiveOptions:
         max_bytes_per_partition=_positive_int(options, "maxBytesPerPartition")
         or DEFAULT_MAX_BYTES_PER_PARTITION,
         open_cost_in_bytes=_int_at_least(options, "openCostInBytes", 0, "a non-negative integer"),
+        filter_pushdown=_auto_bool(options, "filterPushdown"),
         ignored=tuple(sorted(ignored)),
         **_subscription(options),
     )

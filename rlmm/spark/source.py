@@ -125,6 +125,40 @@ def filter_bounds(filters: list[Filter]) -> RowBounds:
     return bounds
 
 
+_LEAKY_PUSHDOWN = (
+    "this Spark keeps the read a pushdown planned on the loaded DataFrame, and later"
+    " scans of the same DataFrame read it again (filterPushdown=true to prune anyway)"
+)
+
+
+def pushdown_is_scan_scoped(spark_version: str) -> bool:
+    """Whether Spark ``spark_version`` keeps the read that filter pushdown planned to the
+    scan it was planned for.
+
+    Spark 4.1 to 4.3 do not: ``PythonScanBuilder.pushFilters`` stores the partitions and
+    read function it got from the Python reader on the data source object that every
+    scan of one loaded DataFrame shares (``PythonDataSourceV2.setReadInfo``), and a
+    later scan that pushes no filter (``df.count()`` after ``df.where(...).count()``),
+    or a second scan in the same query, plans with it: it reads only what the filtered
+    scan needed, silently. Spark's main branch keeps it in the scan builder (the change
+    that came with limit pushdown, for Spark 5.0)."""
+    try:
+        major = int(spark_version.split(".", 1)[0])
+    except ValueError:
+        return False
+    return major >= 5
+
+
+def pushdown_enabled(options: KafkaArchiveOptions) -> bool:
+    """Whether pushed filters prune this read: ``filterPushdown`` true or false, or
+    (``auto``) only where the running Spark scopes pushdown to one scan."""
+    if options.filter_pushdown is not None:
+        return options.filter_pushdown
+    import pyspark
+
+    return pushdown_is_scan_scoped(pyspark.__version__)
+
+
 class KafkaArchiveReader(DataSourceReader):
     """Plans on the driver (``partitions``), fetches and decodes on executors (``read``).
 
@@ -140,10 +174,19 @@ class KafkaArchiveReader(DataSourceReader):
         self.where: RowBounds | None = None
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
-        """Keep the bounds of ``filters`` for planning; hand every one back to Spark
-        (not handled), so Spark applies them all: pruning never changes a result."""
-        self.where = filter_bounds(filters)
-        log.info("kafka-archive: pushed filters %s -> %s", filters, self.where)
+        """Keep the bounds of ``filters`` for planning, when pushdown is on for this
+        read (``filterPushdown``); hand every filter back to Spark (not handled), so
+        Spark applies them all: pruning never drops a row the query keeps."""
+        bounds = filter_bounds(filters)
+        if pushdown_enabled(self.options):
+            self.where = bounds
+            log.info("kafka-archive: pushed filters %s -> %s", filters, bounds)
+        else:
+            log.info(
+                "kafka-archive: not pruning by %s (filterPushdown is off: %s)",
+                bounds,
+                "set false" if self.options.filter_pushdown is False else _LEAKY_PUSHDOWN,
+            )
         return filters
 
     def partitions(self) -> list[InputPartition]:
@@ -206,4 +249,6 @@ __all__ = [
     "SlicePartition",
     "filter_bounds",
     "kafka_struct",
+    "pushdown_enabled",
+    "pushdown_is_scan_scoped",
 ]

@@ -29,6 +29,10 @@ def test_defaults_are_spark_s(toml: str) -> None:
     assert parsed.include_headers is False
     assert parsed.isolation_level == "read_uncommitted"
     assert parsed.min_partitions is None and parsed.max_records_per_partition is None
+    assert parsed.filter_pushdown is None  # auto
+    assert parse_options({"config": toml, "subscribe": "a", "filterpushdown": "Auto"}) == (
+        parse_options({"config": toml, "subscribe": "a"})
+    )
     assert pickle.loads(pickle.dumps(parsed)) == parsed
 
 
@@ -46,6 +50,7 @@ def test_every_option(toml: str) -> None:
             "isolationlevel": "read_committed",
             "maxbytesperpartition": "1048576",
             "opencostinbytes": "0",
+            "filterpushdown": "TRUE",
             "kafka.bootstrap.servers": "broker:9092",  # accepted, ignored
             "maxoffsetspertrigger": "10",
         }
@@ -57,7 +62,7 @@ def test_every_option(toml: str) -> None:
     assert (parsed.min_partitions, parsed.max_records_per_partition) == (8, 1000)
     assert parsed.isolation_level == "read_committed"
     assert parsed.max_bytes_per_partition == 1 << 20
-    assert parsed.open_cost_in_bytes == 0
+    assert parsed.open_cost_in_bytes == 0 and parsed.filter_pushdown is True
     assert parsed.ignored == ("kafka.bootstrap.servers", "maxoffsetspertrigger")
 
 
@@ -107,6 +112,7 @@ def test_inline_overrides_without_a_file(tmp_path: Path) -> None:
         ({"subscribe": "a", "minPartitions": "0"}, "minPartitions", "positive"),
         ({"subscribe": "a", "maxRecordsPerPartition": "x"}, "maxRecordsPerPartition", "positive"),
         ({"subscribe": "a", "openCostInBytes": "-1"}, "openCostInBytes", "non-negative"),
+        ({"subscribe": "a", "filterPushdown": "yes"}, "filterPushdown", "auto, true or false"),
         ({"subscribe": "a", "isolationLevel": "serializable"}, "isolationLevel", "read_committed"),
         ({"subscribe": "a", "kafka.isolation.level": "x"}, "kafka.isolation.level", "read_"),
         ({"subscribe": "a", "subscription": "a"}, "subscription", "not an option"),

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import (
 
 from rlmm.archive import RowBounds
 from rlmm.spark import FILTER_PUSHDOWN_CONF
-from rlmm.spark.source import filter_bounds
+from rlmm.spark.source import filter_bounds, pushdown_is_scan_scoped
 from tests.rlmm.archive.timeline_data import BASE_TS, OUT_OF_ORDER, TOPIC, write_timeline
 from tests.rlmm.spark.spark_data import UNPACKED, overrides, read
 
@@ -66,8 +66,9 @@ def test_filter_bounds_of_spark_s_filters() -> None:
 @pytest.fixture(scope="module")
 def timeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     config, _ = write_timeline(tmp_path_factory.mktemp("spark-timeline"))
-    # One input partition per slice, so the tests can count what planning pruned.
-    return {**overrides(config), "subscribe": TOPIC, **UNPACKED}
+    # One input partition per slice, so the tests can count what planning pruned;
+    # pruning on whatever the Spark version (each test loads a DataFrame per query).
+    return {**overrides(config), "subscribe": TOPIC, **UNPACKED, "filterPushdown": "true"}
 
 
 def collected(df: Any) -> list[tuple[Any, ...]]:
@@ -121,3 +122,30 @@ def test_a_window_reads_few_partitions(registered: Any, timeline: dict[str, str]
     assert whole.rdd.getNumPartitions() == 38
     assert window.rdd.getNumPartitions() == 2 * (1 + 7)
     assert window.count() == 2 * 60
+
+
+def test_pushdown_is_scan_scoped_from_spark_5() -> None:
+    assert not pushdown_is_scan_scoped("4.1.0") and not pushdown_is_scan_scoped("4.3.1")
+    assert pushdown_is_scan_scoped("5.0.0") and pushdown_is_scan_scoped("5.1.0.dev0")
+    assert not pushdown_is_scan_scoped("unknown")
+
+
+def test_auto_pushdown_stays_off_where_spark_reuses_a_pushed_down_read(
+    registered: Any, timeline: dict[str, str]
+) -> None:
+    """Why ``filterPushdown`` is ``auto``: on this Spark, a DataFrame whose filtered
+    query pruned the read gives its later unfiltered queries the same pruned read."""
+    import pyspark
+
+    auto = {k: v for k, v in timeline.items() if k != "filterPushdown"}
+    total = read(registered, **auto).count()
+    df = read(registered, **auto)
+    assert df.where(WINDOW).count() == 2 * 60
+    assert df.count() == total
+    assert df.where("partition = 1").count() + df.where("partition = 0").count() == total
+    forced = read(registered, **timeline)  # filterPushdown=true
+    assert forced.where(WINDOW).count() == 2 * 60
+    if pushdown_is_scan_scoped(pyspark.__version__):
+        assert forced.count() == total
+    else:  # Spark's reuse, which docs/spark.md warns about
+        assert forced.count() < total
