@@ -139,10 +139,10 @@ def read_counts(
     from pyspark.sql import functions as F
 
     df = reader.load()
-    print(f"kafka-archive ({level}): {df.rdd.getNumPartitions()} input partitions")
+    parts = df.rdd.getNumPartitions()
+    print(f"kafka-archive ({level}): {parts} input partition{'' if parts == 1 else 's'}")
     if show_rows:
-        # A filter planning uses (pushed down): only each partition's first slice is
-        # read. All its rows are shown, so no task is cut short by show()'s limit
+        # Every row the where keeps is shown, so no task is cut short by show()'s limit
         # (Spark's Python worker then prints a BrokenPipeError).
         df.where("offset < 2").selectExpr(
             "topic", "partition", "offset", "timestamp", "CAST(key AS STRING) AS key",
