@@ -17,7 +17,7 @@ from rlmm.archive import close_remote_storage, read_slice
 from rlmm.config import load_config
 from rlmm.secrets import REDACTED, is_secret, redact
 from rlmm.spark import parse_options
-from rlmm.spark.planning import plan
+from rlmm.spark.planning import plan_groups
 from rlmm.spark.source import SlicePartition
 from tests.rlmm.archive.archive_data import archived, expected_rows, offload, rows, write_history
 
@@ -127,13 +127,15 @@ def test_spark_input_partitions_carry_no_secret(s3_endpoint: str, tmp_path: Path
     pdir, expected = write_history(tmp_path / "logs", "sec", 0, "none")
     asyncio.run(offload(config, [pdir]))
     close_remote_storage()
-    slices = plan(parse_options({"subscribe": "sec", "config": str(path)}))
-    blob = pickle.dumps([SlicePartition(s) for s in slices])
+    groups = plan_groups(parse_options({"subscribe": "sec", "config": str(path)}))
+    blob = pickle.dumps([SlicePartition(group) for group in groups])
     assert b"aws-secret-9913" not in blob and b"secret-archive" in blob
     assert str(path).encode() in blob  # where an executor finds the secret again
     # An executor (a fresh process cache) reads the slices with the secret from the file.
     close_remote_storage()
-    got = [r for piece in pickle.loads(blob) for r in rows(read_slice(piece.slice))]
+    got = [
+        r for part in pickle.loads(blob) for piece in part.slices for r in rows(read_slice(piece))
+    ]
     assert got == expected_rows(archived(pdir, expected), headers=False)
 
 
