@@ -580,6 +580,18 @@ class TopicBasedRemoteLogMetadataManager:
     def remote_log_segment_metadata(
         self, tp: TopicIdPartition, leader_epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
+        # Fast path (every remote fetch): an assigned, caught-up partition, decoded, with
+        # no partition delete state: _cache()'s checks without its four calls. Anything
+        # else takes _cache(), which decides (and raises) exactly as before.
+        a = self._assigned.get(tp)
+        if (
+            a is not None
+            and self._applied.get(a.metadata_partition, -1) >= a.ready_offset
+            and tp not in self._store.delete_states
+        ):
+            hot = self._store.caches.hot.get(tp)
+            if hot is not None:
+                return hot.remote_log_segment_metadata(leader_epoch, offset)
         cache = self._cache(tp)
         return None if cache is None else cache.remote_log_segment_metadata(leader_epoch, offset)
 
