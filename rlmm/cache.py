@@ -190,7 +190,16 @@ class SegmentsView(Mapping[RemoteLogSegmentId, RemoteLogSegmentMetadata]):
 class RemoteLogMetadataCache:
     """All remote segments of one user partition, indexed per leader epoch."""
 
-    __slots__ = ("_block", "_memo", "columns", "epochs", "topic_id_partition", "total_size_bytes")
+    __slots__ = (
+        "_block",
+        "_memo",
+        "_memo_next",
+        "_memo_ring",
+        "columns",
+        "epochs",
+        "topic_id_partition",
+        "total_size_bytes",
+    )
 
     def __init__(self, topic_id_partition: TopicIdPartition) -> None:
         self.topic_id_partition = topic_id_partition
@@ -199,6 +208,10 @@ class RemoteLogMetadataCache:
         self.total_size_bytes = 0
         self._block: bytes | None = None  # encoded copy of this exact state, if known
         self._memo: dict[int, RemoteLogSegmentMetadata] = {}
+        # The memo's rows, oldest at _memo_next: each new entry evicts the oldest one, so
+        # no read pays for freeing MEMO_SIZE objects at once.
+        self._memo_ring = [-1] * MEMO_SIZE
+        self._memo_next = 0
 
     @property
     def segments(self) -> SegmentsView:
@@ -215,10 +228,22 @@ class RemoteLogMetadataCache:
             return found
         found = self.columns.metadata(self.topic_id_partition, row)
         if memo:
-            if len(cached) >= MEMO_SIZE:
-                cached.clear()  # cheaper than evicting one (and safe for concurrent readers)
-            cached[row] = found
+            self._remember(row, found)
         return found
+
+    def _remember(self, row: int, found: RemoteLogSegmentMetadata) -> None:
+        """Memoize ``found`` in place of the oldest entry (one object freed per call)."""
+        memo = self._memo
+        ring = self._memo_ring
+        k = self._memo_next
+        old = ring[k]
+        ring[k] = row
+        self._memo_next = (k + 1) % MEMO_SIZE
+        memo[row] = found
+        if old != row:
+            memo.pop(old, None)
+        if len(memo) > MEMO_SIZE:
+            memo.clear()  # concurrent readers raced on the ring: it never grows
 
     def _new_epoch(self, epoch: int) -> RemoteLogLeaderEpochState:
         state = self.epochs[epoch] = RemoteLogLeaderEpochState(self)
@@ -331,10 +356,17 @@ class RemoteLogMetadataCache:
         memo = self._memo
         found = memo.get(row)
         if found is None:
-            found = self.columns.metadata(self.topic_id_partition, row)
-            if len(memo) >= MEMO_SIZE:
+            found = memo[row] = self.columns.metadata(self.topic_id_partition, row)
+            # _remember() inlined
+            ring = self._memo_ring
+            k = self._memo_next
+            old = ring[k]
+            ring[k] = row
+            self._memo_next = (k + 1) % MEMO_SIZE
+            if old != row:
+                memo.pop(old, None)
+            if len(memo) > MEMO_SIZE:
                 memo.clear()
-            memo[row] = found
         return found
 
     def highest_offset_for_epoch(self, leader_epoch: int) -> int | None:
