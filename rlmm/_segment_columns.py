@@ -89,7 +89,10 @@ class _SegmentShadow:
 
 
 _new = object.__new__
-_set_slot = object.__setattr__
+# The uuid's slots set through their descriptors: ~100 ns less a lookup than two
+# object.__setattr__ calls (name lookups), same effect.
+_set_uuid_int = uuid.UUID.__dict__["int"].__set__
+_set_uuid_safe = uuid.UUID.__dict__["is_safe"].__set__
 _UNKNOWN = uuid.SafeUUID.unknown
 _UUID = uuid.UUID
 _PROXY = MappingProxyType
@@ -98,8 +101,8 @@ _PROXY = MappingProxyType
 def _fast_segment_id(tp: TopicIdPartition, n: int) -> RemoteLogSegmentId:
     # uuid.UUID built as _codec_wire's fast path does (FAST_UUID is part of the check).
     u = _new(uuid.UUID)
-    _set_slot(u, "int", n)
-    _set_slot(u, "is_safe", _UNKNOWN)
+    _set_uuid_int(u, n)
+    _set_uuid_safe(u, _UNKNOWN)
     sid = _SegmentIdShadow()
     sid.topic_id_partition = tp  # type: ignore[attr-defined]
     sid.id = u  # type: ignore[attr-defined]
@@ -523,8 +526,8 @@ class SegmentColumns:
             )
         # _fast_segment_id and _fast_metadata inlined: this is most of a lookup's cost.
         u = _new(_UUID)
-        _set_slot(u, "int", n)
-        _set_slot(u, "is_safe", _UNKNOWN)
+        _set_uuid_int(u, n)
+        _set_uuid_safe(u, _UNKNOWN)
         sid = _SegmentIdShadow()
         sid.topic_id_partition = tp  # type: ignore[attr-defined]
         sid.id = u  # type: ignore[attr-defined]
