@@ -6,10 +6,10 @@ Names and meanings follow Spark's Kafka source (``subscribe``, ``subscribePatter
 ``endingOffsetsByTimestamp``, ``includeHeaders``, ``failOnDataLoss``, ``minPartitions``,
 ``maxRecordsPerPartition``); ours are ``isolationLevel``, ``maxBytesPerPartition``
 and ``openCostInBytes`` (how slices are cut and grouped into input partitions),
-``filterPushdown``,
-``config`` (the rlmm TOML) and ``rlmm.<section>.<key>`` overrides of it. Options only
-meaningful to a live consumer (``kafka.*``, streaming rate limits) are accepted and
-ignored, so switching ``format("kafka")`` to ``format("kafka-archive")`` is one word.
+``filterPushdown`` (whether pushed filters prune), ``config`` (the rlmm TOML) and
+``rlmm.<section>.<key>`` overrides of it. Options only meaningful to a live consumer
+(``kafka.*``, streaming rate limits) are accepted and ignored, so switching
+``format("kafka")`` to ``format("kafka-archive")`` is one word.
 
 Invariant: ``parse_options`` either returns a valid, picklable ``KafkaArchiveOptions``
 or raises ``KafkaArchiveOptionError`` naming the option; it imports neither pyspark
