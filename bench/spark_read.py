@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from bench._machine import machine
+from bench._spark import SPARK_CORES, start_spark
 from bench.archive_read import (
     archive_segment_bytes,
     best,
@@ -49,7 +49,6 @@ from rlmm.archive import close_remote_storage
 from rlmm.config import RlmmConfig
 
 MB = 1 << 20
-SPARK_CORES = 2
 
 
 def tree_cpu_seconds() -> dict[str, float]:
@@ -65,27 +64,6 @@ def tree_cpu_seconds() -> dict[str, float]:
             continue
         total[kind] += t.user + t.system
     return total
-
-
-def start_spark() -> tuple[Any, float]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    import rlmm.spark
-
-    t0 = time.perf_counter()
-    spark = (
-        SparkSession.builder.master(f"local[{SPARK_CORES}]")
-        .appName("rlmm-bench-spark-read")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.shuffle.partitions", str(SPARK_CORES))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    rlmm.spark.register(spark)
-    return spark, time.perf_counter() - t0
 
 
 class _PrebuiltSource(DataSource):
@@ -268,7 +246,7 @@ def main() -> None:
         t0 = time.perf_counter()
         config = build_archive(root, args.records)
         out["build_s"] = round(time.perf_counter() - t0, 1)
-        spark, startup = start_spark()
+        spark, startup = start_spark("rlmm-bench-spark-read")
         out["spark_session_start_s"] = round(startup, 1)
         try:
             for codec in ("none", "zstd"):

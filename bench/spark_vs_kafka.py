@@ -62,6 +62,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench._machine import machine
+from bench._spark import SPARK_CORES, start_spark
 from rlmm.offload.logdir import read_offset_checkpoint
 from tests.fixtures.apache_kafka import (
     KAFKA_VERSION,
@@ -72,7 +73,6 @@ from tests.fixtures.apache_kafka import (
     spark_kafka_jars,
 )
 
-SPARK_CORES = 2
 HOUR_MS = 3_600_000
 # segment.ms: segments roll by size (--segment-mb); the records end this long before
 # "now", so the roll record stamped "now" rolls the last segment by time.
@@ -241,29 +241,6 @@ def offload(broker: ApacheKafkaBroker, root: Path, topic: str) -> tuple[Path, di
 
 
 # -- Spark --------------------------------------------------------------------
-
-
-def start_spark(jars: list[Path]) -> tuple[Any, float]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    import rlmm.spark
-
-    t0 = time.perf_counter()
-    spark = (
-        SparkSession.builder.master(f"local[{SPARK_CORES}]")
-        .appName("rlmm-bench-spark-vs-kafka")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.shuffle.partitions", str(SPARK_CORES))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.jars", ",".join(str(j) for j in jars))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    rlmm.spark.register(spark)
-    return spark, time.perf_counter() - t0
 
 
 def cpu_snapshot(broker_pid: int) -> dict[int, tuple[str, float]]:
@@ -502,7 +479,9 @@ def main() -> None:
         if summary["segments_copied"] != segments:
             raise RuntimeError(f"the sidecar copied {summary} of {segments} rolled segments")
 
-        spark, startup = start_spark(jars)
+        spark, startup = start_spark(
+            "rlmm-bench-spark-vs-kafka", jars, {"spark.sql.session.timeZone": "UTC"}
+        )
         out["spark_session_start_s"] = round(startup, 1)
         ending = json.dumps({topic: {str(p): o for p, o in rolls.items()}})
         tiny = json.dumps({topic: {str(p): FIXED_RECORDS for p in rolls}})

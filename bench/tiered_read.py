@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench._machine import machine
+from bench._spark import SPARK_CORES, start_spark
 from tests.fixtures.apache_kafka import (
     KAFKA_VERSION,
     METADATA_PARTITIONS,
@@ -45,7 +45,6 @@ from tests.fixtures.apache_kafka import (
     spark_kafka_jars,
 )
 
-SPARK_CORES = 2
 SEGMENT_BYTES = 16 << 20
 
 
@@ -98,28 +97,6 @@ def wait_tiered(broker: ApacheKafkaBroker, topic: str, rolls: dict[int, int]) ->
         if time.monotonic() > deadline:
             raise RuntimeError(f"not tiered within 600 s: local segments {local}")
         time.sleep(1)
-
-
-def start_spark(jars: list[Path]) -> tuple[Any, float]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    import rlmm.spark
-
-    t0 = time.perf_counter()
-    spark = (
-        SparkSession.builder.master(f"local[{SPARK_CORES}]")
-        .appName("rlmm-bench-tiered-read")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.shuffle.partitions", str(SPARK_CORES))
-        .config("spark.jars", ",".join(str(j) for j in jars))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    rlmm.spark.register(spark)
-    return spark, time.perf_counter() - t0
 
 
 def query(reader: Any) -> tuple[int, int]:
@@ -193,7 +170,7 @@ def main() -> None:
             f'[remote]\ntype = "local-tiered-storage"\ndir = "{broker.remote_dir}"\n'
         )
         ending = json.dumps({topic: {str(p): o for p, o in ends.items()}})
-        spark, startup = start_spark(jars)
+        spark, startup = start_spark("rlmm-bench-tiered-read", jars)
         out["spark_session_start_s"] = round(startup, 1)
 
         def kafka() -> tuple[int, int]:
