@@ -47,6 +47,20 @@ DEFAULT_TOPIC = "__remote_log_metadata"
 _COMPRESSION_ATTRS: dict[Any, int] = {None: 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
+def client_settings_from_properties(props: Mapping[str, str]) -> dict[str, Any]:
+    """aiokafka client keyword arguments (bootstrap servers and security) from Kafka
+    client properties without a prefix (``bootstrap.servers``, ``security.protocol``,
+    ``sasl.*``, ``ssl.*``), checked as the event log's own are."""
+    prefix = "remote.log.metadata.common.client."
+    mapped = map_properties({prefix + k: v for k, v in props.items()}).kwargs
+    fields = ClientSecurity.__dataclass_fields__
+    unknown = sorted(k for k in mapped if k != "bootstrap_servers" and k not in fields)
+    if unknown:
+        raise EventLogConfigError(f"not a connection setting: {unknown}")
+    bootstrap = mapped.pop("bootstrap_servers")
+    return {"bootstrap_servers": bootstrap, **ClientSecurity(**mapped).kwargs()}
+
+
 class KafkaEventLog(EventLog):
     """An EventLog stored in a Kafka topic; one partition of the log = one topic partition."""
 
@@ -184,6 +198,11 @@ class KafkaEventLog(EventLog):
         )
 
     # -- lifecycle ------------------------------------------------------------
+
+    def client_settings(self) -> dict[str, Any]:
+        """aiokafka client keyword arguments of this log's cluster (bootstrap servers and
+        security), for another client of the same cluster with the same identity."""
+        return self._client_kwargs()
 
     def _client_kwargs(self) -> dict[str, Any]:
         return {

@@ -13,7 +13,7 @@ import copy
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -49,6 +49,8 @@ DEFAULTS: dict[str, Any] = {
         "remote.log.manager.task.interval.ms": 30_000,
         "remote.log.manager.copier.thread.pool.size": 4,
         "verify.crc": True,
+        # How often leadership is asked of the cluster between rounds (ours, not Kafka's).
+        "leadership.poll.ms": 5_000,
     },
 }
 OFFLOAD_TOPIC_SETTINGS = (
@@ -59,6 +61,15 @@ OFFLOAD_TOPIC_SETTINGS = (
     "local.retention.bytes",
 )
 _OPEN_SECTIONS = ("eventlog", "remote")
+# Kafka client settings of the sidecar's cluster connection (leadership, topic configs)
+# when the event log is not Kafka: [offload] "bootstrap.servers" and its security.
+OFFLOAD_CLIENT_SETTINGS = (
+    "bootstrap.servers",
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.jaas.config",
+    "sasl.kerberos.service.name",
+)
 # [snapshot] keys without a default: dir (data_dir/snapshots), owner (broker-<broker_id>).
 _SNAPSHOT_OPTIONAL = ("dir", "owner")
 _KAFKA_PREFIX = "remote.log.metadata."
@@ -87,6 +98,7 @@ class RlmmConfig:
     offload: Mapping[str, Any] = field(
         default_factory=lambda: MappingProxyType(dict(DEFAULTS["offload"]))
     )
+    broker_id_configured: bool = False  # set by a layer (file, environment, flag)
 
     def event_log_options(self) -> dict[str, Any]:
         """Arguments for eventlog.load_event_log, with data_dir defaults filled in."""
@@ -156,6 +168,9 @@ def _merge_offload(target: dict[str, Any], name: str, value: Any, origin: str) -
     if name in known:
         target[name] = value
         return
+    if name in OFFLOAD_CLIENT_SETTINGS or name.startswith("ssl."):
+        target.setdefault("cluster", {})[name] = str(value)
+        return
     if name.startswith("topics."):
         for setting in OFFLOAD_TOPIC_SETTINGS:
             topic = name[len("topics.") : -len(setting) - 1]
@@ -172,7 +187,7 @@ def _check_offload(offload: dict[str, Any]) -> None:
     ]
     for where, values in sections:
         for key, value in values.items():
-            if key == "topics":
+            if key in ("topics", "cluster"):
                 continue
             wants_bool = key in ("remote.storage.enable", "verify.crc")
             ok = (
@@ -186,6 +201,7 @@ def _check_offload(offload: dict[str, Any]) -> None:
     for key in (
         "remote.log.manager.task.interval.ms",
         "remote.log.manager.copier.thread.pool.size",
+        "leadership.poll.ms",
     ):
         if offload[key] <= 0:
             raise ConfigError(f"offload.{key} must be positive, got {offload[key]!r}")
@@ -251,7 +267,10 @@ def load_config(
     for origin, flat in layers:
         for key, value in flat.items():
             _merge(merged, key, value, origin)
-    return _validate(merged, source)
+    config = _validate(merged, source)
+    if any("broker_id" in flat for _origin, flat in layers):
+        config = replace(config, broker_id_configured=True)
+    return config
 
 
 def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:

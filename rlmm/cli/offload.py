@@ -58,6 +58,7 @@ def offload(
         summary = {
             "rounds": report.rounds,
             "partitions": report.partitions,
+            "partitions_led": report.led,
             "segments_copied": t.copied,
             "bytes_copied": t.copied_bytes,
             "segments_deleted": t.deleted,
@@ -69,7 +70,8 @@ def offload(
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(
-            f"{report.rounds} rounds over {report.partitions} partitions: {t.copied} segments"
+            f"{report.rounds} rounds over {report.partitions} partitions ({report.led} led):"
+            f" {t.copied} segments"
             f" copied ({t.copied_bytes} bytes), {t.deleted} deleted, {len(t.errors)} errors"
             + (
                 f", {t.skipped_expired} not copied (past retention.ms already)"
@@ -78,6 +80,9 @@ def offload(
             )
             + (" (stopped by signal)" if report.stopped_by_signal else "")
         )
+    if once and report.leadership_unknown and not report.stopped_by_signal:
+        # nothing was copied or expired: which partitions to lead was not learned
+        raise RemoteStorageError(f"leadership unknown: {report.leadership_unknown}")
     if once and report.denied and not report.stopped_by_signal:
         # nothing can be copied until an operator grants the ACL: a refusal, exit 2
         raise RemoteStorageError(report.denied)

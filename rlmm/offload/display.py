@@ -60,6 +60,8 @@ class Display:
         self.console = console if console is not None else Console(stderr=True)
         self.rich = self.console.is_terminal if rich is None else rich
         self.tally = Tally()
+        self.rounds = 0
+        self._last = (0, 0, 0, 0, 0)  # the tally at the end of the previous round
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         if self.rich:
@@ -99,16 +101,21 @@ class Display:
                 self.tally.rate() / 1e6,
             )
 
-    def round_done(self, partitions: int) -> None:
+    def round_done(self, partitions: int, led: int | None = None) -> None:
+        """One line: what this round did, then the totals since start apart."""
         t = self.tally
+        now = (t.copied, t.copied_bytes, t.deleted, len(t.errors), t.skipped_expired)
+        deltas = (a - b for a, b in zip(now, self._last, strict=True))
+        copied, nbytes, deleted, errors, skipped = deltas
+        self._last = now
+        self.rounds += 1
+        over = f"{partitions} partitions" + (f" ({led} led)" if led is not None else "")
         message = (
-            f"round over {partitions} partitions: {t.copied} segments copied"
-            f" ({t.copied_bytes} bytes), {t.deleted} deleted, {len(t.errors)} errors"
-            + (
-                f", {t.skipped_expired} not copied (past retention.ms already)"
-                if t.skipped_expired
-                else ""
-            )
+            f"round {self.rounds} over {over}: {copied} segments copied ({nbytes} bytes),"
+            f" {deleted} deleted, {errors} errors"
+            + (f", {skipped} not copied (past retention.ms already)" if skipped else "")
+            + f"; since start: {t.copied} copied ({t.copied_bytes} bytes), {t.deleted} deleted,"
+            f" {len(t.errors)} errors"
         )
         if self._progress is not None:
             self._progress.console.print(message)

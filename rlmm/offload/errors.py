@@ -26,4 +26,20 @@ class LogDirError(OffloadError):
     """A Kafka log dir (or one of its checkpoint files) that cannot be read."""
 
 
-__all__ = ["LogDirError", "OffloadError", "SegmentCopyError"]
+class ForeignSegmentError(OffloadError):
+    """A change asked for a segment rlmm did not write (Kafka's own tiering, another
+    tool): refused, since rlmm changes only what it wrote. Names the segment."""
+
+
+class LeadershipError(OffloadError):
+    """Which partitions this broker leads cannot be learned, or the sidecar's place in
+    the cluster is wrong (a node id that differs, a metadata log others cannot share)."""
+
+
+__all__ = [
+    "ForeignSegmentError",
+    "LeadershipError",
+    "LogDirError",
+    "OffloadError",
+    "SegmentCopyError",
+]

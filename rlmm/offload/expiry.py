@@ -4,16 +4,19 @@ Invariants: only COPY_SEGMENT_FINISHED segments are victims; the walk goes oldes
 first and stops at the first segment retention keeps, and at the first segment not
 older than one still being copied (as Kafka's does); a FINISHED segment no offset of
 which is served any more (superseded by a newer leader's copy) is a victim wherever
-it is, since no reader can reach it.
+it is, since no reader can reach it. ``off_lineage`` says when a segment holds
+records the leader's epoch lineage does not (Kafka's isRemoteSegmentWithinLeaderEpochs,
+restricted to what a leader can judge: never an epoch newer than its own, never the
+start of its earliest epoch, which local retention moves).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rlmm.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
-from rlmm.offload.source import RetentionSettings
+from rlmm.offload.source import EpochStart, RetentionSettings, epoch_end_offsets
 
 S = RemoteLogSegmentState
 
@@ -21,7 +24,7 @@ S = RemoteLogSegmentState
 @dataclass(frozen=True, slots=True)
 class Victim:
     segment: RemoteLogSegmentMetadata
-    reason: str  # "log-start", "retention.ms", "retention.bytes" or "superseded"
+    reason: str  # "log-start", "retention.ms", "retention.bytes", "superseded", "off-lineage"
 
 
 def plan_expiry(
@@ -63,4 +66,33 @@ def plan_expiry(
     return sorted(victims, key=lambda v: v.segment.start_offset)
 
 
-__all__ = ["Victim", "plan_expiry"]
+def off_lineage(
+    segment: RemoteLogSegmentMetadata, epochs: Sequence[EpochStart], log_end_offset: int
+) -> bool:
+    """True when ``segment`` holds records of an epoch the leader's lineage ``epochs``
+    (its leader-epoch checkpoint) skips, or records before the lineage starts that epoch
+    or after it ends it. Epochs newer than the leader's newest say nothing (the leader's
+    view is behind, not the segment), nor does the end of the leader's own newest epoch
+    (its log end may be read short while the broker writes)."""
+    if not epochs:
+        return False
+    starts = {e.epoch: e.start_offset for e in epochs}
+    ends = epoch_end_offsets(epochs, log_end_offset)
+    earliest, latest = epochs[0].epoch, epochs[-1].epoch
+    items = sorted(segment.segment_leader_epochs.items())
+    if items and items[-1][0] > latest:
+        return False
+    for i, (epoch, start) in enumerate(items):
+        end = items[i + 1][1] - 1 if i + 1 < len(items) else segment.end_offset
+        if end < start or epoch < earliest:
+            continue  # no records in it, or history local retention already dropped
+        if epoch not in starts:
+            return True
+        if epoch != earliest and start < starts[epoch]:
+            return True
+        if epoch != latest and end >= ends[epoch]:
+            return True
+    return False
+
+
+__all__ = ["Victim", "off_lineage", "plan_expiry"]

@@ -12,6 +12,12 @@ Invariants:
   every RSM or file call runs in a worker thread;
 - on becoming leader, copies left in COPY_SEGMENT_STARTED and deletions left in
   DELETE_SEGMENT_STARTED by an earlier attempt are deleted before any new copy;
+- only segments rlmm wrote are deleted or cleaned up (``Ownership``); a segment
+  another writer left (Kafka's own RemoteLogManager) is never touched;
+- ``abandon(tp)`` (leadership lost) cancels the partition's round: a copy in flight
+  is abandoned and its objects deleted before it returns, and no new segment starts;
+- a segment holding records off the leader's epoch lineage (an unclean election cut
+  them) is deleted once the local log still holds what it served on the lineage;
 - nothing started here outlives ``close()``; cancellation is never swallowed.
 """
 
@@ -28,6 +34,7 @@ from remote import RemoteStorageManager
 from rlmm.errors import RemoteResourceNotFoundError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import (
+    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
@@ -35,10 +42,11 @@ from rlmm.model import (
     TopicIdPartition,
 )
 from rlmm.offload.blocking import run_blocking
-from rlmm.offload.errors import OffloadError, SegmentCopyError
-from rlmm.offload.expiry import Victim, plan_expiry
+from rlmm.offload.errors import ForeignSegmentError, OffloadError, SegmentCopyError
+from rlmm.offload.expiry import Victim, off_lineage, plan_expiry
 from rlmm.offload.faults import KillPoints
 from rlmm.offload.metrics import OffloadMetrics
+from rlmm.offload.ownership import Ownership
 from rlmm.offload.segment_ops import OffloadEvent, SegmentOps
 from rlmm.offload.source import EpochStart, LocalSegment, LogSource, epoch_end_offsets
 
@@ -58,6 +66,7 @@ class CopyResult:
     error: SegmentCopyError | None = None
     skipped_expired: int = 0  # past retention.ms already: the same round would delete them
     round_failure: BaseException | None = None  # the whole round of the partition failed
+    abandoned: bool = False  # leadership was lost during the round: it stopped there
 
 
 @dataclass
@@ -66,6 +75,7 @@ class ExpireResult:
 
     deleted: list[Victim] = field(default_factory=list)
     cleaned: int = 0  # DELETE_SEGMENT_STARTED leftovers finished
+    kept_off_lineage: int = 0  # off the lineage, but the local log no longer holds their start
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +116,7 @@ class _Leader:
     source: LogSource
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     task: asyncio.Task[None] | None = None
+    revoked: bool = False  # leadership lost: start no new segment
 
 
 class RemoteLogManager:
@@ -133,6 +144,7 @@ class RemoteLogManager:
         self.rsm = rsm
         self.metrics = metrics if metrics is not None else OffloadMetrics()
         self._clock_ms = clock_ms if clock_ms is not None else (lambda: int(time.time() * 1000))
+        self.ownership = Ownership(rsm)
         self._ops = SegmentOps(
             rlmm,
             rsm,
@@ -140,6 +152,7 @@ class RemoteLogManager:
             self.metrics,
             # RSM calls beyond the copies: deletes and fetches share the same threads.
             asyncio.Semaphore(copier_concurrency + 2),
+            self.ownership,
             kill_points if kill_points is not None else KillPoints(),
             listener,
             self._clock_ms,
@@ -152,12 +165,22 @@ class RemoteLogManager:
         self._retry_backoff_s = retry_backoff_s
         self._leaders: dict[TopicIdPartition, _Leader] = {}
         self._followers: set[TopicIdPartition] = set()
+        self._rounds: dict[TopicIdPartition, asyncio.Task[tuple[CopyResult, ExpireResult]]] = {}
+        self._warned_foreign: set[object] = set()
         self._stopping = False
         self._closed = False
 
     @property
     def leaders(self) -> list[TopicIdPartition]:
         return list(self._leaders)
+
+    @property
+    def followers(self) -> list[TopicIdPartition]:
+        return list(self._followers)
+
+    @property
+    def broker_id(self) -> int:
+        return self._ops.broker_id
 
     def set_listener(self, listener: Callable[[OffloadEvent], None] | None) -> None:
         self._ops.listener = listener
@@ -220,20 +243,58 @@ class RemoteLogManager:
         await self.rlmm.on_stop_partitions(tps)
 
     async def _stop_task(self, leader: _Leader) -> None:
-        task, leader.task = leader.task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        leader.revoked = True
+        tp = leader.source.topic_id_partition
+        for task in (leader.task, self._rounds.get(tp)):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        leader.task = None
+
+    async def abandon(self, tps: Iterable[TopicIdPartition]) -> None:
+        """Leadership of ``tps`` was lost: cancel their rounds now (a copy in flight is
+        abandoned and its objects deleted before this returns) and stop leading them
+        (their metadata stays followed)."""
+        self._check_open()
+        lost = [tp for tp in tps if tp in self._leaders]
+        for tp in lost:
+            log.info("%s: leadership lost: stopping its copy and expiration", tp)
+            await self._stop_task(self._leaders.pop(tp))
+            self._followers.add(tp)
+
+    async def foreign_segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """The segments of ``tp`` in the metadata that rlmm did not write."""
+        return [m for m in self.rlmm.list_remote_log_segments(tp) if not await self._ops.owns(m)]
+
+    async def _owned(
+        self, tp: TopicIdPartition, segments: Iterable[RemoteLogSegmentMetadata], why: str
+    ) -> list[RemoteLogSegmentMetadata]:
+        """``segments`` that rlmm wrote; each other one is logged once and left alone."""
+        ours = []
+        for m in segments:
+            if await self._ops.owns(m):
+                ours.append(m)
+            elif m.remote_log_segment_id not in self._warned_foreign:
+                self._warned_foreign.add(m.remote_log_segment_id)
+                log.warning(
+                    "%s: not %s %s (%s, broker %d): rlmm did not write it",
+                    tp, why, m.remote_log_segment_id, m.state.name, m.broker_id,
+                )  # fmt: skip
+        return ours
 
     async def _cleanup(self, tp: TopicIdPartition) -> int:
-        """Delete what earlier attempts left STARTED (copies and deletions) for ``tp``."""
-        leftovers = [
-            m
-            for m in self.rlmm.list_remote_log_segments(tp)
-            if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)
-            and m.remote_log_segment_id not in self._ops.in_flight
-        ]
+        """Delete what earlier attempts of rlmm left STARTED (copies and deletions) for ``tp``."""
+        leftovers = await self._owned(
+            tp,
+            (
+                m
+                for m in self.rlmm.list_remote_log_segments(tp)
+                if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)
+                and m.remote_log_segment_id not in self._ops.in_flight
+            ),
+            "cleaning up",
+        )
         for m in leftovers:
             log.info(
                 "deleting %s left in %s by an earlier attempt",
@@ -314,8 +375,9 @@ class RemoteLogManager:
             # Kafka's expiration stops at the first segment it keeps.
             cutoff = self._clock_ms() - retention_ms if retention_ms >= 0 else None
             for i, segment in enumerate(candidates):
-                if self._stopping:
+                if self._stopping or leader.revoked:
                     result.pending = len(candidates) - i
+                    result.abandoned = leader.revoked
                     break
                 try:
                     finished = await self._copy_with_retries(leader.source, segment, cutoff)
@@ -391,6 +453,13 @@ class RemoteLogManager:
                 local_only_bytes=local_only,
                 now_ms=self._clock_ms(),
             )
+            chosen = {v.segment.remote_log_segment_id for v in victims}
+            victims += self._off_lineage(tp, segments, view, chosen, result)
+            owned = {
+                m.remote_log_segment_id
+                for m in await self._owned(tp, (v.segment for v in victims), "expiring")
+            }
+            victims = [v for v in victims if v.segment.remote_log_segment_id in owned]
             lag = sum(v.segment.segment_size_in_bytes for v in victims)
             self.metrics.set_delete_lag(tp, lag, len(victims))
             for i, victim in enumerate(victims):
@@ -400,6 +469,37 @@ class RemoteLogManager:
                 self.metrics.set_delete_lag(tp, lag, len(victims) - i - 1)
             self._record_remote_size(tp)
         return result
+
+    def _off_lineage(
+        self,
+        tp: TopicIdPartition,
+        segments: Sequence[RemoteLogSegmentMetadata],
+        view: _LogView,
+        chosen: set[RemoteLogSegmentId],
+        result: ExpireResult,
+    ) -> list[Victim]:
+        """FINISHED segments holding records the leader's lineage does not have (an
+        unclean election cut them). One is deleted only when the local log still starts
+        at or before it, so the next copy round uploads again what it served on the
+        lineage; otherwise it stays (readers follow the lineage and skip its cut part)."""
+        local_start = view.rolled[0].base_offset if view.rolled else view.log_end_offset
+        out = []
+        for m in segments:
+            if m.remote_log_segment_id in chosen or m.state != S.COPY_SEGMENT_FINISHED:
+                continue
+            if not off_lineage(m, view.epochs, view.log_end_offset):
+                continue
+            if local_start <= m.start_offset:
+                log.warning(
+                    "%s: deleting %s (offsets %d-%d, epochs %s): records off the leader's"
+                    " epoch lineage (an unclean leader election truncated them)",
+                    tp, m.remote_log_segment_id, m.start_offset, m.end_offset,
+                    dict(m.segment_leader_epochs),
+                )  # fmt: skip
+                out.append(Victim(m, "off-lineage"))
+            else:
+                result.kept_off_lineage += 1
+        return out
 
     def _referenced(self, tp: TopicIdPartition, m: RemoteLogSegmentMetadata) -> bool:
         """True when a lookup of some offset of ``m`` in its epoch still finds ``m``."""
@@ -413,23 +513,33 @@ class RemoteLogManager:
         segments = self.rlmm.list_remote_log_segments(tp)
         self.metrics.set_remote_log(tp, self.rlmm.remote_log_size(tp), len(segments))
 
+    async def _one_round(self, tp: TopicIdPartition) -> tuple[CopyResult, ExpireResult]:
+        copied = await self.copy_round(tp)
+        if self._stopping or copied.abandoned:
+            return copied, ExpireResult()
+        return copied, await self.expire_round(tp)
+
     async def run_round(
         self, tps: Iterable[TopicIdPartition] | None = None
     ) -> dict[TopicIdPartition, tuple[CopyResult, ExpireResult]]:
-        """A copy then an expiration round of every (given) leader partition, concurrently."""
+        """A copy then an expiration round of every (given) leader partition, concurrently.
+
+        A partition ``abandon``-ed meanwhile reports ``abandoned`` (not an error)."""
         chosen = list(self._leaders) if tps is None else list(tps)
         self.metrics.rounds.inc()
-
-        async def one(tp: TopicIdPartition) -> tuple[CopyResult, ExpireResult]:
-            copied = await self.copy_round(tp)
-            if self._stopping:
-                return copied, ExpireResult()
-            return copied, await self.expire_round(tp)
-
-        results = await asyncio.gather(*(one(tp) for tp in chosen), return_exceptions=True)
+        tasks = {tp: asyncio.create_task(self._one_round(tp), name=f"round-{tp}") for tp in chosen}
+        self._rounds.update(tasks)
+        try:
+            results = await asyncio.gather(*tasks.values(), return_exceptions=True)
+        finally:
+            for tp, task in tasks.items():
+                if self._rounds.get(tp) is task:
+                    del self._rounds[tp]
         out: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = {}
         for tp, r in zip(chosen, results, strict=True):
-            if isinstance(r, BaseException):
+            if isinstance(r, asyncio.CancelledError) and tp not in self._leaders:
+                out[tp] = (CopyResult(abandoned=True), ExpireResult())
+            elif isinstance(r, BaseException):
                 if not isinstance(r, Exception):
                     raise r
                 log.error("round of %s failed: %s", tp, r)
@@ -482,6 +592,15 @@ class RemoteLogManager:
         current = None if state is None else state.state
         if current == P.DELETE_PARTITION_FINISHED:
             return 0
+        foreign = await self.foreign_segments(tp)
+        if foreign:
+            # Another writer (Kafka's own tiering) owns segments here: its partition
+            # deletion is its own, and rlmm writes no event for it.
+            raise ForeignSegmentError(
+                f"not deleting {tp}: {len(foreign)} of its remote segments were not written"
+                f" by rlmm (e.g. {foreign[0].remote_log_segment_id}, broker"
+                f" {foreign[0].broker_id})"
+            )
         for target in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED):
             if current is None or current < target:
                 await self.rlmm.put_remote_partition_delete_metadata(

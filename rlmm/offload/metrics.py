@@ -173,6 +173,38 @@ class OffloadMetrics:
             "remote.log.manager.task.interval.ms, in seconds (for alerts on late rounds)",
             registry=r,
         )
+        self.partitions_led = Gauge(
+            "rlmm_offload_partitions_led",
+            "Partitions this sidecar leads now (copies and expires)",
+            registry=r,
+        )
+        self.partitions_waiting = Gauge(
+            "rlmm_offload_partitions_waiting",
+            "Partitions the cluster says this broker leads whose log dir has not reached"
+            " that leader epoch yet (the sidecar waits)",
+            registry=r,
+        )
+        self.leadership_changes = Counter(
+            "rlmm_offload_leadership_changes",
+            "Partitions this sidecar started or stopped leading",
+            registry=r,
+        )
+        self.leadership_known = Gauge(
+            "rlmm_offload_leadership_known",
+            "1 while leadership was learned from the cluster (or no cluster is configured);"
+            " 0: nothing is copied or expired",
+            registry=r,
+        )
+        self.topics_skipped = Gauge(
+            "rlmm_offload_topics_skipped",
+            "Topics found but never touched; reason=kafka-tiered: the cluster tiers it with"
+            " Kafka's own RemoteLogManager; reason=foreign-segments: its metadata holds"
+            " segments rlmm did not write",
+            ("reason",),
+            registry=r,
+        )
+        for reason in ("kafka-tiered", "foreign-segments"):
+            self.topics_skipped.labels(reason)
         self.readiness = Readiness(r)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> MetricsServer:

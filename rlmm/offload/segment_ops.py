@@ -1,12 +1,14 @@
 """The two state walks of one remote segment: copy (STARTED -> upload -> FINISHED) and
 delete (DELETE_STARTED -> RSM delete -> DELETE_FINISHED).
 
-Invariants: metadata is published before objects exist and after they are gone, so
-an object never exists without a live segment in the metadata (except for the upload
-of a process killed before its cleanup, which the next leader's crash cleanup
-deletes); a copy that fails or is cancelled after its STARTED event deletes its
-attempt through the delete walk before the error propagates; every RSM call runs in
-a worker thread, bounded by ``io_slots``.
+Invariants: only segments rlmm wrote are ever changed (``Ownership``): a delete of
+any other raises ForeignSegmentError before an event is written; every copy gets a
+signed segment id (``new_segment_id``). Metadata is published before objects exist
+and after they are gone, so an object never exists without a live segment in the
+metadata (except for the upload of a process killed before its cleanup, which the
+next leader's crash cleanup deletes); a copy that fails or is cancelled after its
+STARTED event deletes its attempt through the delete walk before the error
+propagates; every RSM call runs in a worker thread, bounded by ``io_slots``.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from rlmm.model import (
     TopicIdPartition,
 )
 from rlmm.offload.blocking import finish, run_blocking
-from rlmm.offload.errors import SegmentCopyError
+from rlmm.offload.errors import ForeignSegmentError, SegmentCopyError
 from rlmm.offload.faults import KillPoints
 from rlmm.offload.metrics import OffloadMetrics
+from rlmm.offload.ownership import Ownership, new_segment_id
 from rlmm.offload.source import SegmentDescription
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,7 @@ class SegmentOps:
     broker_id: int
     metrics: OffloadMetrics
     io_slots: asyncio.Semaphore
+    ownership: Ownership
     kill_points: KillPoints = field(default_factory=KillPoints)
     listener: Callable[[OffloadEvent], None] | None = None
     clock_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
@@ -84,7 +88,7 @@ class SegmentOps:
     ) -> RemoteLogSegmentMetadata:
         """One copy attempt of one segment under a fresh id; the FINISHED metadata."""
         metadata = RemoteLogSegmentMetadata(
-            RemoteLogSegmentId.generate_new(tp),
+            new_segment_id(tp),
             desc.base_offset,
             desc.end_offset,
             desc.max_timestamp_ms,
@@ -147,8 +151,22 @@ class SegmentOps:
 
     # ---- delete -------------------------------------------------------------------------
 
+    async def owns(self, metadata: RemoteLogSegmentMetadata) -> bool:
+        """True when rlmm wrote ``metadata``'s segment (a listing runs in a worker thread)."""
+        if self.ownership.needs_listing(metadata):
+            return await run_blocking(self.io_slots, self.ownership.owns, metadata)
+        return self.ownership.owns(metadata)
+
     async def delete(self, metadata: RemoteLogSegmentMetadata) -> None:
-        """DELETE_STARTED (unless it is already) -> RSM delete -> DELETE_FINISHED."""
+        """DELETE_STARTED (unless it is already) -> RSM delete -> DELETE_FINISHED.
+
+        ForeignSegmentError, with nothing written, for a segment rlmm did not write."""
+        if not await self.owns(metadata):
+            raise ForeignSegmentError(
+                f"not deleting {metadata.remote_log_segment_id}"
+                f" ({metadata.state.name}, broker {metadata.broker_id}): rlmm did not write it"
+                " (no rlmm segment id, no object in rlmm's remote store)"
+            )
         topic = metadata.topic_id_partition.topic
         self.metrics.delete_requests.labels(topic).inc()
         try:

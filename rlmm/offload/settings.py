@@ -28,11 +28,16 @@ class OffloadSettings:
     task_interval_ms: int = 30_000
     copier_concurrency: int = 4
     verify_crc: bool = True
+    leadership_poll_ms: int = 5_000
+    # Kafka client settings for the cluster (bootstrap.servers, security), when the
+    # event log is not Kafka; empty: the event log's, or no cluster.
+    cluster_client: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: RlmmConfig) -> OffloadSettings:
         section = dict(config.offload)
         overrides: Mapping[str, Mapping[str, Any]] = section.pop("topics", {})
+        client: Mapping[str, str] = section.pop("cluster", {})
         defaults = _retention(section)
         return cls(
             defaults=defaults,
@@ -40,6 +45,8 @@ class OffloadSettings:
             task_interval_ms=int(section["remote.log.manager.task.interval.ms"]),
             copier_concurrency=int(section["remote.log.manager.copier.thread.pool.size"]),
             verify_crc=bool(section["verify.crc"]),
+            leadership_poll_ms=int(section["leadership.poll.ms"]),
+            cluster_client=dict(client),
         )
 
     def retention_for(self, topic: str) -> RetentionSettings:

@@ -1,21 +1,31 @@
 """The `rlmm offload` sidecar: offload the segments of Kafka log dirs on an interval.
 
 Job: build the configured parts (event log, RLMM with snapshots, RSM, metrics
-endpoint), scan the log dirs each round, lead every offloadable partition found, run
-a copy and an expiration round, and sleep ``remote.log.manager.task.interval.ms``.
+endpoint, cluster client), scan the log dirs each round, lead the partitions the
+cluster says this broker leads (``rlmm.offload.leadership``), run a copy and an
+expiration round, and sleep ``remote.log.manager.task.interval.ms``, asking the
+cluster for leadership every ``leadership.poll.ms`` meanwhile.
 
-Invariants: the sidecar never writes into a log dir; the first SIGTERM/SIGINT lets
-the segments being copied finish and starts no new one, a second abandons them
-(their objects are deleted before exit); either way the manager writes a snapshot,
-everything started here is stopped, and the run ends normally (exit 0). ``/readyz``
-says not ready from the start and while stopping, and after each round says what
-that round found (see ``rlmm.offload.health.Readiness``).
+Invariants: the broker id is the log dirs' node id (meta.properties); with a cluster
+(the Kafka event log's, or ``[offload] bootstrap.servers``) only led partitions are
+copied and expired, a leadership lost mid-round abandons that partition's copy at
+once, and leadership that cannot be learned stops all copying and expiring (never
+"lead everything"); without a cluster every partition found is led (one broker);
+topics the cluster tiers itself, or whose metadata holds segments rlmm did not
+write, are never touched; a replicated partition over a metadata log other brokers
+cannot share stops the sidecar. The sidecar never writes into a log dir; the first
+SIGTERM/SIGINT lets the segments being copied finish and starts no new one, a second
+abandons them (their objects are deleted before exit); either way the manager writes
+a snapshot, everything started here is stopped, and the run ends normally (exit 0).
+``/readyz`` says not ready from the start, while stopping and while leadership is
+unknown, and after each round says what that round found (``health.Readiness``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 from collections.abc import Mapping, Sequence
@@ -24,14 +34,25 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import EventLog
-from eventlog.errors import EventLogAuthError
+from eventlog.errors import EventLogAuthError, EventLogConfigError
 from rlmm.config import RlmmConfig
+from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.manager import AUTH_RETRY_S, TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
+from rlmm.offload.cluster import ClusterClient
 from rlmm.offload.display import Display, Tally
+from rlmm.offload.errors import LeadershipError, OffloadError
 from rlmm.offload.health import NOT_STARTED, round_problem
-from rlmm.offload.logdir import log_dir_problem, scan_log_dirs
+from rlmm.offload.leadership import (
+    Assignment,
+    assign,
+    check_node_id,
+    lead_all,
+    lost,
+    read_node_id,
+)
+from rlmm.offload.logdir import LogDirSource, log_dir_problem, scan_log_dirs
 from rlmm.offload.manager import CopyResult, RemoteLogManager
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
 from rlmm.offload.settings import OffloadSettings
@@ -51,6 +72,9 @@ class SidecarReport:
     stopped_by_signal: bool = False
     warnings: list[str] = field(default_factory=list)  # log dirs that look wrong
     denied: str | None = None  # the last round's refusal by Kafka (an ACL, a credential)
+    led: int = 0  # partitions led in the last round
+    leadership_unknown: str | None = None  # why the last round could not learn leadership
+    skipped_topics: dict[str, str] = field(default_factory=dict)  # topic -> why never touched
 
 
 class Sidecar:
@@ -66,10 +90,15 @@ class Sidecar:
         metrics_host: str = DEFAULT_METRICS_HOST,
         display: Display | None = None,
     ) -> None:
-        self.config = config
+        self.log_dirs = [Path(d) for d in log_dirs]
+        node_id = read_node_id(self.log_dirs)
+        configured = config.broker_id if config.broker_id_configured else None
+        broker_id = check_node_id(node_id, configured)
+        # The broker's id is the sidecar's: its segments' broker id, its snapshot owner.
+        self.config = config = dataclasses.replace(config, broker_id=broker_id)
+        self.node_from_log_dirs = node_id is not None
         self.metrics_host = metrics_host
         self.settings = OffloadSettings.from_config(config)
-        self.log_dirs = [Path(d) for d in log_dirs]
         self.once = once
         self.metrics_port = metrics_port
         self.display = display if display is not None else Display()
@@ -80,6 +109,11 @@ class Sidecar:
         self._round: asyncio.Task[object] | None = None
         self._signals = 0
         self._event_log: EventLog | None = None
+        self._cluster: ClusterClient | None = None
+        # led partition -> the cluster's leader epoch (-1: no cluster)
+        self._led: dict[TopicIdPartition, int] = {}
+        self._wake = asyncio.Event()  # the poll found a partition to lead: start a round now
+        self._skipped: dict[str, str] = {}
 
     def startup_summary(self) -> str:
         """One line: config, store, event log, log dirs, metrics address, and what the
@@ -95,9 +129,12 @@ class Sidecar:
             if self.metrics_port is not None
             else "off"
         )
+        node = "meta.properties" if self.node_from_log_dirs else "broker_id (no meta.properties)"
         line = (
-            f"rlmm offload: config {self.config.source}; remote storage {store}; event log"
-            f" {eventlog.get('type', 'file')} {where} ({eventlog.get('partitions')} partitions);"
+            f"rlmm offload: node {self.config.broker_id} (from {node}); leadership"
+            f" {self.leadership_source()}; config {self.config.source}; remote storage {store};"
+            f" event log {eventlog.get('type', 'file')} {where}"
+            f" ({eventlog.get('partitions')} partitions);"
             f" log dirs {', '.join(str(d) for d in self.log_dirs)}; metrics {metrics};"
             f" retention.ms {self.config.offload['retention.ms']}"
         )
@@ -107,6 +144,38 @@ class Sidecar:
                 f" {self.config.data_dir} (pass --config or set RLMM_CONFIG)"
             )
         return line
+
+    def leadership_source(self) -> str:
+        """Where leadership comes from, for the startup line."""
+        eventlog = self.config.event_log_options()
+        if eventlog.get("type") == "kafka":
+            return f"from the cluster at {eventlog.get('bootstrap_servers')} (the event log's)"
+        client = self.settings.cluster_client
+        if client.get("bootstrap.servers"):
+            return f"from the cluster at {client['bootstrap.servers']} (offload bootstrap.servers)"
+        return "every partition found (no cluster configured: one broker)"
+
+    def _cluster_client(self, event_log: EventLog) -> ClusterClient | None:
+        """The client that asks the cluster for leadership, or None without a cluster."""
+        poll_s = self.settings.leadership_poll_ms / 1000
+        timeout_s = max(2.0, min(10.0, poll_s * 2))
+        settings = getattr(event_log, "client_settings", None)
+        if settings is not None:
+            return ClusterClient(settings(), self.config.broker_id, timeout_s=timeout_s)
+        client = self.settings.cluster_client
+        if not client:
+            return None
+        if "bootstrap.servers" not in client:
+            raise ConfigError(
+                f"offload settings {sorted(client)} need offload.\"bootstrap.servers\""
+            )
+        from eventlog.kafka import client_settings_from_properties
+
+        try:
+            kwargs = client_settings_from_properties(client)
+        except EventLogConfigError as e:
+            raise ConfigError(f"bad offload cluster settings: {e}") from e
+        return ClusterClient(kwargs, self.config.broker_id, timeout_s=timeout_s)
 
     def _on_signal(self, rlm: RemoteLogManager) -> None:
         self._signals += 1
@@ -124,9 +193,22 @@ class Sidecar:
         report = SidecarReport(tally=self.display.tally)
         self.metrics.readiness.not_ready(NOT_STARTED)
         if self.metrics_port is not None:
-            self.metrics_server = self.metrics.serve(self.metrics_port, self.metrics_host)
+            try:
+                self.metrics_server = self.metrics.serve(self.metrics_port, self.metrics_host)
+            except OSError as e:
+                raise OffloadError(
+                    f"--metrics-port: cannot serve metrics on {self.metrics_host}:"
+                    f"{self.metrics_port}: {e.strerror or e} (another process listens there?"
+                    " pick another port)"
+                ) from e
         log.info("%s", self.startup_summary())
         event_log = self._event_log = open_event_log(self.config)
+        try:
+            self._cluster = self._cluster_client(event_log)
+        except BaseException:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
+            raise
         rlmm = create_manager(self.config, event_log)
         rsm = open_remote_storage(self.config)
         rlm = RemoteLogManager(
@@ -150,6 +232,8 @@ class Sidecar:
                 loop.remove_signal_handler(sig)
             try:
                 await rlm.close()
+                if self._cluster is not None:
+                    await self._cluster.close()
                 await rlmm.close()  # writes the final snapshot, closes the event log
             finally:
                 rsm.close()
@@ -190,35 +274,199 @@ class Sidecar:
                 log.warning("%s", problem)
                 report.warnings.append(problem)
         warned: set[str] = set()
-        led: set[TopicIdPartition] = set()
+        found: set[TopicIdPartition] = set()
         while not self._stop.is_set():
             sources = await asyncio.to_thread(scan_log_dirs, self.log_dirs, self.settings, warned)
-            found = {s.topic_id_partition for s in sources}
-            gone = led - found
+            now_found = {s.topic_id_partition for s in sources}
+            gone = found - now_found
             if gone:
                 await rlm.stop_partitions(gone)
-            await rlm.on_leadership_changes(sources, start_tasks=False)
-            led = found
+                for tp in gone:
+                    self._led.pop(tp, None)
+            found = now_found
             report.partitions = len(found)
-            self._round = asyncio.create_task(rlm.run_round())
-            results = {}
-            try:
-                results = await self._round
-            except asyncio.CancelledError:
-                if self._signals < 2:
-                    raise  # not ours: propagate
-            finally:
-                self._round = None
+            self._wake.clear()
+            assignment = await self._assignment(sources, report)
+            results: dict[TopicIdPartition, tuple[CopyResult, Any]] = {}
+            if assignment is None and self._led:
+                await rlm.abandon(list(self._led))
+                self.metrics.leadership_changes.inc(len(self._led))
+                self._led = {}
+                report.led = 0
+                self.metrics.partitions_led.set(0)
+            if assignment is not None:
+                await self._lead(rlm, assignment, report)
+                self._round = asyncio.create_task(rlm.run_round(list(self._led)))
+                poll = asyncio.create_task(self._poll(rlm), name="rlmm-leadership-poll")
+                try:
+                    results = await self._round
+                except asyncio.CancelledError:
+                    if self._signals < 2:
+                        raise  # not ours: propagate
+                finally:
+                    self._round = None
+                    await _cancel(poll)
             report.rounds += 1
             report.denied = self._count_failures(results)
             behind = await self._record_event_log_lag(rlm)
             if not self._stop.is_set():
-                self.metrics.readiness.round_completed(round_problem(results) or behind)
-            self.display.round_done(len(found))
+                problem = report.leadership_unknown or round_problem(results) or behind
+                self.metrics.readiness.round_completed(problem)
+            self.display.round_done(len(found), len(self._led))
             if self.once:
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.settings.task_interval_ms / 1000)
+            # Unknown leadership is asked again sooner than a round's interval.
+            interval = self.settings.task_interval_ms / 1000
+            if report.leadership_unknown is not None:
+                interval = min(interval, self.settings.leadership_poll_ms / 1000)
+            poll = asyncio.create_task(self._poll(rlm), name="rlmm-leadership-poll")
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(_first(self._stop.wait(), self._wake.wait()), interval)
+            finally:
+                await _cancel(poll)
+
+    async def _assignment(
+        self, sources: Sequence[LogDirSource], report: SidecarReport
+    ) -> Assignment | None:
+        """This round's split of ``sources``; None (and nothing led) when leadership
+        cannot be learned. A replicated partition over a metadata log other brokers
+        cannot share raises LeadershipError (the sidecar stops)."""
+        if self._cluster is None:
+            report.leadership_unknown = None
+            self.metrics.leadership_known.set(1)
+            return lead_all(sources)
+        try:
+            view = await self._cluster.view({s.topic_id_partition.topic for s in sources})
+        except LeadershipError as e:
+            if report.leadership_unknown != str(e):
+                log.error("leadership unknown, nothing is copied or expired: %s", e)
+            report.leadership_unknown = str(e)
+            self.metrics.leadership_known.set(0)
+            return None
+        if report.leadership_unknown is not None:
+            log.info("leadership learned again from the cluster at %s", self._cluster.bootstrap)
+        report.leadership_unknown = None
+        self.metrics.leadership_known.set(1)
+        assignment = assign(sources, view, self.config.broker_id)
+        kind = self.config.event_log_options().get("type", "file")
+        if assignment.replicated and kind != "kafka":
+            tp = assignment.replicated[0]
+            state = view.partitions[(tp.topic, tp.partition)]
+            raise LeadershipError(
+                f"{tp} has {len(state.replicas)} replicas (brokers"
+                f" {', '.join(map(str, state.replicas))}), but the metadata log is"
+                f" eventlog.type = {kind!r}, on this host only: the other brokers' sidecars"
+                " cannot see it, and a new leader would copy everything again. Set"
+                " [eventlog] type = \"kafka\" (the cluster's __remote_log_metadata) for a"
+                " replicated cluster"
+            )
+        for topic in assignment.kafka_tiered:
+            self._skip(topic, "kafka-tiered", "the cluster tiers it itself"
+                       " (remote.storage.enable=true, remote.log.storage.system.enable=true)")
+        return assignment
+
+    def _skip(self, topic: str, reason: str, why: str) -> None:
+        if topic not in self._skipped:
+            log.warning("never touching topic %s: %s", topic, why)
+            self._skipped[topic] = reason
+            for r in ("kafka-tiered", "foreign-segments"):
+                self.metrics.topics_skipped.labels(r).set(
+                    sum(1 for v in self._skipped.values() if v == r)
+                )
+
+    async def _lead(
+        self, rlm: RemoteLogManager, assignment: Assignment, report: SidecarReport
+    ) -> None:
+        """Lead what ``assignment`` says (minus topics with segments rlmm did not write),
+        follow the rest; count the changes."""
+        lead = [s for s in assignment.lead if s.topic_id_partition.topic not in self._skipped]
+        wanted = {s.topic_id_partition for s in lead}
+        stale = [
+            tp
+            for tp, epoch in self._led.items()
+            if tp not in wanted or assignment.epochs.get(tp, -1) != epoch
+        ]
+        if stale:
+            await rlm.abandon(stale)
+        follow = [*assignment.follow, *assignment.waiting]
+        follow += [tp for tp in self._led if tp not in wanted]
+        await rlm.on_leadership_changes(lead, follow, start_tasks=False)
+        for tp in wanted:
+            foreign = await rlm.foreign_segments(tp)
+            if foreign:
+                m = foreign[0]
+                self._skip(
+                    tp.topic,
+                    "foreign-segments",
+                    f"its metadata holds {len(foreign)} segments in {tp} that rlmm did not"
+                    f" write (e.g. {m.remote_log_segment_id}, broker {m.broker_id}): another"
+                    " writer tiers it (Kafka's own RemoteLogManager?)",
+                )
+        dropped = [tp for tp in wanted if tp.topic in self._skipped]
+        if dropped:
+            await rlm.abandon(dropped)
+        led = {
+            tp: assignment.epochs.get(tp, -1) for tp in wanted if tp.topic not in self._skipped
+        }
+        changes = len(set(led) ^ set(self._led)) + sum(
+            1 for tp in led if tp in self._led and led[tp] != self._led[tp]
+        )
+        if changes:
+            self.metrics.leadership_changes.inc(changes)
+            gained = sorted(str(tp) for tp in set(led) - set(self._led))
+            released = sorted(str(tp) for tp in set(self._led) - set(led))
+            if self._cluster is not None and (gained or released):
+                log.info(
+                    "leading %d partitions%s%s", len(led),
+                    f"; now leading {', '.join(gained)}" if gained else "",
+                    f"; no longer leading {', '.join(released)}" if released else "",
+                )  # fmt: skip
+        for tp, why in assignment.waiting.items():
+            log.info("%s: waiting to lead: %s", tp, why)
+        self._led = led
+        report.led = len(led)
+        self.metrics.partitions_led.set(len(led))
+        self.metrics.partitions_waiting.set(len(assignment.waiting))
+
+    async def _poll(self, rlm: RemoteLogManager) -> None:
+        """Ask the cluster for leadership every leadership.poll.ms: a partition led by
+        another broker now is abandoned at once (its copy in flight deleted); one this
+        broker now leads wakes the sidecar for a round; unknown leadership stops all."""
+        if self._cluster is None:
+            return
+        interval = self.settings.leadership_poll_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            topics = {tp.topic for tp in self._led} | {tp.topic for tp in rlm.followers}
+            try:
+                view = await self._cluster.view(topics)
+            except LeadershipError as e:
+                if self._led:
+                    log.error("leadership unknown: abandoning every partition: %s", e)
+                    self.metrics.leadership_known.set(0)
+                    self.metrics.readiness.not_ready(f"leadership unknown: {e}")
+                    await rlm.abandon(list(self._led))
+                    self.metrics.leadership_changes.inc(len(self._led))
+                    self._led = {}
+                    self.metrics.partitions_led.set(0)
+                continue
+            gone = lost(self._led, view, self.config.broker_id)
+            if gone:
+                await rlm.abandon(gone)
+                self.metrics.leadership_changes.inc(len(gone))
+                for tp in gone:
+                    self._led.pop(tp, None)
+                self.metrics.partitions_led.set(len(self._led))
+            gained = [
+                tp
+                for tp in rlm.followers
+                if (state := view.partitions.get((tp.topic, tp.partition))) is not None
+                and state.leader == self.config.broker_id
+                and tp.topic not in view.kafka_tiered
+            ]
+            if gained:
+                self._wake.set()
 
     def _count_failures(
         self, results: Mapping[TopicIdPartition, tuple[CopyResult, Any]]
@@ -250,6 +498,22 @@ class Sidecar:
         for p, end in ends.items():
             self.metrics.event_log_lag.labels(str(p)).set(max(0, end - 1 - applied[p]))
         return self.metrics.readiness.metadata_problem(applied, ends)
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _first(*aws: Any) -> None:
+    """Wait until the first of ``aws`` is done; cancel the others."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            await _cancel(t)
 
 
 def _refusal(error: BaseException) -> str | None:

@@ -1,0 +1,260 @@
+"""ClusterClient: what the sidecar learns from its Kafka cluster over the Kafka protocol.
+
+Job: for the topics found in the broker's log dirs, ask the cluster who leads each
+partition and at which leader epoch (Metadata v7, the first version carrying the
+epoch; aiokafka stops at v5), and which topics the cluster tiers itself with Kafka's
+own RemoteLogManager (DescribeConfigs: the broker's
+``remote.log.storage.system.enable`` and each topic's ``remote.storage.enable``).
+
+Invariants: every call is bounded by ``timeout_s``; any failure (unreachable,
+refused, denied, a partition or topic error) raises LeadershipError naming the
+cluster and the cause: the caller never gets a partial view that it could read as
+"lead everything"; the client is closed by ``close()``, which is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import errors as kafka_errors
+from aiokafka.client import AIOKafkaClient
+from aiokafka.protocol.admin import DescribeConfigsRequest
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
+
+from rlmm.offload.errors import LeadershipError
+
+log = logging.getLogger(__name__)
+
+NO_LEADER = -1
+_TOPIC, _BROKER = 2, 4  # DescribeConfigs resource types
+SYSTEM_ENABLE = "remote.log.storage.system.enable"
+REMOTE_STORAGE_ENABLE = "remote.storage.enable"
+
+
+class _MetadataResponse_v7(Response):
+    API_KEY = 3
+    API_VERSION = 7
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        ("brokers", Array(("node_id", Int32), ("host", String("utf-8")), ("port", Int32),
+                          ("rack", String("utf-8")))),
+        ("cluster_id", String("utf-8")),
+        ("controller_id", Int32),
+        ("topics", Array(
+            ("error_code", Int16),
+            ("topic", String("utf-8")),
+            ("is_internal", Boolean),
+            ("partitions", Array(
+                ("error_code", Int16),
+                ("partition", Int32),
+                ("leader", Int32),
+                ("leader_epoch", Int32),
+                ("replicas", Array(Int32)),
+                ("isr", Array(Int32)),
+                ("offline_replicas", Array(Int32)),
+            )),
+        )),
+    )  # fmt: skip
+
+
+class _MetadataRequest_v7(RequestStruct):
+    API_KEY = 3
+    API_VERSION = 7
+    RESPONSE_TYPE = _MetadataResponse_v7
+    SCHEMA = Schema(("topics", Array(String("utf-8"))), ("allow_auto_topic_creation", Boolean))
+
+
+class LeaderMetadataRequest(Request[_MetadataRequest_v7]):
+    """Metadata of named topics, with each partition's leader epoch (never creates one)."""
+
+    API_KEY = 3
+
+    def __init__(self, topics: list[str]) -> None:
+        self._topics = topics
+
+    def build(self, request_struct_class: type[_MetadataRequest_v7]) -> _MetadataRequest_v7:
+        return request_struct_class(self._topics, False)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLeadership:
+    """One partition as the cluster describes it."""
+
+    leader: int  # node id, NO_LEADER while none
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """One answer of the cluster: leadership per (topic, partition), and the topics the
+    cluster tiers itself (``kafka_tiered``)."""
+
+    partitions: Mapping[tuple[str, int], PartitionLeadership]
+    kafka_tiered: frozenset[str]
+    brokers: frozenset[int]
+
+
+class ClusterClient:
+    """A small Kafka client for leadership and tiering configs (see the module docstring)."""
+
+    def __init__(
+        self, client_kwargs: Mapping[str, Any], node_id: int, *, timeout_s: float = 10.0
+    ) -> None:
+        self._kwargs = dict(client_kwargs)
+        self._kwargs.setdefault("client_id", "rlmm-offload-leadership")
+        self._kwargs.setdefault("request_timeout_ms", int(timeout_s * 1000))
+        self.bootstrap = str(self._kwargs.get("bootstrap_servers", ""))
+        self.node_id = node_id
+        self.timeout_s = timeout_s
+        self._client: AIOKafkaClient | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"ClusterClient({self.bootstrap!r}, node {self.node_id})"
+
+    async def view(self, topics: Collection[str]) -> ClusterView:
+        """Leadership and tiering of ``topics``; LeadershipError when not learned whole."""
+        if self._closed:
+            raise LeadershipError("the cluster client is closed")
+        try:
+            return await asyncio.wait_for(self._view(sorted(topics)), self.timeout_s)
+        except LeadershipError:
+            raise
+        except TimeoutError as e:
+            await self._reset()
+            raise LeadershipError(
+                f"the cluster at {self.bootstrap} did not answer within {self.timeout_s:g} s"
+            ) from e
+        except (kafka_errors.KafkaError, OSError) as e:
+            await self._reset()
+            raise LeadershipError(_why(e, self.bootstrap)) from e
+
+    async def _connected(self) -> AIOKafkaClient:
+        if self._client is None:
+            client = AIOKafkaClient(**self._kwargs)
+            try:
+                await client.bootstrap()
+            except BaseException:
+                await client.close()
+                raise
+            self._client = client
+        return self._client
+
+    async def _reset(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def _view(self, topics: list[str]) -> ClusterView:
+        client = await self._connected()
+        brokers = frozenset(b.nodeId for b in client.cluster.brokers())
+        if not brokers:
+            raise LeadershipError(f"the cluster at {self.bootstrap} lists no broker")
+        # Ask our own broker first (it answers for its own configs), then any other.
+        order = [self.node_id] if self.node_id in brokers else []
+        order += sorted(brokers - {self.node_id})
+        last: BaseException | None = None
+        for node in order:
+            try:
+                return await self._ask(client, node, topics, brokers)
+            except (kafka_errors.KafkaConnectionError, kafka_errors.NodeNotReadyError) as e:
+                last = e  # a broker that is down: the next one answers
+        assert last is not None
+        raise last
+
+    async def _ask(
+        self, client: AIOKafkaClient, node: int, topics: list[str], brokers: frozenset[int]
+    ) -> ClusterView:
+        partitions: dict[tuple[str, int], PartitionLeadership] = {}
+        if topics:
+            response = await client.send(node, LeaderMetadataRequest(topics))
+            for t in response.topics:
+                error_code, topic, _internal, parts = t
+                if error_code == kafka_errors.UnknownTopicOrPartitionError.errno:
+                    continue  # deleted meanwhile: nobody leads it
+                _check(error_code, f"metadata of topic {topic}", self.bootstrap)
+                for p in parts:
+                    p_error, partition, leader, epoch, replicas, isr, _offline = p
+                    if p_error and p_error != kafka_errors.LeaderNotAvailableError.errno:
+                        _check(p_error, f"metadata of {topic}-{partition}", self.bootstrap)
+                    partitions[(topic, partition)] = PartitionLeadership(
+                        leader if not p_error else NO_LEADER, epoch, tuple(replicas), tuple(isr)
+                    )
+        tiered = await self._kafka_tiered(client, node, topics)
+        return ClusterView(partitions, tiered, brokers)
+
+    async def _kafka_tiered(
+        self, client: AIOKafkaClient, node: int, topics: list[str]
+    ) -> frozenset[str]:
+        """Topics with remote.storage.enable=true on a cluster whose brokers tier.
+
+        A broker's own configs are answered by that broker only: asked only when
+        ``node`` is ours. Kafka refuses remote.storage.enable=true on a topic while
+        the system is off, so the topic's flag alone still says enough without it."""
+        if not topics:
+            return frozenset()
+        resources: list[tuple[int, str, list[str] | None]] = [
+            (_TOPIC, t, [REMOTE_STORAGE_ENABLE]) for t in topics
+        ]
+        if node == self.node_id:
+            resources.append((_BROKER, str(node), [SYSTEM_ENABLE]))
+        response = await client.send(node, DescribeConfigsRequest(resources))
+        system = True
+        enabled: set[str] = set()
+        for resource in response.resources:
+            error_code, _message, kind, name, entries = resource[:5]
+            if kind == _TOPIC and error_code == kafka_errors.UnknownTopicOrPartitionError.errno:
+                continue
+            _check(error_code, f"configs of {'topic' if kind == _TOPIC else 'broker'} {name}",
+                   self.bootstrap)  # fmt: skip
+            values = {entry[0]: entry[1] for entry in entries}
+            if kind == _BROKER:
+                system = str(values.get(SYSTEM_ENABLE, "false")).lower() == "true"
+            elif str(values.get(REMOTE_STORAGE_ENABLE, "false")).lower() == "true":
+                enabled.add(name)
+        return frozenset(enabled) if system else frozenset()
+
+    async def close(self) -> None:
+        """Close the connection; idempotent."""
+        self._closed = True
+        await self._reset()
+
+
+def _check(error_code: int, what: str, bootstrap: str) -> None:
+    if error_code:
+        error = kafka_errors.for_code(error_code)
+        raise LeadershipError(_why(error(), bootstrap, what))
+
+
+def _why(error: BaseException, bootstrap: str, what: str = "") -> str:
+    """One line: what failed at which cluster, and why (a denial says what to grant)."""
+    name = type(error).__name__
+    doing = f" ({what})" if what else ""
+    if isinstance(
+        error,
+        kafka_errors.TopicAuthorizationFailedError | kafka_errors.ClusterAuthorizationFailedError,
+    ):
+        return (
+            f"the cluster at {bootstrap} denies this sidecar{doing}: {name}; it needs DESCRIBE"
+            " and DESCRIBE_CONFIGS on the topics it offloads (and on the cluster)"
+        )
+    text = str(error).strip()
+    return f"cannot learn leadership from the cluster at {bootstrap}{doing}: {name}" + (
+        f": {text}" if text and text != name else ""
+    )
+
+
+__all__ = [
+    "NO_LEADER",
+    "ClusterClient",
+    "ClusterView",
+    "LeaderMetadataRequest",
+    "PartitionLeadership",
+]
