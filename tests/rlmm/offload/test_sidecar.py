@@ -213,7 +213,8 @@ async def test_rich_progress_on_a_terminal(tmp_path: Path) -> None:
 
     text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", buffer.getvalue())
     assert f"offload {report.tally.copied} segments" in text
-    assert "round over 4 partitions" in text
+    assert "round 1 over 4 partitions (4 led): " in text
+    assert "; since start: " in text
 
 
 @pytest.mark.slow
@@ -315,7 +316,8 @@ async def test_startup_line_and_metrics_host(
     (tmp_path / "logs").mkdir()
     with caplog.at_level(logging.INFO, logger="rlmm.offload.sidecar"):
         await run_sidecar(config, [tmp_path / "logs"], once=True, display=Display(rich=False))
-    assert any(r.getMessage().startswith("rlmm offload: config") for r in caplog.records)
+    started = "rlmm offload: node 0 (from broker_id"
+    assert any(r.getMessage().startswith(started) for r in caplog.records)
 
 
 async def test_rounds_count_rounds_and_counters_start_at_zero(tmp_path: Path) -> None:
