@@ -99,6 +99,7 @@ class ClusterView:
     partitions: Mapping[tuple[str, int], PartitionLeadership]
     kafka_tiered: frozenset[str]
     brokers: frozenset[int]
+    configs_seen: bool = True  # False: DescribeConfigs was denied (kafka_tiered is empty)
 
 
 class ClusterClient:
@@ -188,12 +189,16 @@ class ClusterClient:
                         leader if not p_error else NO_LEADER, epoch, tuple(replicas), tuple(isr)
                     )
         tiered = await self._kafka_tiered(client, node, topics)
+        if tiered is None:
+            return ClusterView(partitions, frozenset(), brokers, configs_seen=False)
         return ClusterView(partitions, tiered, brokers)
 
     async def _kafka_tiered(
         self, client: AIOKafkaClient, node: int, topics: list[str]
-    ) -> frozenset[str]:
-        """Topics with remote.storage.enable=true on a cluster whose brokers tier.
+    ) -> frozenset[str] | None:
+        """Topics with remote.storage.enable=true on a cluster whose brokers tier; None
+        when the cluster denies this principal DescribeConfigs (then the sidecar knows
+        such topics by their segments in the metadata only).
 
         A broker's own configs are answered by that broker only: asked only when
         ``node`` is ours. Kafka refuses remote.storage.enable=true on a topic while
@@ -212,6 +217,8 @@ class ClusterClient:
             error_code, _message, kind, name, entries = resource[:5]
             if kind == _TOPIC and error_code == kafka_errors.UnknownTopicOrPartitionError.errno:
                 continue
+            if error_code in _DENIED:
+                return None
             _check(error_code, f"configs of {'topic' if kind == _TOPIC else 'broker'} {name}",
                    self.bootstrap)  # fmt: skip
             values = {entry[0]: entry[1] for entry in entries}
@@ -225,6 +232,12 @@ class ClusterClient:
         """Close the connection; idempotent."""
         self._closed = True
         await self._reset()
+
+
+_DENIED = (
+    kafka_errors.TopicAuthorizationFailedError.errno,
+    kafka_errors.ClusterAuthorizationFailedError.errno,
+)
 
 
 def _check(error_code: int, what: str, bootstrap: str) -> None:

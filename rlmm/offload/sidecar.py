@@ -114,6 +114,7 @@ class Sidecar:
         self._led: dict[TopicIdPartition, int] = {}
         self._wake = asyncio.Event()  # the poll found a partition to lead: start a round now
         self._skipped: dict[str, str] = {}
+        self._configs_warned = False
 
     def startup_summary(self) -> str:
         """One line: config, store, event log, log dirs, metrics address, and what the
@@ -348,6 +349,14 @@ class Sidecar:
             log.info("leadership learned again from the cluster at %s", self._cluster.bootstrap)
         report.leadership_unknown = None
         self.metrics.leadership_known.set(1)
+        if not view.configs_seen and not self._configs_warned:
+            self._configs_warned = True
+            log.warning(
+                "the cluster at %s denies DescribeConfigs to this sidecar: topics the cluster"
+                " tiers itself are known only by segments rlmm did not write in their"
+                " metadata (grant DESCRIBE_CONFIGS on the topics and the cluster)",
+                self._cluster.bootstrap,
+            )
         assignment = assign(sources, view, self.config.broker_id)
         kind = self.config.event_log_options().get("type", "file")
         if assignment.replicated and kind != "kafka":

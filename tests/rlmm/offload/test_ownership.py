@@ -127,3 +127,53 @@ async def test_own_copies_are_signed_and_own_leftovers_still_cleaned(
     assert crashed.remote_log_segment_id not in left
     assert legacy.remote_log_segment_id not in left
     assert not [o for o in rsm.list_objects(tp) if "9000" in o.name]
+
+
+async def test_sidecar_never_touches_a_topic_whose_metadata_holds_foreign_segments(
+    tmp_path: Path,
+) -> None:
+    """Without a view of the cluster's configs, a topic another writer tiers is known by
+    its segments in the metadata that rlmm did not write: the sidecar copies, expires
+    and cleans up nothing of it, says so once, and counts it; other topics go on."""
+    from prometheus_client import generate_latest
+
+    from rlmm.config import load_config
+    from rlmm.factory import create_manager, open_event_log
+    from rlmm.offload.display import Display
+    from rlmm.offload.sidecar import Sidecar
+    from tests.rlmm.offload.test_sidecar import write_config
+
+    logs = tmp_path / "kafka-logs"
+    theirs = write_partition(logs, "kafka-tiered", 0)
+    ours = write_partition(logs, "orders", 0)
+    path = write_config(tmp_path)
+    config = load_config(path, env={})
+    tp = theirs.topic_id_partition()
+    manager = create_manager(config, open_event_log(config))
+    await manager.start()
+    try:
+        await manager.on_partition_leadership_changes([tp], [])
+        await manager.wait_until_ready([tp], 30)
+        in_flight = await _publish(manager, _foreign(tp, 0, 99), finish=False)
+        done = await _publish(manager, _foreign(tp, 100, 199), finish=True)
+    finally:
+        await manager.close()
+    sidecar = Sidecar(config, [logs], once=True, display=Display(rich=False))
+    report = await sidecar.run()
+    assert report.tally.errors == []
+    assert report.led == 1  # orders-0 only
+    metrics = generate_latest(sidecar.metrics.registry).decode()
+    assert 'rlmm_offload_topics_skipped{reason="foreign-segments"} 1.0' in metrics
+    manager = create_manager(config, open_event_log(config))
+    await manager.start()
+    try:
+        await manager.on_partition_leadership_changes([], [tp, ours.topic_id_partition()])
+        await manager.wait_until_ready([tp, ours.topic_id_partition()], 30)
+        states = {m.remote_log_segment_id: m.state for m in manager.list_remote_log_segments(tp)}
+        assert states == {
+            in_flight.remote_log_segment_id: S.COPY_SEGMENT_STARTED,
+            done.remote_log_segment_id: S.COPY_SEGMENT_FINISHED,
+        }
+        assert manager.list_remote_log_segments(ours.topic_id_partition())
+    finally:
+        await manager.close()
