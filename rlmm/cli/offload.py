@@ -66,6 +66,7 @@ def offload(
             "errors": t.errors,
             "stopped_by_signal": report.stopped_by_signal,
             "warnings": report.warnings,
+            "topics_skipped": report.skipped_topics,
         }
         click.echo(json.dumps(summary, indent=2))
     else:

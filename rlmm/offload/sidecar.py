@@ -242,7 +242,12 @@ class Sidecar:
                 if self.metrics_server is not None:
                     self.metrics_server.close()
         report.stopped_by_signal = self._signals > 0
+        report.skipped_topics = dict(self._skipped)
         return report
+
+    def stop(self) -> None:
+        """Stop after the round in progress (as a first SIGTERM does, without the signal)."""
+        self._stop.set()
 
     async def _start_manager(
         self, rlmm: TopicBasedRemoteLogMetadataManager, report: SidecarReport
