@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import hashlib
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -206,6 +208,37 @@ class RemoteLogSegmentId:
         return f"{self.topic_id_partition}/{kafka_uuid_to_str(self.id)}"
 
 
+# rlmm's segment-id signature: the last 4 of the 16 bytes are a keyed BLAKE2b digest of
+# the first 12, so rlmm knows its own copies (even one left STARTED before any upload)
+# from those of Kafka's RemoteLogManager in a shared metadata topic. A random id
+# carries it by chance once in 2**32.
+_SIGNATURE_KEY = b"rlmm offload segment id v1"
+_SIGNED_BYTES = 12
+
+
+def _signature(head: bytes) -> bytes:
+    return hashlib.blake2b(head, digest_size=16 - _SIGNED_BYTES, key=_SIGNATURE_KEY).digest()
+
+
+def new_rlmm_segment_id(topic_id_partition: TopicIdPartition) -> RemoteLogSegmentId:
+    """A fresh random segment id (a version-4 uuid) carrying rlmm's signature."""
+    while True:
+        head = bytearray(os.urandom(_SIGNED_BYTES))
+        head[6] = (head[6] & 0x0F) | 0x40  # version 4
+        head[8] = (head[8] & 0x3F) | 0x80  # RFC 4122 variant
+        value = uuid.UUID(bytes=bytes(head) + _signature(bytes(head)))
+        # As Kafka's Uuid.randomUuid: never an id whose text starts with "-" (Kafka's
+        # tools would read it as an option).
+        if not kafka_uuid_to_str(value).startswith("-"):
+            return RemoteLogSegmentId(topic_id_partition, value)
+
+
+def is_rlmm_segment_id(segment_id: RemoteLogSegmentId) -> bool:
+    """True when ``segment_id`` was made by ``new_rlmm_segment_id``."""
+    raw = segment_id.id.bytes
+    return raw[_SIGNED_BYTES:] == _signature(raw[:_SIGNED_BYTES])
+
+
 def _frozen_epochs(epochs: Mapping[int, int]) -> Mapping[int, int]:
     items = sorted(dict(epochs).items())
     for epoch, offset in items:
@@ -375,8 +408,10 @@ __all__ = [
     "TopicIdPartition",
     "check_partition_delete_transition",
     "check_segment_transition",
+    "is_rlmm_segment_id",
     "is_valid_partition_delete_transition",
     "is_valid_segment_transition",
     "kafka_uuid_from_str",
     "kafka_uuid_to_str",
+    "new_rlmm_segment_id",
 ]

@@ -24,7 +24,7 @@ from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
 from rlmm.ops.describe import segment_fields
 from rlmm.ops.event_dump import DumpedEvent
 from rlmm.ops.inventory import PartitionSummary, SegmentDetail
-from rlmm.ops.repair import RepairPlan
+from rlmm.ops.repair import NOT_OURS, RepairPlan
 from rlmm.ops.snapshot_report import SnapshotReport
 from rlmm.ops.verification import VerifyReport
 
@@ -306,7 +306,7 @@ class ConsoleOutput(Output):
         if plan.actions:
             self._problems([a.to_dict() for a in plan.actions], extra="action")
         if not plan.actions:
-            self.out.print("gc: no garbage to remove")
+            self.out.print("gc: no garbage to remove" + (" of rlmm's" if plan.not_ours else ""))
         elif plan.applied:
             skipped = f", {len(plan.skipped)} skipped" if plan.skipped else ""
             self.out.print(f"gc: {len(plan.done)} of {len(plan.actions)} action(s) done{skipped}")
@@ -316,6 +316,13 @@ class ConsoleOutput(Output):
             )
         for action, why in plan.skipped:
             self.out.print(f"  skipped {action.problem.segment_id}: {why}", markup=False)
+        for problem in plan.not_ours:
+            self.out.print(
+                f"  left alone {problem.segment_id} ({problem.kind.value}): {NOT_OURS}",
+                markup=False,
+            )
+        for caution in plan.cautions:
+            self.out.print(f"caution: {caution}", markup=False)
         if plan.left_alone:
             self.out.print(
                 f"{len(plan.left_alone)} problem(s) are not garbage and need an operator:"

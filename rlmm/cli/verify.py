@@ -81,15 +81,19 @@ def verify_command(deep: bool, topic: str | None, safety_window: float) -> None:
 def gc_command(apply: bool, deep: bool, topic: str | None, safety_window: float) -> None:
     """Remove what verify proves is garbage: orphan objects, stale multipart uploads,
     segments stuck in a STARTED state (through the DELETE path of the metadata)."""
+    from remote.layouts import READ_ONLY_TYPES
     from rlmm.factory import open_remote_layout
     from rlmm.ops.repair import apply_repairs, plan_repairs
 
-    plan = plan_repairs(_run_verify(deep, topic, safety_window))
-    if apply and plan.actions:
-        with open_remote_layout(session().config) as layout:
-            apply_repairs(session().config, layout, plan)
+    config = session().config
+    report = _run_verify(deep, topic, safety_window)
+    brokers_write = config.remote_options().get("type") in READ_ONLY_TYPES
+    with open_remote_layout(config) as layout:
+        plan = plan_repairs(report, None if brokers_write else layout, brokers_write=brokers_write)
+        if apply and plan.actions:
+            apply_repairs(config, layout, plan)
     session().output.repair(plan)
-    remaining = plan.left_alone or plan.skipped or (plan.actions and not apply)
+    remaining = plan.left_alone or plan.skipped or plan.not_ours or (plan.actions and not apply)
     if remaining:
         click.get_current_context().exit(1)
 

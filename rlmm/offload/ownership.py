@@ -19,45 +19,22 @@ say "ours" (an id missing from it is looked up again after ``forget``).
 
 from __future__ import annotations
 
-import hashlib
-import os
 import threading
-import uuid
 
 from remote import RemoteStorageManager
 from remote.storage import parse_object_name
 from rlmm.model import (
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
+    is_rlmm_segment_id,
     kafka_uuid_to_str,
+    new_rlmm_segment_id,
 )
 
-_KEY = b"rlmm offload segment id v1"
-_SIGNED = 12
-
-
-def _tag(head: bytes) -> bytes:
-    return hashlib.blake2b(head, digest_size=16 - _SIGNED, key=_KEY).digest()
-
-
-def new_segment_id(tp: TopicIdPartition) -> RemoteLogSegmentId:
-    """A fresh random segment id (a version-4 uuid) carrying rlmm's signature."""
-    while True:
-        head = bytearray(os.urandom(_SIGNED))
-        head[6] = (head[6] & 0x0F) | 0x40  # version 4
-        head[8] = (head[8] & 0x3F) | 0x80  # RFC 4122 variant
-        value = uuid.UUID(bytes=bytes(head) + _tag(bytes(head)))
-        # Kafka never hands out an id whose text starts with "-" (its tools would read it
-        # as an option): neither do we.
-        if not kafka_uuid_to_str(value).startswith("-"):
-            return RemoteLogSegmentId(tp, value)
-
-
-def is_signed(segment_id: RemoteLogSegmentId) -> bool:
-    """True when ``segment_id`` was made by ``new_segment_id``."""
-    raw = segment_id.id.bytes
-    return raw[_SIGNED:] == _tag(raw[:_SIGNED])
+# The signature itself lives with the model (rlmm.model): gc and verify, below the
+# offloader, recognise rlmm's segments too.
+new_segment_id = new_rlmm_segment_id
+is_signed = is_rlmm_segment_id
 
 
 class Ownership:
@@ -72,7 +49,7 @@ class Ownership:
         """True when rlmm wrote ``metadata``'s segment. May list the partition's objects
         (blocking I/O, once per partition): call it from a worker thread."""
         segment_id = metadata.remote_log_segment_id
-        if is_signed(segment_id):
+        if is_rlmm_segment_id(segment_id):
             return True
         return kafka_uuid_to_str(segment_id.id) in self._stored_ids(segment_id.topic_id_partition)
 
@@ -81,7 +58,7 @@ class Ownership:
         segment_id = metadata.remote_log_segment_id
         with self._lock:
             listed = segment_id.topic_id_partition in self._stored
-        return not listed and not is_signed(segment_id)
+        return not listed and not is_rlmm_segment_id(segment_id)
 
     def forget(self, tp: TopicIdPartition) -> None:
         """Drop the cached listing of ``tp`` (the next unsigned id lists it again)."""

@@ -7,7 +7,14 @@ of the metadata (DELETE_SEGMENT_STARTED, delete its objects, DELETE_SEGMENT_FINI
 as Kafka's RemoteLogManager deletes a segment. Problems that are not garbage
 (missing or damaged objects, lineage gaps) get no action: they need an operator.
 
-Invariant: a segment is only moved through the DELETE path if a writing manager,
+Invariants: over rlmm's own layouts (``local``, ``s3``) a stuck segment is only
+changed if rlmm wrote it (its id carries rlmm's signature, or objects of it are in
+the store): one a broker's own RemoteLogManager left in the shared metadata is left
+alone, with why. Over a layout the brokers write (their tier), a plan that fences
+stuck segments carries the caution that the brokers' RLM must be stopped (or the
+partition led elsewhere) first. A segment younger than the safety window is never
+in a plan (verification never reports it). A segment is only moved through the
+DELETE path if a writing manager,
 caught up with the metadata log, still sees it in the STARTED state the plan found
 (a copy that finished meanwhile is left alone), and its DELETE_SEGMENT_STARTED event is
 acknowledged before any of its objects is deleted, so a crash mid-way leaves the
@@ -31,6 +38,8 @@ from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    is_rlmm_segment_id,
+    kafka_uuid_to_str,
 )
 from rlmm.ops.verification import GARBAGE, Problem, ProblemKind, VerifyReport
 
@@ -54,6 +63,22 @@ class RepairAction:
         return {"action": self.action, **self.problem.to_dict()}
 
 
+NOT_OURS = (
+    "not written by rlmm (no rlmm segment id, no object in rlmm's store): a broker's own"
+    " RemoteLogManager (or another tool) wrote it into the shared metadata; gc leaves it"
+    " to its writer"
+)
+BROKERS_CAUTION = (
+    "the brokers write this tier: a segment stuck in a STARTED state may be a copy or a"
+    " delete their RemoteLogManager still has in flight (a large segment over a slow"
+    " store can outlast the safety window). Run gc --apply on those segments only with"
+    " the brokers' tiering stopped, or once the partition is led by another broker (a"
+    " new leader cleans up its predecessor's leftovers itself). Why: fencing a copy in"
+    " flight makes the broker's COPY_SEGMENT_FINISHED an illegal transition, its upload"
+    " is then left behind, and the copy is redone"
+)
+
+
 @dataclass
 class RepairPlan:
     actions: list[RepairAction]
@@ -61,6 +86,8 @@ class RepairPlan:
     applied: bool = False
     done: list[RepairAction] = field(default_factory=list)
     skipped: list[tuple[RepairAction, str]] = field(default_factory=list)
+    not_ours: list[Problem] = field(default_factory=list)  # garbage rlmm did not write
+    cautions: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,14 +96,46 @@ class RepairPlan:
             "done": [a.to_dict() for a in self.done],
             "skipped": [{**a.to_dict(), "reason": why} for a, why in self.skipped],
             "left_alone": [p.to_dict() for p in self.left_alone],
+            "not_ours": [{**p.to_dict(), "reason": NOT_OURS} for p in self.not_ours],
+            "cautions": list(self.cautions),
         }
 
 
-def plan_repairs(report: VerifyReport) -> RepairPlan:
-    """One action per garbage problem of ``report``; the other problems are left alone."""
-    actions = [RepairAction(_ACTIONS[p.kind], p) for p in report.problems if p.kind in GARBAGE]
-    left = [p for p in report.problems if p.kind not in GARBAGE]
-    return RepairPlan(actions, left)
+def rlmm_wrote(layout: RemoteLayout, m: RemoteLogSegmentMetadata) -> bool:
+    """True when rlmm wrote segment ``m``: its id is signed, or the store holds an object
+    of it (a copy of a release before signatures)."""
+    if is_rlmm_segment_id(m.remote_log_segment_id):
+        return True
+    wanted = kafka_uuid_to_str(m.remote_log_segment_id.id)
+    for obj in layout.list_objects(m.topic_id_partition):
+        name = layout.parse_object_name(obj.name)
+        if name is not None and name.segment_id == wanted:
+            return True
+    return False
+
+
+def plan_repairs(
+    report: VerifyReport, layout: RemoteLayout | None = None, *, brokers_write: bool = False
+) -> RepairPlan:
+    """One action per garbage problem of ``report``; the other problems are left alone.
+
+    ``layout`` (rlmm's own): a stuck segment rlmm did not write goes to ``not_ours``.
+    ``brokers_write``: the layout is the brokers' tier; fencing stuck segments gets
+    BROKERS_CAUTION."""
+    actions: list[RepairAction] = []
+    left: list[Problem] = []
+    not_ours: list[Problem] = []
+    for p in report.problems:
+        if p.kind not in GARBAGE:
+            left.append(p)
+        elif p.segment is not None and layout is not None and not rlmm_wrote(layout, p.segment):
+            not_ours.append(p)
+        else:
+            actions.append(RepairAction(_ACTIONS[p.kind], p))
+    plan = RepairPlan(actions, left, not_ours=not_ours)
+    if brokers_write and any(a.action == "delete_segment" for a in actions):
+        plan.cautions.append(BROKERS_CAUTION)
+    return plan
 
 
 async def _delete_segments(

@@ -227,3 +227,36 @@ def test_gc_killed_mid_repair_is_finished_by_the_next_gc(tmp_path: Path) -> None
     assert json.loads(clean.stdout)["problems"] == []
     listed = json.loads(store.run("segments", "list", "--json").stdout)["segments"]
     assert not {x["segment_id"] for x in listed} & set(stuck)
+
+
+def test_gc_leaves_a_stuck_segment_rlmm_did_not_write_to_its_writer(tmp_path: Path) -> None:
+    """A copy a broker's own RemoteLogManager has in flight in the shared metadata
+    (COPY_SEGMENT_STARTED two hours ago, a random id, no object in rlmm's store): gc
+    plans nothing for it, says why, and exits 1; rlmm's own stuck copy is still fenced."""
+    import asyncio
+
+    from rlmm.model import RemoteLogSegmentId, RemoteLogSegmentMetadata
+    from tests.rlmm.cli.store import HOUR_MS, with_manager
+
+    store = build_store(tmp_path)
+    ours = stuck_started(store)
+    tp = ours.topic_id_partition
+
+    async def publish(manager: Any, _rsm: Any) -> RemoteLogSegmentMetadata:
+        theirs = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId.generate_new(tp), 10_000, 10_999, 1_700_000_000_000, 3,
+            int(time.time() * 1000) - 2 * HOUR_MS, 1_000_000, {5: 10_000},
+        )  # fmt: skip
+        await manager.add_remote_log_segment_metadata(theirs)
+        return theirs
+
+    theirs = asyncio.run(with_manager(store.config, [tp], publish))
+    dry = store.run("gc", "--json")
+    plan = json.loads(dry.stdout)
+    assert [a["segment_id"] for a in plan["actions"]] == [sid(ours)]
+    assert [p["segment_id"] for p in plan["not_ours"]] == [sid(theirs)]
+    assert "not written by rlmm" in plan["not_ours"][0]["reason"]
+    applied = store.run("gc", "--apply")
+    assert applied.returncode == 1, applied.stdout + applied.stderr
+    assert f"left alone {sid(theirs)} (stuck_copy_started): not written by rlmm" in applied.stdout
+    assert problems(store.run("verify", "--json")) == {("stuck_copy_started", sid(theirs), None)}
