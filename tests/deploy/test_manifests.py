@@ -86,10 +86,12 @@ def test_probes_and_scrape_point_at_what_the_sidecar_serves() -> None:
     ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
     assert ports == {"rlmm-metrics": port}
 
-    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
-        get = sidecar[probe]["httpGet"]
-        assert get["path"] == path and path in PATHS, probe
-        assert ports.get(get["port"], get["port"]) == port, probe
+    get = sidecar["livenessProbe"]["httpGet"]
+    assert get["path"] == "/healthz" and "/healthz" in PATHS
+    assert ports.get(get["port"], get["port"]) == port
+    # A sidecar's readiness would be its broker pod's: it is an alert instead.
+    assert "readinessProbe" not in sidecar
+    assert "RlmmOffloadNotReady" in (ROOT / "deploy" / "prometheus" / "rules.yml").read_text()
 
     annotations = pod()["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
@@ -133,7 +135,7 @@ def test_config_from_the_configmap_and_secrets_from_the_secret(tmp_path: Path) -
     for word in ("secret", "password", "token", "access_key"):
         assert word not in text.lower(), f"{word} in the ConfigMap"
     (tmp_path / "offload.toml").write_text(text)
-    config = load_config(tmp_path / "offload.toml", env={"RLMM_BROKER_ID": "0"})
+    config = load_config(tmp_path / "offload.toml", env={})
     assert config.remote_options()["type"] == "s3"
     assert config.event_log_options()["type"] == "kafka"
     writable = {m["mountPath"] for m in sidecar["volumeMounts"] if not m.get("readOnly")}
@@ -143,11 +145,10 @@ def test_config_from_the_configmap_and_secrets_from_the_secret(tmp_path: Path) -
     refs = [e["secretRef"]["name"] for e in sidecar["envFrom"]]
     assert refs == [secret["metadata"]["name"]]
     assert set(secret["stringData"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-    env = {e["name"]: e for e in sidecar["env"]}
-    assert (
-        "apps.kubernetes.io/pod-index"
-        in env["RLMM_BROKER_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
-    )
+    # the broker id comes from the log dir's meta.properties, never from the pod
+    assert not any("BROKER_ID" in e["name"] for e in sidecar.get("env", []))
+    assert not config.broker_id_configured
+    assert resources()["StatefulSet"]["spec"]["replicas"] == 3  # a sidecar per broker
 
 
 def test_manifests_match_kubernetes_schemas() -> None:

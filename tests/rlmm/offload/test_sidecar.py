@@ -337,3 +337,24 @@ async def test_rounds_count_rounds_and_counters_start_at_zero(tmp_path: Path) ->
     assert f'rlmm_offload_partition_rounds_total{{kind="copy"}} {float(runs)}' in body
     assert 'rlmm_remote_copy_errors_total{topic="orders"} 0.0' in body
     assert 'rlmm_remote_delete_requests_total{topic="orders"} 0.0' in body
+
+
+def test_metrics_port_in_use_names_the_address(tmp_path: Path) -> None:
+    """A --metrics-port another process holds: exit 2, one line naming host and port."""
+    import socket
+
+    logs, _pdirs, _audit = log_dir(tmp_path)
+    path = write_config(tmp_path)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "rlmm.cli", "offload", "--once", "--config", str(path),
+             "--log-dir", str(logs), "--metrics-port", str(port)],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error")]
+    assert f"127.0.0.1:{port}" in line and "--metrics-port" in line, line
+    assert "Traceback" not in done.stderr
