@@ -1,9 +1,11 @@
-"""Shared test fixtures: Kafka brokers (Tansu, Apache Kafka), a moto S3 server, Spark."""
+"""Shared test fixtures: Kafka brokers (Tansu, Apache Kafka, a three-node Apache Kafka
+cluster), a moto S3 server, Spark."""
 
 pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.kafka",
     "tests.fixtures.apache_kafka",
+    "tests.fixtures.apache_kafka_cluster",
     "tests.fixtures.spark",
     "tests.fixtures.prometheus",
 ]
