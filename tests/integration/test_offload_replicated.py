@@ -1,0 +1,173 @@
+"""`rlmm offload` beside every broker of a replicated cluster: only the leader copies,
+failover and failback lose nothing, every offset is held once.
+
+A three-node Apache Kafka 4.1.1 cluster; topics of 3 partitions with 3 replicas and
+``min.insync.replicas=2``, produced with acks=all; one sidecar process per broker over
+its log dir, all on the cluster's ``__remote_log_metadata`` and one store.
+
+Invariants checked after every scenario (``check_archive``): the archive serves every
+rolled offset from 0, each once, equal to what a consumer reads; ``rlmm verify
+--deep`` is clean; the bytes in remote storage are at most 1.1x one replica's log for
+the same offsets; no sidecar logged an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+
+from tests.fixtures.apache_kafka_cluster import ApacheKafkaCluster
+from tests.integration.replicated_offload import (
+    TOPIC_CONFIGS,
+    check_archive,
+    produce_waves,
+    segments,
+    sidecars,
+    wait_archived,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow,
+              pytest.mark.timeout(600)]  # fmt: skip
+
+
+async def served(cluster: ApacheKafkaCluster, topic: str) -> tuple[dict, dict[int, int]]:  # type: ignore[type-arg]
+    """What a consumer reads, and per partition the last offset before the roll record."""
+    records = await cluster.aconsume_all(topic)
+    return records, {p: rs[-1][0] - 1 for p, rs in records.items()}
+
+
+async def test_steady_state_failover_and_failback(
+    kafka_cluster: ApacheKafkaCluster, tmp_path: Path
+) -> None:
+    cluster = kafka_cluster
+    topic = f"repl-{uuid4().hex[:6]}"
+    created = cluster.create_topic(topic, 3, configs=TOPIC_CONFIGS)
+    with sidecars(cluster, tmp_path) as group:
+        # steady state: each rolled segment copied once, by its partition's leader
+        await produce_waves(cluster, topic, 3, tag="a")
+        records, ends = await served(cluster, topic)
+        await wait_archived(group, topic, ends)
+        check_archive(group, topic, records, ends)
+        for p, ms in segments(group.observer, topic).items():
+            assert {m.broker_id for m in ms} == {created[p].leader}, p
+            assert len(ms) == len({(m.start_offset, m.end_offset) for m in ms})
+
+        # failover: partition 0's leader is SIGKILLed; its sidecar keeps running over the
+        # frozen log dir; the new leaders' sidecars continue with no gap
+        dead = cluster.describe(topic)[0].leader
+        cluster.kill(dead)
+        killed_at = time.time() * 1000
+        moved = cluster.wait_for_leader(topic, 0, not_in={dead}, timeout=30)
+        await produce_waves(cluster, topic, 3, tag="b")
+        records, ends = await served(cluster, topic)
+        await wait_archived(group, topic, ends)
+        check_archive(group, topic, records, ends)
+        assert group.alive()[dead]
+        # the dead broker's sidecar copies nothing once the cluster moved leadership
+        # (until it is fenced, 6 s, the cluster still names it leader)
+        late = [m for ms in segments(group.observer, topic).values() for m in ms
+                if m.broker_id == dead and m.event_timestamp_ms > killed_at + 8000]  # fmt: skip
+        assert late == []
+        assert any(m.broker_id == moved.leader for m in segments(group.observer, topic)[0])
+
+        # failback: the broker returns and catches up, a preferred election hands its
+        # partitions back, and its sidecar continues
+        cluster.start_node(dead)
+        for p in range(3):
+            cluster.wait_isr(topic, p, 3, timeout=60)
+        cluster.elect_preferred(topic)
+        back = cluster.wait_for_leader(topic, 0, expect=dead, timeout=30)
+        await produce_waves(cluster, topic, 2, tag="c")
+        records, ends = await served(cluster, topic)
+        await wait_archived(group, topic, ends)
+        figures = check_archive(group, topic, records, ends)
+        newest = max(segments(group.observer, topic)[0], key=lambda m: m.end_offset)
+        assert newest.broker_id == back.leader == dead
+        assert max(figures["bytes_ratio"].values()) <= 1.1
+        assert group.errors() == {n: [] for n in cluster.ids}
+
+
+async def test_controlled_shutdown_and_a_sidecar_killed_during_a_leadership_change(
+    kafka_cluster: ApacheKafkaCluster, tmp_path: Path
+) -> None:
+    cluster = kafka_cluster
+    topic = f"repl-{uuid4().hex[:6]}"
+    cluster.create_topic(topic, 3, configs=TOPIC_CONFIGS)
+    with sidecars(cluster, tmp_path) as group:
+        await produce_waves(cluster, topic, 2, tag="a")
+        records, ends = await served(cluster, topic)
+        await wait_archived(group, topic, ends)
+
+        # A controlled shutdown moves partition 1's leadership; while it moves, the new
+        # leader's sidecar is SIGKILLed, then started again.
+        old = cluster.describe(topic)[1].leader
+        writes = asyncio.create_task(produce_waves(cluster, topic, 3, tag="b"))
+        await asyncio.sleep(1.5)
+        await asyncio.to_thread(cluster.stop, old)
+        new = cluster.wait_for_leader(topic, 1, not_in={old}, timeout=30).leader
+        group.kill(new)
+        await asyncio.sleep(2)
+        group.start(new)
+        await writes
+        records, ends = await served(cluster, topic)
+        await wait_archived(group, topic, ends)
+        check_archive(group, topic, records, ends)
+        # the stopped broker's sidecar: no copy after its broker handed leadership over
+        stopped_at = time.time() * 1000
+        await produce_waves(cluster, topic, 1, tag="c")
+        records, ends = await served(cluster, topic)
+        await wait_archived(group, topic, ends)
+        check_archive(group, topic, records, ends)
+        late = [m for ms in segments(group.observer, topic).values() for m in ms
+                if m.broker_id == old and m.event_timestamp_ms > stopped_at]  # fmt: skip
+        assert late == []
+        errors = group.errors()
+        # the killed sidecar's own crash leaves no error line in the others' logs
+        assert {n: e for n, e in errors.items() if n != new} == {
+            n: [] for n in cluster.ids if n != new
+        }
+
+
+async def test_unclean_election_the_archive_equals_what_the_cluster_serves(
+    kafka_cluster: ApacheKafkaCluster, tmp_path: Path
+) -> None:
+    """Replicas on nodes 1 and 2; node 2 stalls out of the ISR, node 1 takes records
+    alone (min.insync.replicas=1) and its sidecar archives them; node 1 dies, node 2
+    is elected uncleanly. The archive then equals what the cluster serves: node 1's
+    lost records are deleted from remote storage and never read."""
+    cluster, leader, stale = kafka_cluster, 1, 2
+    topic = f"unclean-{uuid4().hex[:6]}"
+    cluster.create_topic(
+        topic,
+        configs={**TOPIC_CONFIGS, "unclean.leader.election.enable": "true",
+                 "min.insync.replicas": "1"},
+        assignments={0: [leader, stale]},
+    )  # fmt: skip
+    with sidecars(cluster, tmp_path) as group:
+        await produce_waves(cluster, topic, 2, tag="acked")
+        records, ends = await served(cluster, topic)
+        await wait_archived(group, topic, ends)
+
+        cluster.pause(stale)
+        cluster.wait_isr(topic, 0, 1, timeout=30)
+        await produce_waves(cluster, topic, 2, tag="lost")
+        lost_records, lost_ends = await served(cluster, topic)
+        await wait_archived(group, topic, lost_ends)  # node 1's sidecar archived them
+        lost_offsets = {o for o, _k, _v in lost_records[0]} - {o for o, _k, _v in records[0]}
+
+        cluster.kill(leader)
+        cluster.resume(stale)
+        cluster.wait_for_leader(topic, 0, expect=stale, timeout=60)
+        await produce_waves(cluster, topic, 2, tag="after")
+        records, ends = await served(cluster, topic)
+        await wait_archived(group, topic, ends)
+        check_archive(group, topic, records, ends)
+        # what the archive serves at the lost offsets is the new leader's records
+        values = {o: v for o, _k, v in records[0]}
+        assert all(b"lost" not in (values.get(o) or b"") for o in lost_offsets)
+        errors = group.errors()
+        assert errors[stale] == [] and errors[3] == []
