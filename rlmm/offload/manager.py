@@ -24,7 +24,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -248,8 +247,9 @@ class RemoteLogManager:
         for task in (leader.task, self._rounds.get(tp)):
             if task is not None and not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                # asyncio.wait, not ``await task`` under suppress(CancelledError): a
+                # cancellation of the caller itself must propagate, never be swallowed.
+                await asyncio.wait([task])
         leader.task = None
 
     async def abandon(self, tps: Iterable[TopicIdPartition]) -> None:

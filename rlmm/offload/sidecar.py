@@ -515,9 +515,9 @@ class Sidecar:
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it ended; our own cancellation still propagates."""
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await asyncio.wait([task])
 
 
 async def _first(*aws: Any) -> None:

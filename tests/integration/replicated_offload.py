@@ -199,9 +199,33 @@ async def wait_archived(
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"archive of {topic} not at {ends} within {timeout}s: {seen}\n"
+                f"cluster: {group.cluster.describe(topic)}\nlocal: {local_views(group, topic)}\n"
                 + "\n".join(f"--- sidecar {n}:\n{group.text(n)[-3000:]}" for n in group.cluster.ids)
             )
         await asyncio.sleep(1)
+
+
+def local_views(group: Sidecars, topic: str) -> dict[int, Any]:
+    """What each node's log dir says of the topic's partitions (for failure messages)."""
+    from rlmm.offload.logdir import scan_log_dirs
+    from rlmm.offload.settings import OffloadSettings
+
+    settings = OffloadSettings.from_config(load_config(group.observer, env={}))
+    out: dict[int, Any] = {}
+    for node in group.cluster.ids:
+        try:
+            for src in scan_log_dirs([group.cluster.log_dir(node)], settings):
+                if src.topic_id_partition.topic == topic:
+                    out.setdefault(node, {})[src.topic_id_partition.partition] = {
+                        "rolled": [(r.base_offset, r.next_base_offset)
+                                   for r in src.rolled_segments()][-3:],
+                        "lso": src.last_stable_offset(),
+                        "leo": src.log_end_offset(),
+                        "epochs": [(e.epoch, e.start_offset) for e in src.leader_epochs()],
+                    }  # fmt: skip
+        except Exception as e:  # a message helper: never the failure itself
+            out[node] = repr(e)
+    return out
 
 
 def _nothing_superseded(observer: Path, topic: str) -> bool:

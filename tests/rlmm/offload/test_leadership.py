@@ -137,3 +137,28 @@ async def test_leadership_lost_mid_copy_abandons_it_and_deletes_its_objects(
     assert states == [] or set(states) == {S.DELETE_SEGMENT_FINISHED}
     assert list(gated.list_objects(tp)) == []
     gated.close()
+
+
+async def test_a_cancelled_abandon_is_not_swallowed(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    """The sidecar's leadership poll is cancelled at the end of each round, possibly while
+    it waits in abandon() for a copy to clean up: that cancellation must reach the poll
+    (it once was swallowed there, and the sidecar waited for the poll forever)."""
+    gated = GatedRsm(tmp_path / "remote")
+    src = source(write_partition(tmp_path, "orders", 0), KEEP_ALL)
+    rlm = make_rlm(store=gated)
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    round_ = asyncio.create_task(rlm.run_round())
+    assert await asyncio.to_thread(gated.entered.wait, 30)
+    abandon = asyncio.create_task(rlm.abandon([src.topic_id_partition]))
+    await asyncio.sleep(0.2)
+    abandon.cancel()
+    await asyncio.sleep(0.2)
+    gated.gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(abandon, 30)
+    await asyncio.wait_for(round_, 30)
+    gated.close()
