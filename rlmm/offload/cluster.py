@@ -6,7 +6,9 @@ epoch; aiokafka stops at v5), and which topics the cluster tiers itself with Kaf
 own RemoteLogManager (DescribeConfigs: the broker's
 ``remote.log.storage.system.enable`` and each topic's ``remote.storage.enable``).
 
-Invariants: every call is bounded by ``timeout_s``; any failure (unreachable,
+Invariants: every call is bounded by ``timeout_s``; a cancelled call raises
+CancelledError even where aiokafka turned the cancellation into one of its own errors
+(a leadership poll cancelled at a round's end must end); any failure (unreachable,
 refused, denied, a partition or topic error) raises LeadershipError naming the
 cluster and the cause: the caller never gets a partial view that it could read as
 "lead everything"; the client is closed by ``close()``, which is idempotent.
@@ -126,14 +128,17 @@ class ClusterClient:
             raise LeadershipError("the cluster client is closed")
         try:
             return await asyncio.wait_for(self._view(sorted(topics)), self.timeout_s)
-        except LeadershipError:
+        except LeadershipError as e:
+            _raise_if_cancelling(e)
             raise
         except TimeoutError as e:
+            _raise_if_cancelling(e)
             await self._reset()
             raise LeadershipError(
                 f"the cluster at {self.bootstrap} did not answer within {self.timeout_s:g} s"
             ) from e
         except (kafka_errors.KafkaError, OSError) as e:
+            _raise_if_cancelling(e)
             await self._reset()
             raise LeadershipError(_why(e, self.bootstrap)) from e
 
@@ -166,6 +171,7 @@ class ClusterClient:
             try:
                 return await self._ask(client, node, topics, brokers)
             except (kafka_errors.KafkaConnectionError, kafka_errors.NodeNotReadyError) as e:
+                _raise_if_cancelling(e)
                 last = e  # a broker that is down: the next one answers
         assert last is not None
         raise last
@@ -234,6 +240,14 @@ class ClusterClient:
         await self._reset()
 
 
+def _raise_if_cancelling(exc: BaseException) -> None:
+    """aiokafka raises its own errors in place of CancelledError: a task being cancelled
+    re-raises the cancellation instead of reading them as a failure of the cluster."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError() from exc
+
+
 _DENIED = (
     kafka_errors.TopicAuthorizationFailedError.errno,
     kafka_errors.ClusterAuthorizationFailedError.errno,
@@ -259,6 +273,8 @@ def _why(error: BaseException, bootstrap: str, what: str = "") -> str:
             " and DESCRIBE_CONFIGS on the topics it offloads (and on the cluster)"
         )
     text = str(error).strip()
+    while text.startswith(f"{name}: "):  # aiokafka repeats the class name in the text
+        text = text[len(name) + 2 :]
     return f"cannot learn leadership from the cluster at {bootstrap}{doing}: {name}" + (
         f": {text}" if text and text != name else ""
     )

@@ -225,11 +225,12 @@ class Sidecar:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, rlm)
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
         try:
             if await self._start_manager(rlmm, report):
                 await self._rounds(rlm, report)
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
                 loop.remove_signal_handler(sig)
             try:
                 await rlm.close()
@@ -514,10 +515,25 @@ class Sidecar:
         return self.metrics.readiness.metadata_problem(applied, ends)
 
 
-async def _cancel(task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` and wait until it ended; our own cancellation still propagates."""
+def dump_tasks() -> None:
+    """Log where every asyncio task of the process waits (SIGUSR1: a stuck sidecar says
+    what it is stuck on, without a debugger)."""
+    import io
+
+    out = io.StringIO()
+    tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
+    for task in tasks:
+        task.print_stack(file=out)
+    log.warning("SIGUSR1: %d asyncio tasks\n%s", len(tasks), out.getvalue())
+
+
+async def _cancel(task: asyncio.Task[Any], timeout_s: float = 60.0) -> None:
+    """Cancel ``task`` and wait (bounded) until it ended; our own cancellation still
+    propagates. A task that outlives the bound is a bug: said loudly, never waited on."""
     task.cancel()
-    await asyncio.wait([task])
+    done, _ = await asyncio.wait([task], timeout=timeout_s)
+    if not done:
+        log.error("task %s did not end within %gs of its cancellation", task.get_name(), timeout_s)
 
 
 async def _first(*aws: Any) -> None:

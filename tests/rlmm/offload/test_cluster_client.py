@@ -1,0 +1,97 @@
+"""ClusterClient and the sidecar when leadership cannot be learned (no broker needed:
+a closed port, and a listener that never answers)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlmm.offload.cluster import ClusterClient
+from rlmm.offload.errors import LeadershipError
+from tests.rlmm.offload.test_sidecar import log_dir, write_config
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def silent_broker() -> Iterator[int]:
+    """A listener that accepts connections and never answers a request."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    server.settimeout(0.1)
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    import threading
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield int(server.getsockname()[1])
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+async def test_unreachable_cluster_is_a_leadership_error_within_the_bound() -> None:
+    client = ClusterClient({"bootstrap_servers": f"127.0.0.1:{closed_port()}"}, 1, timeout_s=3)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(LeadershipError, match=r"127\.0\.0\.1"):
+            await client.view({"orders"})
+        assert loop.time() - started < 10
+    finally:
+        await client.close()
+        await client.close()  # idempotent
+
+
+async def test_a_cancelled_view_ends_even_inside_aiokafka(silent_broker: int) -> None:
+    """A poll cancelled while aiokafka waits on a broker ends with CancelledError (aiokafka
+    turns cancellation into its own errors; read as a cluster failure, it was swallowed
+    and the sidecar waited for its poll forever)."""
+    client = ClusterClient({"bootstrap_servers": f"127.0.0.1:{silent_broker}"}, 1, timeout_s=30)
+    try:
+        task = asyncio.create_task(client.view({"orders"}))
+        await asyncio.sleep(1.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+    finally:
+        await client.close()
+
+
+def test_once_with_leadership_unknown_exits_2_and_copies_nothing(tmp_path: Path) -> None:
+    logs, _pdirs, _audit = log_dir(tmp_path)
+    port = closed_port()
+    path = write_config(tmp_path, f'"bootstrap.servers" = "127.0.0.1:{port}"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", "offload", "--once", "--config", str(path),
+         "--log-dir", str(logs)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error")]
+    assert "leadership unknown" in line and f"127.0.0.1:{port}" in line, line
+    assert line.count("KafkaConnectionError") == 1, line
+    assert not list((tmp_path / "data" / "remote").glob("**/*.log"))
