@@ -2,18 +2,18 @@
 offload sidecar's cluster tests build on.
 
 Invariants checked: a node that cannot start fails the cluster's start with every
-node's log tail and leaves no JVM; with ``kafka_tiering`` every node runs Kafka's own
-RLM (``__remote_log_metadata`` replicated 3 times, segments copied to the shared
-LocalTieredStorage dir). A SIGKILLed leader's partition gets a new leader with a
-higher epoch and keeps taking acks=all writes; the restarted node rejoins the full
-ISR and a preferred election hands its partition back, nothing produced lost. A
-controlled shutdown moves leadership before the node is gone (no waiting for it to
-be fenced). An unclean election makes an out-of-sync replica the leader, and the
-records only the old leader had are lost for good: no consumer sees them, and the
-old leader drops them when it rejoins. In KRaft the controller runs that election by
-itself on a topic with ``unclean.leader.election.enable=true``; on a topic with it
-false the partition stays without a leader until LeaderElectionCommand's UNCLEAN
-election is asked for.
+node's log tail and leaves no JVM, and the cluster starts once the cause is gone;
+with ``kafka_tiering`` every node runs Kafka's own RLM (``__remote_log_metadata``
+replicated 3 times, segments copied to the shared LocalTieredStorage dir). A
+SIGKILLed leader's partition gets a new leader with a higher epoch and keeps taking
+acks=all writes; the restarted node rejoins the full ISR and a preferred election
+hands its partition back, nothing produced lost. A controlled shutdown moves
+leadership before the node is gone (no waiting for it to be fenced). An unclean
+election makes an out-of-sync replica the leader, and the records only the old leader
+had are lost for good: no consumer sees them, and the old leader drops them when it
+rejoins. In KRaft the controller runs that election by itself on a topic with
+``unclean.leader.election.enable=true``; on a topic with it false the partition stays
+without a leader until LeaderElectionCommand's UNCLEAN election is asked for.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tests.fixtures.apache_kafka import METADATA_PARTITIONS, METADATA_TOPIC
 from tests.fixtures.apache_kafka_cluster import ApacheKafkaCluster, Record, new_cluster
 from tests.fixtures.kafka import BrokerStartError
 
-pytestmark = [pytest.mark.apache_kafka, pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.apache_kafka, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def records(
@@ -42,36 +42,39 @@ def records(
     return {p: sorted(rs) for p, rs in out.items()}
 
 
-def test_a_node_that_cannot_start_fails_the_cluster_with_the_log_tails(tmp_path: Path) -> None:
-    cluster = new_cluster(tmp_path / "cluster")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", cluster.node(2).controller_port))
-        taken.listen()
-        with pytest.raises(BrokerStartError) as info:
-            cluster.start(timeout=60)
-    message = str(info.value)
-    assert "Address already in use" in message
-    assert all(f"--- node {i} " in message for i in cluster.ids)
-    assert cluster.live_ids() == []  # the others were killed with it
-    cluster.close()
+def test_failed_start_reports_every_log_then_kafka_tiering_runs_on_every_node(
+    tmp_path: Path,
+) -> None:
+    # First in the file, before the session cluster starts: three JVMs at a time.
+    cluster = new_cluster(tmp_path / "cluster", kafka_tiering=True)
+    try:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", cluster.node(2).controller_port))
+            taken.listen()
+            with pytest.raises(BrokerStartError) as info:
+                cluster.start(timeout=60)
+        message = str(info.value)
+        assert "Address already in use" in message
+        assert all(f"--- node {i} " in message for i in cluster.ids)
+        assert cluster.live_ids() == []  # the others were killed with it
 
-
-def test_kafka_tiering_runs_kafkas_own_rlm_on_every_node(tmp_path: Path) -> None:
-    # Runs before the session cluster starts (first in the file): three JVMs at a time.
-    with new_cluster(tmp_path / "cluster", kafka_tiering=True) as cluster:
+        cluster.start()  # the port is free again: the same nodes and log dirs come up
         for p in range(METADATA_PARTITIONS):  # Kafka's RLMM creates it once it runs
             assert len(cluster.wait_isr(METADATA_TOPIC, p, 3).replicas) == 3
         topic = "tiered"
         tiered = {"remote.storage.enable": "true", "segment.bytes": str(1 << 20),
                   "local.retention.ms": "1000"}  # fmt: skip
         cluster.create_topic(topic, 1, configs=tiered)
-        values = [bytes([i % 256]) * 10_000 for i in range(300)]  # 3 MB: 2 rolled segments
+        values = [bytes([i % 256]) * 10_000 for i in range(130)]  # 1.3 MB: a rolled segment
         sent = cluster.produce(topic, values)
         deadline = time.monotonic() + 60
-        while len(copied := list(cluster.remote_dir.rglob(f"{topic}-0-*/*.log"))) < 2:
-            assert time.monotonic() < deadline, f"Kafka tiered {copied} within 60 s"
+        while not (copied := list(cluster.remote_dir.rglob(f"{topic}-0-*/*.log"))):
+            assert time.monotonic() < deadline, "Kafka tiered no segment within 60 s"
             time.sleep(0.5)
+        assert copied[0].name.startswith(f"{0:020d}-")
         assert cluster.consume_all(topic) == records(sent, values, 1)
+    finally:
+        cluster.close()
 
 
 def test_cluster_layout(kafka_cluster: ApacheKafkaCluster) -> None:
@@ -102,7 +105,7 @@ def test_sigkilled_leader_fails_over_and_gets_its_partition_back(
     cluster.kill(old)
     moved = cluster.wait_for_leader(topic, 0, not_in={old}, timeout=30)
     assert moved.leader_epoch > first.leader_epoch
-    assert old not in moved.isr and len(moved.isr) == 2
+    assert old not in moved.isr
     more = [f"after-{i}".encode() for i in range(30)]
     sent += cluster.produce(topic, more)  # acks=all: an ISR of 2 is min.insync.replicas
 
