@@ -57,6 +57,15 @@ class CorruptObjectError(RemoteIntegrityError, ValueError):
         return CorruptObjectError(name, self.field, self.reason, object_name=object_name)
 
 
+class DecompressionError(RemoteStorageError, ValueError):
+    """Compressed bytes that do not decompress, or (``limit_exceeded``) decompress past
+    the limit their reader allows (remote._decompress; callers name the object)."""
+
+    def __init__(self, message: str, *, limit_exceeded: bool = False) -> None:
+        super().__init__(message)
+        self.limit_exceeded = limit_exceeded
+
+
 class MissingKeyMaterialError(RemoteStorageError):
     """An encrypted object whose key material is not configured (names the setting)."""
 
@@ -85,6 +94,7 @@ class InvalidSegmentDataError(RemoteStorageError, ValueError):
 
 __all__ = [
     "CorruptObjectError",
+    "DecompressionError",
     "InvalidRangeError",
     "InvalidRemotePathError",
     "InvalidSegmentDataError",

@@ -8,8 +8,9 @@ Invariant: no transform produces more than the size declared for its output: zst
 output stops at the limit it is given (a chunk's original size, at most
 ``MAX_CHUNK_BYTES``), so a decompression bomb is a CorruptObjectError, not gigabytes;
 the output buffer grows with what the frame really holds (at most four times it), never
-with what a header claims. Every failure on stored bytes is a CorruptObjectError naming
-the object and the field (``naming`` puts the caller's key on it).
+with what a header claims beyond the limit (remote._decompress). Every failure on
+stored bytes is a CorruptObjectError naming the object and the field (``naming`` puts
+the caller's key on it).
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ import hashlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import cramjam
-
-from remote.errors import CorruptObjectError
+from remote import _decompress
+from remote.errors import CorruptObjectError, DecompressionError
 
 if TYPE_CHECKING:
     from remote.layouts._aiven_manifest import Chunk
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 IV_SIZE = 12
 GCM_TAG_SIZE = 16
 MAX_CHUNK_BYTES = 256 * 1024 * 1024  # a chunk's original size (the plugin's default is 4 MiB)
-_FIRST_GUESS = 1 << 16  # first output buffer of a zstd frame that does not declare its size
 
 
 @contextlib.contextmanager
@@ -47,58 +46,14 @@ def corrupt(field: str, reason: str) -> CorruptObjectError:
     return CorruptObjectError("<bytes>", field, reason)
 
 
-# --- zstd, bounded --------------------------------------------------------------------------
-
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_FCS_SIZES = (0, 2, 4, 8)
-_DID_SIZES = (0, 1, 2, 4)
-
-
-def zstd_content_size(frame: bytes | bytearray | memoryview) -> int | None:
-    """The content size a zstd frame header declares, or None (not declared or no frame)."""
-    if len(frame) < 5 or bytes(frame[:4]) != _ZSTD_MAGIC:
-        return None
-    descriptor = frame[4]
-    single_segment = descriptor & 0x20
-    fcs_size = _FCS_SIZES[descriptor >> 6] or (1 if single_segment else 0)
-    if not fcs_size:
-        return None
-    at = 5 + (0 if single_segment else 1) + _DID_SIZES[descriptor & 0x03]
-    if len(frame) < at + fcs_size:
-        return None
-    value = int.from_bytes(frame[at : at + fcs_size], "little")
-    return value + 256 if fcs_size == 2 else value
-
-
 def zstd_decompress(data: bytes | bytearray | memoryview, limit: int, field: str) -> bytearray:
-    """The content of zstd ``data``, at most ``limit`` bytes, else CorruptObjectError.
-
-    The output buffer starts at the size the frame declares (refused at once above
-    ``limit``) or small, and grows fourfold only while the frame fills it, so no more is
-    allocated than four times what the frame really holds, and never above ``limit``.
-    """
-    declared = zstd_content_size(data)
-    if declared is not None and declared > limit:
-        raise corrupt(field, f"the zstd frame declares {declared} bytes, more than {limit}")
-    frame = bytes(data)
-    cap = declared if declared is not None else min(limit, max(_FIRST_GUESS, 4 * len(frame)))
-    while True:
-        out = bytearray(cap + 1)  # the spare byte tells "exactly cap" from "more than cap"
-        try:
-            n = cramjam.zstd.decompress_into(frame, out)
-        except cramjam.DecompressionError as e:
-            # Corrupt, or (a frame that declares no size) more than cap bytes: grow
-            # while the bound allows. zstd itself checks a declared size.
-            if declared is None and cap < limit:
-                cap = min(limit, 4 * cap)
-                continue
-            raise corrupt(field, f"not a zstd frame of at most {limit} bytes: {e}") from None
-        if n <= cap:
-            del out[n:]
-            return out
-        if cap >= limit:
-            raise corrupt(field, f"decompresses to more than {limit} bytes (a decompression bomb)")
-        cap = min(limit, 4 * cap)
+    """The content of the zstd frame ``data``, at most ``limit`` bytes (remote._decompress:
+    the buffer grows with what the frame really holds), else CorruptObjectError."""
+    try:
+        return _decompress.zstd(bytes(data), limit)
+    except DecompressionError as e:
+        bomb = " (a decompression bomb)" if e.limit_exceeded else ""
+        raise corrupt(field, f"the zstd frame {e}{bomb}") from None
 
 
 # --- transforms ----------------------------------------------------------------------------
@@ -193,6 +148,5 @@ __all__ = [
     "mgf1_sha3_512",
     "naming",
     "unwrap_data_key",
-    "zstd_content_size",
     "zstd_decompress",
 ]

@@ -23,6 +23,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from remote.errors import SegmentFormatError
 from remote.segments import (
     RecordBatchReader,
     decode_batch,
@@ -114,13 +115,41 @@ def mutate_log(rng: random.Random, logs_: list[bytes]) -> bytes:
 _FILE = Path(tempfile.gettempdir()) / f"rlmm-fuzz-{os.getpid()}.log"
 
 
+def v2_batch(codec: int, payload: bytes, count: int = 1) -> bytes:
+    """A v2 batch of ``count`` records whose (compressed) records are ``payload``."""
+    body = struct.pack(">hiqqqhii", codec, count - 1, 0, 0, -1, -1, -1, count) + payload
+    head = struct.pack(">qiib", 0, len(body) + 9, 0, 2)
+    return head + struct.pack(">I", crc32c.crc32c(body)) + body
+
+
+@functools.cache
+def bombs() -> list[tuple[int, bytes]]:
+    """Compressed payloads of far more zeros than a batch may hold, one per codec."""
+    import cramjam
+    import lz4.frame
+
+    from tests.remote.layouts.test_fuzz_aiven import bomb
+
+    zeros = bytes(256 << 20)
+    xerial = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
+    raw = bytes(cramjam.snappy.compress_raw(bytes(1 << 20)))
+    return [
+        (4, bomb(4 << 30, True)),
+        (4, bomb(4 << 30, False)),
+        (1, bytes(cramjam.gzip.compress(zeros, level=1))),
+        (3, lz4.frame.compress(zeros, store_size=False)),
+        (2, xerial + b"".join(struct.pack(">i", len(raw)) + raw for _ in range(40))),
+        (2, b"\xff\xff\xff\xff\x0f" + bytes(20)),  # raw snappy claiming 4 GiB
+    ]
+
+
 # --- targets (run in the capped child) ----------------------------------------------------
 
 
 def warm() -> None:
     for i in range(len(logs())):
         batch_positions(i)
-    small_logs(), packed_indexes()
+    small_logs(), packed_indexes(), bombs()
 
 
 def fuzz_batch_reader(rng: random.Random) -> None:
@@ -146,7 +175,11 @@ def fuzz_batch_reader(rng: random.Random) -> None:
 
 
 def fuzz_records(rng: random.Random) -> None:
-    data = mutate_log(rng, small_logs())
+    if rng.random() < 0.1:
+        codec, payload = rng.choice(bombs())
+        data = v2_batch(codec, payload, rng.choice((1, 1000, 2**31 - 1)))
+    else:
+        data = mutate_log(rng, small_logs())
     for header, view in RecordBatchReader(data, verify_crc=rng.random() < 0.3).batches():
         decode_batch(header, view, name="fuzz.log")
 
@@ -248,3 +281,13 @@ def test_a_batch_declaring_more_than_the_file_holds_is_a_torn_tail_left_unread(
     with pytest.raises(Exception, match="61 trailing bytes") as e:
         strict.headers()
     assert type(e.value).__name__ == "SegmentFormatError"
+
+
+@pytest.mark.parametrize("which", range(6))
+def test_a_compressed_batch_past_its_bound_is_a_format_error(which: int) -> None:
+    codec, payload = bombs()[which]
+    data = v2_batch(codec, payload)
+    ((header, view),) = RecordBatchReader(data, verify_crc=True).batches()
+    with pytest.raises(SegmentFormatError, match="byte position 0") as e:
+        decode_batch(header, view, name="bomb.log")
+    assert len(data) < 16 << 20 and e.value.path == "bomb.log"
