@@ -13,7 +13,10 @@ Invariants:
   object is checked against the CRC-32C recorded when it was written;
 - the listing methods (``list_objects``, ``open_object``, ``delete_objects``,
   ``list_multipart_uploads``) name objects relative to the root or prefix, exactly as
-  ``object_name`` does, so an inventory can be compared with the metadata.
+  ``object_name`` does, so an inventory can be compared with the metadata;
+- ``SegmentManifest.decode`` reads bytes anyone who can produce to the metadata log
+  chooses: bounded in size, every length checked against them, every value against its
+  type's range; anything else is a CorruptObjectError naming the field.
 """
 
 from __future__ import annotations

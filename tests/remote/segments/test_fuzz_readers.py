@@ -219,7 +219,7 @@ def fuzz_leader_epoch_checkpoint(rng: random.Random) -> None:
         i = rng.randrange(len(lines))
         op = rng.randrange(4)
         if op == 0:
-            lines[i] = " ".join(str(interesting_int(rng)) for _ in lines[i].split() or [0])
+            lines[i] = " ".join(str(interesting_int(rng)) for _ in lines[i].split() or ["0"])
         elif op == 1:
             lines.insert(i, f"{interesting_int(rng)} {interesting_int(rng)}")
         elif op == 2:
