@@ -453,10 +453,11 @@ class AivenS3Layout(RemoteLayout):
         data = self._get(key, where.position, where.position + where.size - 1)
         name = self._name(key)
         if len(data) != where.size:
-            raise RemoteIntegrityError(
-                f"{self._calls.url(key)}: {index_label(kind)} at byte {where.position} is"
-                f" {len(data)} of {where.size} bytes (the object is shorter than its manifest"
-                " says)",
+            raise CorruptObjectError(
+                self._calls.url(key),
+                index_label(kind),
+                f"at byte {where.position} is {len(data)} of {where.size} bytes (the object is"
+                " shorter than its manifest says)",
                 object_name=name,
             )
         encryption = segment.manifest.encryption

@@ -91,7 +91,8 @@ def fuzz_cache_block(rng: random.Random) -> None:
         # The msgpack header: rows, pairs, dead, total, the epochs' index lengths.
         magic, length = struct.unpack_from("<4sI", block)
         header = msgpack.unpackb(block[8 : 8 + length])
-        path = rng.choice([(i,) for i in range(len(header))] + [(8, 0, 1)] * 3)
+        epoch_fields = [(8, 0, i) for i in range(5)] + [(8, 0, 4, 0)]
+        path = rng.choice([(i,) for i in range(len(header))] + epoch_fields)
         node = header
         try:
             for step in path[:-1]:
@@ -108,6 +109,12 @@ def fuzz_cache_block(rng: random.Random) -> None:
     cache = RemoteLogMetadataCache.from_block(tp, block)
     for segment in cache.segments.values():  # a restored cache is read like this
         _ = segment.segment_leader_epochs, segment.custom_metadata
+    for epoch, state in list(cache.epochs.items())[:3]:
+        cache.list_remote_log_segments(epoch)
+        for offset in (*state.starts[:2], *state.ends[-1:], rng.randrange(2**40)):
+            cache.remote_log_segment_metadata(epoch, offset)
+        cache.next_segment_with_txn_index(epoch, 0)
+    cache.list_remote_log_segments()
 
 
 def test_fuzz_under_a_1_gib_cap() -> None:
