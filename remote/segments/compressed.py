@@ -5,7 +5,7 @@ segment would become gigabytes (cramjam aborts the process when the allocation f
 Every decoder of records in rlmm calls ``bounded_batch`` first.
 
 Invariant: a batch's records never decompress past ``records_limit(compressed size)``:
-16 times the compressed bytes, at least ``MIN_RECORDS_LIMIT`` (16 MiB: a batch of
+32 times the compressed bytes, at least ``MIN_RECORDS_LIMIT`` (16 MiB: a batch of
 Kafka's default ``message.max.bytes``, 1 MiB, at a ratio of 16) and at most
 ``MAX_RECORDS_LIMIT`` (128 MiB), so a few KB can never become more than 16 MiB.
 A v2 batch comes back with its records decompressed and its codec bits cleared (so
@@ -31,7 +31,7 @@ from remote.segments.batch import (
 
 MIN_RECORDS_LIMIT = 16 << 20
 MAX_RECORDS_LIMIT = 128 << 20
-RECORDS_RATIO = 16
+RECORDS_RATIO = 32
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
