@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from remote.errors import (
+    CorruptObjectError,
     InvalidRangeError,
     InvalidRemotePathError,
     InvalidSegmentDataError,
@@ -90,6 +91,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CorruptObjectError",
     "IndexType",
     "InvalidRangeError",
     "InvalidRemotePathError",

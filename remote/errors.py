@@ -33,6 +33,39 @@ class RemoteIntegrityError(RemoteStorageError):
         self.object_name = object_name
 
 
+class CorruptObjectError(RemoteIntegrityError, ValueError):
+    """Bytes read from remote storage (an object, or custom metadata in the metadata log)
+    that break their format: a count, size or position out of range or past the bytes
+    there are, a truncated field, a chunk that decompresses past its declared size.
+
+    One line, ``<name>: <field>: <reason>``: ``name`` is the object's key, URL or file
+    (``<bytes>`` when the parser was handed bare bytes), ``field`` the field's path in
+    the format (``chunkIndex.originalFileSize``). A ValueError too, so callers that
+    caught the parsers' ValueError still do.
+    """
+
+    def __init__(
+        self, name: str, field: str, reason: str, *, object_name: str | None = None
+    ) -> None:
+        super().__init__(f"{name}: {field}: {reason}", object_name=object_name)
+        self.name = name
+        self.field = field
+        self.reason = reason
+
+    def renamed(self, name: str, object_name: str | None = None) -> CorruptObjectError:
+        """The same finding about ``name`` (a parser's caller knows the key)."""
+        return CorruptObjectError(name, self.field, self.reason, object_name=object_name)
+
+
+class DecompressionError(RemoteStorageError, ValueError):
+    """Compressed bytes that do not decompress, or (``limit_exceeded``) decompress past
+    the limit their reader allows (remote._decompress; callers name the object)."""
+
+    def __init__(self, message: str, *, limit_exceeded: bool = False) -> None:
+        super().__init__(message)
+        self.limit_exceeded = limit_exceeded
+
+
 class MissingKeyMaterialError(RemoteStorageError):
     """An encrypted object whose key material is not configured (names the setting)."""
 
@@ -60,6 +93,8 @@ class InvalidSegmentDataError(RemoteStorageError, ValueError):
 
 
 __all__ = [
+    "CorruptObjectError",
+    "DecompressionError",
     "InvalidRangeError",
     "InvalidRemotePathError",
     "InvalidSegmentDataError",

@@ -13,7 +13,10 @@ Invariants:
   object is checked against the CRC-32C recorded when it was written;
 - the listing methods (``list_objects``, ``open_object``, ``delete_objects``,
   ``list_multipart_uploads``) name objects relative to the root or prefix, exactly as
-  ``object_name`` does, so an inventory can be compared with the metadata.
+  ``object_name`` does, so an inventory can be compared with the metadata;
+- ``SegmentManifest.decode`` reads bytes anyone who can produce to the metadata log
+  chooses: bounded in size, every length checked against them, every value against its
+  type's range; anything else is a CorruptObjectError naming the field.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import crc32c
 import msgpack
 
 from remote.errors import (
+    CorruptObjectError,
     InvalidRangeError,
     InvalidRemotePathError,
     RemoteIntegrityError,
@@ -226,6 +230,7 @@ def kind_label(kind: ObjectKind) -> str:
 # --- custom metadata: the manifest of a copy ------------------------------------------
 
 _MANIFEST_VERSION = 1
+MAX_ENCODED_MANIFEST_BYTES = 4096  # about 70 bytes; Kafka's default cap on custom metadata is 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,16 +260,41 @@ class SegmentManifest:
         return bytes(msgpack.packb([_MANIFEST_VERSION, entries]))
 
     @classmethod
-    def decode(cls, data: bytes) -> SegmentManifest:
-        """Parse a manifest; ValueError when ``data`` is not one (of a known version)."""
+    def decode(cls, data: bytes, name: str = "<custom metadata>") -> SegmentManifest:
+        """Parse a manifest; CorruptObjectError (a ValueError) naming ``name`` and the
+        field when ``data`` is not one of a known version.
+
+        The bytes come from the metadata log, which anyone who can produce to it fills:
+        at most ``MAX_ENCODED_MANIFEST_BYTES``, msgpack told that no length exceeds them,
+        every size an int64 and every CRC a uint32."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise CorruptObjectError(name, "manifest", f"a {type(data).__name__}, not bytes")
+        if len(data) > MAX_ENCODED_MANIFEST_BYTES:
+            raise CorruptObjectError(
+                name, "manifest", f"{len(data)} bytes, more than {MAX_ENCODED_MANIFEST_BYTES}"
+            )
+        limit = len(data)
         try:
-            version, entries = msgpack.unpackb(data)
+            decoded = msgpack.unpackb(
+                data,
+                max_str_len=limit,
+                max_bin_len=limit,
+                max_array_len=limit,
+                max_map_len=limit // 2,
+                max_ext_len=0,
+            )
         except (ValueError, TypeError, msgpack.UnpackException) as e:
-            raise ValueError(f"not an rlmm segment manifest: {e}") from e
-        if version != _MANIFEST_VERSION or not isinstance(entries, list):
-            raise ValueError(f"unknown segment manifest version {version!r}")
-        if len(entries) != len(OBJECT_KINDS):
-            raise ValueError(f"segment manifest has {len(entries)} entries, expected 6")
+            raise CorruptObjectError(name, "manifest", f"not msgpack: {e}") from e
+        if not isinstance(decoded, list) or len(decoded) != 2:
+            raise CorruptObjectError(name, "manifest", "not a [version, entries] array")
+        version, entries = decoded
+        if type(version) is not int or version != _MANIFEST_VERSION:
+            raise CorruptObjectError(
+                name, "version", f"unknown segment manifest version {version!r}"
+            )
+        if not isinstance(entries, list) or len(entries) != len(OBJECT_KINDS):
+            count = len(entries) if isinstance(entries, list) else type(entries).__name__
+            raise CorruptObjectError(name, "entries", f"{count} entries, expected 6")
         objects: dict[ObjectKind, ObjectChecksum] = {}
         for kind, entry in zip(OBJECT_KINDS, entries, strict=True):
             if entry is None:
@@ -272,9 +302,14 @@ class SegmentManifest:
             if (
                 not isinstance(entry, list)
                 or len(entry) != 2
-                or not all(isinstance(v, int) and v >= 0 for v in entry)
+                or not all(type(v) is int for v in entry)
+                or not (0 <= entry[0] < 2**63 and 0 <= entry[1] < 2**32)
             ):
-                raise ValueError(f"bad segment manifest entry for {kind_label(kind)}: {entry!r}")
+                raise CorruptObjectError(
+                    name,
+                    f"{kind_label(kind)} entry",
+                    f"{entry!r:.60} is not [size (int64 >= 0), CRC-32C (uint32)]",
+                )
             objects[kind] = ObjectChecksum(entry[0], entry[1])
         return cls(objects)
 

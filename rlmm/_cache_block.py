@@ -17,9 +17,11 @@ version 3 (one column per field, written before the records; same header) and ve
 2 (msgpack lists of segments, written before the cache was columnar).
 
 Invariant: ``decode_block(tp, encode_block(cache))`` has the fingerprint of ``cache``;
-a block that is not a consistent cache of ``tp`` raises BlockError and builds nothing
-(a block whose bytes are well formed but whose values were forged is trusted: blocks
-come from CRC-checked snapshot files that only this code writes).
+a block that is not a consistent cache of ``tp`` raises BlockError and builds nothing.
+Blocks come from CRC-checked snapshot files, but a shared bucket lets anyone write one:
+every length and index a read follows (columns, epoch pairs, per-epoch rows, custom
+metadata rows) is checked against the block before it is used, so reads stay in range;
+other forged values (offsets, sizes) are trusted, as they only mislead.
 """
 
 from __future__ import annotations
@@ -206,9 +208,13 @@ def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) 
     if check:
         if total != cols.total_size():
             raise BlockError(f"total size {total!r} is not the sum of the segments' sizes")
-        # A negative first field is an inline epoch; the others index the pairs.
-        if rows and not max(cols.firsts()) < max(flat, 1):
-            raise BlockError("leader epoch index out of range")
+        # A negative first field is an inline epoch; the others index the pairs, and
+        # only a row without pairs may point at their end (reads index eps[first]).
+        firsts = cols.firsts()
+        if rows and max(firsts) >= flat:
+            for row, first in enumerate(firsts):
+                if first >= flat and cols._pair_bounds(row) != (first, first):
+                    raise BlockError(f"segment {row}: leader epoch index {first} out of range")
         if custom and not 0 <= min(r for r, _ in custom) <= max(r for r, _ in custom) < rows:
             raise BlockError("custom metadata of a segment out of range")
     cache.columns = cols

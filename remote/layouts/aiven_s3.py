@@ -19,13 +19,14 @@ import collections
 import contextlib
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from remote._s3_client import S3Calls, S3ClientSettings, make_client
 from remote.errors import (
+    CorruptObjectError,
     MissingKeyMaterialError,
     RemoteIntegrityError,
     RemoteResourceNotFoundError,
@@ -40,13 +41,18 @@ from remote.layouts import (
     index_label,
 )
 from remote.layouts._aiven_manifest import (
+    MAX_MANIFEST_BYTES,
     OBJECT_KEY,
     OBJECT_PREFIX,
     AivenManifest,
+    Chunk,
     decode_custom_metadata,
+    parse_manifest,
+)
+from remote.layouts._aiven_transforms import (
     decrypt,
     detransform_chunk,
-    parse_manifest,
+    naming,
     unwrap_data_key,
 )
 from remote.storage import (
@@ -289,7 +295,7 @@ class AivenS3Layout(RemoteLayout):
     def _read_manifest(self, metadata: RemoteLogSegmentMetadata, key: str) -> AivenManifest:
         self._check_open()
         try:
-            data = self._get(key)
+            data = self._get(key, max_bytes=MAX_MANIFEST_BYTES)
         except RemoteResourceNotFoundError as e:
             # A bucket in another layout says so (one line, naming an object).
             tp = metadata.topic_id_partition
@@ -297,12 +303,7 @@ class AivenS3Layout(RemoteLayout):
             check_layout_matches(self, names)
             e.object_name = self._name(key)  # type: ignore[attr-defined]
             raise
-        try:
-            return parse_manifest(data)
-        except ValueError as e:
-            raise RemoteIntegrityError(
-                f"{self._calls.url(key)}: {e}", object_name=self._name(key)
-            ) from e
+        return parse_manifest(data, self._calls.url(key), self._name(key))
 
     def _data_key(self, manifest: AivenManifest, key: str) -> bytes:
         encryption = manifest.encryption
@@ -332,19 +333,42 @@ class AivenS3Layout(RemoteLayout):
 
     # --- reading ------------------------------------------------------------------------
 
-    def _get(self, key: str, first: int | None = None, last: int | None = None) -> bytes:
+    def _get(
+        self,
+        key: str,
+        first: int | None = None,
+        last: int | None = None,
+        *,
+        max_bytes: int | None = None,
+    ) -> bytes:
+        """The object (or its bytes ``first..last``); with ``max_bytes``, a bigger one is a
+        CorruptObjectError before any of it is read."""
         params: dict[str, Any] = {}
         if first is not None:
             params["Range"] = f"bytes={first}-{last}"
         response = self._calls.call("get_object", key, **params)
         body = response["Body"]
+        length = response.get("ContentLength")
         try:
-            data: bytes = body.read()
-        except Exception as e:
-            raise self._calls.reader_error(key)(e) from e
+            if max_bytes is not None and isinstance(length, int) and length > max_bytes:
+                raise self._too_big(key, f"{length} bytes, more", max_bytes)
+            try:
+                data: bytes = body.read() if max_bytes is None else body.read(max_bytes + 1)
+            except Exception as e:
+                raise self._calls.reader_error(key)(e) from e
         finally:
             body.close()
+        if max_bytes is not None and len(data) > max_bytes:
+            raise self._too_big(key, "more bytes", max_bytes)
         return data
+
+    def _too_big(self, key: str, size: str, max_bytes: int) -> CorruptObjectError:
+        return CorruptObjectError(
+            self._calls.url(key),
+            "object size",
+            f"{size} than the {max_bytes} such an object may have",
+            object_name=self._name(key),
+        )
 
     def fetch_log_segment(
         self,
@@ -358,7 +382,7 @@ class AivenS3Layout(RemoteLayout):
         key = self._key(metadata, LOG)
         url = self._calls.url(key)
         start, length = resolve_range(url, index.original_file_size, start_position, end_position)
-        chunks = index.chunks_for_range(start, start + length - 1) if length else []
+        chunks = index.chunks_for_range(start, start + length - 1) if length else ()
         pieces = self._chunks(metadata, segment, key, chunks, start, start + length)
         buffer = _Pieces(pieces)
         return verifying_stream(url, buffer.read, buffer.close, length, None, None)
@@ -368,11 +392,12 @@ class AivenS3Layout(RemoteLayout):
         metadata: RemoteLogSegmentMetadata,
         segment: _Segment,
         key: str,
-        chunks: list[Any],
+        chunks: Sequence[Chunk],
         start: int,
         end: int,
-    ) -> Iterator[bytes]:
-        """The original bytes ``[start, end)``, chunk by chunk, from one ranged GET."""
+    ) -> Iterator[bytes | bytearray]:
+        """The original bytes ``[start, end)``, chunk by chunk, from one ranged GET (the
+        object's size checked against the chunk index before a chunk is read)."""
         if not chunks:
             return
         manifest = segment.manifest
@@ -384,10 +409,12 @@ class AivenS3Layout(RemoteLayout):
         try:
             total = _object_size(response)
             expected = manifest.chunk_index.transformed_file_size
-            if total is not None and total != expected:
-                raise RemoteIntegrityError(
-                    f"{self._calls.url(key)}: the object has {total} bytes, its chunk index"
-                    f" (in the manifest) says {expected}",
+            if total != expected:
+                has = "no Content-Range" if total is None else f"{total} bytes"
+                raise CorruptObjectError(
+                    self._calls.url(key),
+                    "object size",
+                    f"the object has {has}, its chunk index (in the manifest) says {expected}",
                     object_name=name,
                 )
             aad = manifest.encryption.aad if manifest.encryption else None
@@ -396,17 +423,18 @@ class AivenS3Layout(RemoteLayout):
                     stored = body.read(chunk.transformed_size)
                 except Exception as e:
                     raise self._calls.reader_error(key)(e) from e
-                try:
-                    data = detransform_chunk(
-                        stored, chunk, manifest.compression, segment.data_key, aad
-                    )
-                except ValueError as e:
-                    raise RemoteIntegrityError(
-                        f"{self._calls.url(key)}: {e}", object_name=name
-                    ) from e
+                data = detransform_chunk(
+                    stored,
+                    chunk,
+                    manifest.compression,
+                    segment.data_key,
+                    aad,
+                    self._calls.url(key),
+                    name,
+                )
                 lo = max(start - chunk.original_position, 0)
                 hi = min(end - chunk.original_position, chunk.original_size)
-                yield data[lo:hi]
+                yield data if (lo, hi) == (0, len(data)) else data[lo:hi]
         finally:
             body.close()
 
@@ -425,20 +453,17 @@ class AivenS3Layout(RemoteLayout):
         data = self._get(key, where.position, where.position + where.size - 1)
         name = self._name(key)
         if len(data) != where.size:
-            raise RemoteIntegrityError(
-                f"{self._calls.url(key)}: {index_label(kind)} at byte {where.position} is"
-                f" {len(data)} of {where.size} bytes (the object is shorter than its manifest"
-                " says)",
+            raise CorruptObjectError(
+                self._calls.url(key),
+                index_label(kind),
+                f"at byte {where.position} is {len(data)} of {where.size} bytes (the object is"
+                " shorter than its manifest says)",
                 object_name=name,
             )
         encryption = segment.manifest.encryption
         if encryption is not None and segment.data_key is not None:
-            try:
-                data = decrypt(data, segment.data_key, encryption.aad)
-            except ValueError as e:
-                raise RemoteIntegrityError(
-                    f"{self._calls.url(key)}: {index_label(kind)}: {e}", object_name=name
-                ) from e
+            with naming(self._calls.url(key), name):
+                data = decrypt(data, segment.data_key, encryption.aad, index_label(kind))
         return data
 
     # --- inventory ----------------------------------------------------------------------
@@ -505,7 +530,7 @@ def _object_size(response: Mapping[str, Any]) -> int | None:
 class _Pieces:
     """``read(n)`` over an iterator of byte strings (the detransformed chunks)."""
 
-    def __init__(self, pieces: Iterator[bytes]) -> None:
+    def __init__(self, pieces: Iterator[bytes | bytearray]) -> None:
         self._pieces = pieces
         self._current = memoryview(b"")
 

@@ -10,7 +10,10 @@ tail (an active segment copied mid-write) ends the scan cleanly, as Kafka's
 ``FileLogInputStream`` does; anything else that is not Kafka's format raises
 :class:`~remote.errors.SegmentFormatError` naming the file and byte position (strict
 mode) or ends the scan with that error kept in ``error`` (recovery mode). No other
-exception type escapes for bad bytes.
+exception type escapes for bad bytes. A length field never sizes memory beyond the
+bytes that are there: it is checked against ``max_batch_size`` and, for a file, against
+the bytes left in it (a batch that ends past the end is a torn tail, not read); a big
+batch is read into one buffer sized once, so it is copied once, not once per chunk.
 """
 
 from __future__ import annotations
@@ -66,8 +69,12 @@ _unpack_v2 = V2_HEADER.unpack_from
 _unpack_v0 = V0_HEADER.unpack_from
 _unpack_v1 = V1_HEADER.unpack_from
 _unpack_len_magic = struct.Struct(">qi4xb").unpack_from
+_unpack_length = struct.Struct(">i").unpack_from
 
 Source = str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryIO
+# refill(tail, need): a new buffer starting with ``tail`` and holding at least ``need``
+# bytes if the source has them, None at its end.
+Refill = Callable[[memoryview, int], "memoryview | None"]
 
 
 class RecordBatchHeader(NamedTuple):
@@ -312,6 +319,7 @@ class RecordBatchReader:
         self.batch_count = 0
         self.error: SegmentFormatError | None = None
         self._view = memoryview(b"")
+        self._unread = 0  # bytes of a torn tail left unread at the end of a file
 
     def __iter__(self) -> Iterator[RecordBatchHeader]:
         return self._run(views=False)
@@ -330,10 +338,11 @@ class RecordBatchReader:
         self.truncated_bytes = 0
         self.batch_count = 0
         self.error = None
+        self._unread = 0
         source = self._source
         if isinstance(source, bytes | bytearray | memoryview):
             whole = memoryview(source)[self.start_position :]
-            yield from self._scan(whole, lambda tail: None, views)
+            yield from self._scan(whole, lambda tail, need: None, views)
             return
         if isinstance(source, str | os.PathLike):
             try:
@@ -358,31 +367,47 @@ class RecordBatchReader:
         except (OSError, AttributeError, io.UnsupportedOperation):
             file_size = None  # not a real file (BytesIO, pipe): read whole chunks
 
-        def refill(tail: memoryview) -> memoryview | None:
-            # A fresh buffer per chunk keeps every view handed out valid; the new
-            # bytes are read in place after the carried-over tail (no second copy),
-            # and the buffer is no bigger than what is left of the file.
+        def refill(tail: memoryview, need: int) -> memoryview | None:
+            # A fresh buffer per refill keeps every view handed out valid. It holds the
+            # carried-over tail and at least the ``need`` bytes the cut batch declares,
+            # so a big batch is copied once, not once per chunk; but it only grows with
+            # bytes that are really there: a declared length past the end of the file
+            # is a torn tail, counted without being read.
             keep = len(tail)
-            want = chunk_size
+            want = max(chunk_size, need - keep)
             if file_size is not None:
-                want = min(chunk_size, max(file_size - f.tell(), 1 << 16))
-            buf = bytearray(keep + want)
-            buf[:keep] = tail
-            try:
-                n = f.readinto(memoryview(buf)[keep:])  # type: ignore[attr-defined]
-            except OSError as e:
-                raise SegmentFormatError(
-                    f"{self.name}: read failed: {e}", self.name, self.valid_bytes
-                ) from e
-            if not n:
-                return None
-            return memoryview(buf)[: keep + n]
+                left = max(file_size - f.tell(), 0)
+                if keep + left < need:
+                    self._unread = left
+                    return None
+                want = min(want, max(left, 1 << 16))
+                buf = bytearray(keep + want)
+                buf[:keep] = tail
+                try:
+                    n = f.readinto(memoryview(buf)[keep:])  # type: ignore[attr-defined]
+                except OSError as e:
+                    raise SegmentFormatError(
+                        f"{self.name}: read failed: {e}", self.name, self.valid_bytes
+                    ) from e
+                return memoryview(buf)[: keep + n] if n else None
+            pieces = [tail.tobytes()]
+            have = 0
+            while have < want:
+                try:
+                    piece = f.read(min(chunk_size, want - have))
+                except OSError as e:
+                    raise SegmentFormatError(
+                        f"{self.name}: read failed: {e}", self.name, self.valid_bytes
+                    ) from e
+                if not piece:
+                    break
+                pieces.append(piece)
+                have += len(piece)
+            return memoryview(bytearray(b"".join(pieces))) if have else None
 
         yield from self._scan(memoryview(b""), refill, views)
 
-    def _scan(
-        self, buf: memoryview, refill: Callable[[memoryview], memoryview | None], views: bool
-    ) -> Iterator[RecordBatchHeader]:
+    def _scan(self, buf: memoryview, refill: Refill, views: bool) -> Iterator[RecordBatchHeader]:
         name = self.name
         verify = self.verify_crc
         max_size = self.max_batch_size
@@ -436,20 +461,25 @@ class RecordBatchReader:
                 self.batch_count += 1
                 yield header
                 continue
-            # Need more bytes: carry the unconsumed tail into the next buffer.
-            nxt = refill(buf[pos:])
+            # Need more bytes: carry the unconsumed tail into the next buffer, with room
+            # for the rest of the cut batch when its length is already there.
+            need = HEADER_SIZE_UP_TO_MAGIC
+            if buf_len - pos >= LOG_OVERHEAD:
+                length = _unpack_length(buf, pos + 8)[0]
+                need = LOG_OVERHEAD + min(max(length, 0), max_size)
+            nxt = refill(buf[pos:], need)
             if nxt is None:
                 break
             base += pos
             pos = 0
             buf = nxt
             buf_len = len(buf)
-        leftover = len(buf) - pos
+        leftover = len(buf) - pos + self._unread
         self.truncated_bytes = leftover
         if leftover and not self.allow_truncated_tail:
             torn = _fail(
                 f"truncated record batch: {leftover} trailing bytes do not hold a whole batch"
-                f" (end of data at {base + len(buf)})",
+                f" (end of data at {base + len(buf) + self._unread})",
                 name,
                 base + pos,
             )
@@ -457,14 +487,13 @@ class RecordBatchReader:
                 raise torn
             self.error = torn
 
-    @staticmethod
-    def _rest(tail: memoryview, refill: Callable[[memoryview], memoryview | None]) -> int:
+    def _rest(self, tail: memoryview, refill: Refill) -> int:
         # Count what lies after the corrupt batch without holding it all in memory.
         total = len(tail)
         empty = memoryview(b"")
-        while (more := refill(empty)) is not None:
+        while (more := refill(empty, 0)) is not None:
             total += len(more)
-        return total
+        return total + self._unread
 
 
 def iter_batch_headers(source: Source, **options: object) -> Iterator[RecordBatchHeader]:

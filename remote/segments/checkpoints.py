@@ -10,7 +10,9 @@ Job: parse and encode
 - ``partition.metadata``: text ``version: 0`` / ``topic_id: <Kafka base64 uuid>``.
 
 Invariant: a parser either returns the whole file's content or raises SegmentFormatError
-naming the file and the byte (or line) where it went wrong; encoders write exactly what
+naming the file and the byte (or line) where it went wrong; a count is checked against
+the entries there before any is built, and every value against its Kafka type's
+range; encoders write exactly what
 Kafka writes, so a parse of an encode is the identity.
 """
 
@@ -34,6 +36,8 @@ PARTITION_METADATA_VERSION = 0
 _SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc, entry count
 _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
 _CRC_START = 6  # Kafka's PRODUCER_ENTRIES_OFFSET: the CRC covers the count and entries
+_INT32_MAX = 2**31 - 1  # Kafka's leader epochs are int32, offsets int64
+_INT64_MAX = 2**63 - 1
 
 Data = bytes | bytearray | memoryview | str | os.PathLike[str]
 
@@ -122,12 +126,10 @@ def read_leader_epoch_checkpoint(data: Data, *, name: str | None = None) -> list
             entry = EpochEntry(int(parts[0]), int(parts[1]))
         except ValueError as e:
             raise bad(i, f"entry {line!r} is not '<epoch> <start offset>'") from e
-        if (
-            entry.epoch < 0
-            or entry.start_offset < 0
-            or (out and (entry.epoch <= out[-1].epoch or entry.start_offset < out[-1].start_offset))
-        ):
-            raise bad(i, f"entry {line!r} is negative or not after the previous entry")
+        if not (0 <= entry.epoch <= _INT32_MAX and 0 <= entry.start_offset <= _INT64_MAX):
+            raise bad(i, f"entry {line:.60} is out of range (epoch int32, offset int64, >= 0)")
+        if out and (entry.epoch <= out[-1].epoch or entry.start_offset < out[-1].start_offset):
+            raise bad(i, f"entry {line!r} is not after the previous entry")
         out.append(entry)
     return out
 

@@ -7,9 +7,10 @@ flags). The record bodies are decoded by aiokafka's record module: v2 batches by
 
 Invariant: aiokafka only ever sees the exact bytes of one batch whose framing (and by
 default CRC) we have already checked, never a mixed buffer (aiokafka misreads a
-compressed legacy wrapper followed by a v2 batch in one buffer). Whatever aiokafka
-raises on bad bytes is translated into SegmentFormatError naming the file and the
-batch position; a missing codec library gives UnsupportedCompressionError.
+compressed legacy wrapper followed by a v2 batch in one buffer), and never a batch
+whose records decompress past their bound (remote.segments.compressed). Whatever
+aiokafka raises on bad bytes is translated into SegmentFormatError naming the file and
+the batch position; a missing codec library gives UnsupportedCompressionError.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from aiokafka.record.legacy_records import LegacyRecordBatch
 
 from remote.errors import SegmentFormatError, UnsupportedCompressionError
 from remote.segments.batch import RecordBatchHeader, RecordBatchReader, Source
+from remote.segments.compressed import bounded_batch
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
@@ -85,6 +87,7 @@ def decode_batch(
             header.position,
         )
     try:
+        data = bounded_batch(header, data, name)
         if header.magic >= 2:
             return _decode_v2(header, data, name)
         return _decode_legacy(header, data, name)

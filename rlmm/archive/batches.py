@@ -9,7 +9,8 @@ anything else raises CorruptBatchError naming the segment id, the object and the
 byte position of the batch in the object, or, with ``skip_corrupt``, is logged and
 the rest of the range skipped (framing cannot be trusted after a bad batch). Bytes
 after the last whole batch of the range (a range cut inside a batch) are not an
-error: the range's end is where the planner said the wanted batches end.
+error: the range's end is where the planner said the wanted batches end. A batch's
+length field never sizes a read: memory grows only with the bytes that arrive.
 """
 
 from __future__ import annotations
@@ -80,15 +81,25 @@ def iter_batches(
                 # Read just the rest of the cut batch: only that batch is copied twice.
                 (length,) = _LENGTH.unpack_from(buf, pos + 8)
                 want = max(12 + length - tail, 1)
-            data = stream.read(want)
-            if not data:
+            # In reads of at most chunk_bytes: a length field is not trusted with an
+            # allocation (a read(n) allocates n), only the bytes that arrive are kept.
+            pieces: list[bytes] = []
+            got = 0
+            while got < want:
+                data = stream.read(min(want - got, chunk_bytes))
+                if not data:
+                    break
+                pieces.append(data)
+                got += len(data)
+            if not got:
                 return
-            if pos < len(buf):
+            if pos < len(buf) or len(pieces) > 1:
                 merged = bytearray(buf[pos:])
-                merged += data
+                for data in pieces:
+                    merged += data
                 buf = memoryview(merged)
             else:
-                buf = memoryview(data)
+                buf = memoryview(pieces[0])
             base += pos
             pos = 0
             continue

@@ -23,6 +23,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from aiokafka.record.legacy_records import LegacyRecordBatch
 
 from remote.segments.batch import RecordBatchHeader
+from remote.segments.compressed import bounded_batch
 
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
@@ -127,7 +128,7 @@ class ColumnBuilder:
         lo, hi = self.from_offset, self.until_offset
         base, last = header.base_offset, header.last_offset
         log_append = bool(header.attributes & _LOG_APPEND_TIME)
-        records = DefaultRecordBatch(data)
+        records = DefaultRecordBatch(bounded_batch(header, data))
         keys, values, timestamps = self.keys, self.values, self.timestamps
         ka, va, ta = keys.append, values.append, timestamps.append
         pairs = self.header_pairs
@@ -205,7 +206,7 @@ class ColumnBuilder:
         lo, hi = self.from_offset, self.until_offset
         oa = self._explicit_offsets().append
         with_headers = self.include_headers
-        for r in LegacyRecordBatch(bytes(data), header.magic):
+        for r in LegacyRecordBatch(bytes(bounded_batch(header, data)), header.magic):
             o = r.offset
             if o < lo or o >= hi:
                 continue

@@ -50,6 +50,8 @@ from remote.segments import (
     read_time_index,
     read_txn_index,
 )
+from remote.segments.batch import RecordBatchHeader
+from remote.segments.compressed import bounded_batch
 from rlmm.archive.batches import iter_batches
 from rlmm.archive.errors import ArchiveError, DataLossError
 from rlmm.archive.lineage import LineageRange, gaps
@@ -261,7 +263,7 @@ class _Planner:
                     return None
                 if header.last_offset < not_before or header.max_timestamp < timestamp:
                     continue
-                for offset, ts in _record_times(header.magic, header.attributes, data):
+                for offset, ts in _record_times(header, data):
                     if offset >= not_before and ts >= timestamp and offset <= r.last_offset:
                         return offset
         return None
@@ -434,10 +436,12 @@ class _Planner:
         ]
 
 
-def _record_times(magic: int, attributes: int, data: memoryview) -> Iterator[tuple[int, int]]:
+def _record_times(header: RecordBatchHeader, data: memoryview) -> Iterator[tuple[int, int]]:
+    magic = header.magic
+    records = bounded_batch(header, data)
     if magic >= 2:
-        batch = DefaultRecordBatch(data)
-        if attributes & 0x08:  # LogAppendTime: every record has the batch's max timestamp
+        batch = DefaultRecordBatch(records)
+        if header.attributes & 0x08:  # LogAppendTime: every record has the batch's max timestamp
             max_ts = batch.max_timestamp
             for r in batch:
                 yield r.offset, max_ts
@@ -445,7 +449,7 @@ def _record_times(magic: int, attributes: int, data: memoryview) -> Iterator[tup
         for r in batch:
             yield r.offset, r.timestamp
         return
-    for r in LegacyRecordBatch(bytes(data), magic):
+    for r in LegacyRecordBatch(bytes(records), magic):
         yield r.offset, -1 if r.timestamp is None else r.timestamp
 
 

@@ -28,6 +28,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 
 from remote.errors import RemoteIntegrityError
 from remote.segments.batch import RecordBatchHeader
+from remote.segments.compressed import bounded_batch
 from rlmm.archive.batches import iter_batches
 from rlmm.archive.columns import ColumnBuilder
 from rlmm.archive.errors import CorruptBatchError, DataLossError
@@ -50,7 +51,7 @@ _ABORT = 0
 
 
 def _is_abort_marker(header: RecordBatchHeader, data: memoryview) -> bool:
-    for record in DefaultRecordBatch(data):
+    for record in DefaultRecordBatch(bounded_batch(header, data)):
         key = record.key
         return key is not None and len(key) >= 4 and _CONTROL_KEY.unpack_from(key)[1] == _ABORT
     return False

@@ -105,7 +105,7 @@ def wrap_key(data_key: bytes, public_pem: bytes) -> bytes:
 
     from cryptography.hazmat.primitives import serialization
 
-    from remote.layouts._aiven_manifest import mgf1_sha3_512
+    from remote.layouts._aiven_transforms import mgf1_sha3_512
 
     public = serialization.load_pem_public_key(public_pem).public_numbers()  # type: ignore[union-attr]
     k, h = (public.n.bit_length() + 7) // 8, 64

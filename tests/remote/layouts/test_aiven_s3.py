@@ -75,7 +75,7 @@ def reader(s3: Any) -> Iterator[AivenS3Layout]:
 
 @given(st.lists(st.integers(0, 2**31 - 1), max_size=300))
 def test_chunk_sizes_round_trip(values: list[int]) -> None:
-    assert decode_chunk_sizes(encode_chunk_sizes(values)) == tuple(values)
+    assert list(decode_chunk_sizes(encode_chunk_sizes(values))) == values
 
 
 @settings(max_examples=200)
@@ -88,7 +88,7 @@ def test_chunks_for_a_range_cover_it_exactly(chunk: int, size: int, data: st.Dat
     count = -(-size // chunk)
     index = ChunkIndex(chunk, size, tuple(range(10, 10 + count)))
     if size == 0:
-        assert index.chunks_for_range(0, 10) == []
+        assert len(index.chunks_for_range(0, 10)) == 0
         return
     first = data.draw(st.integers(0, size - 1))
     last = data.draw(st.integers(first, size + 100))
@@ -117,7 +117,8 @@ def test_manifest_shapes_are_checked() -> None:
         "compression": False,
     }  # fmt: skip
     manifest = parse_manifest(json.dumps(good).encode())
-    assert manifest.chunk_index.transformed_sizes == (10, 10, 5)
+    index = manifest.chunk_index
+    assert [index.chunk(i).transformed_size for i in range(index.chunk_count)] == [10, 10, 5]
     assert manifest.indexes[IndexType.TRANSACTION] is None and manifest.log_stored_as_is
     for broken, message in [
         (b"{not json", "not JSON"),

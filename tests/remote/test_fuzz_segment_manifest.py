@@ -1,0 +1,51 @@
+"""Fuzzing rlmm's own segment manifest (the custom metadata of a copy, read back from the
+metadata log) under a 1 GiB address-space cap (issue 31): real encodings mutated in
+their msgpack structure and bytes end in a manifest or a CorruptObjectError naming the
+field, within a second.
+"""
+
+from __future__ import annotations
+
+import random
+
+import msgpack
+
+from remote.storage import OBJECT_KINDS, ObjectChecksum, SegmentManifest
+from tests.fuzzing import assert_clean, interesting_int, mutate_bytes, run_fuzz, weird_value
+
+HERE = "tests.remote.test_fuzz_segment_manifest"
+
+
+def real(rng: random.Random) -> bytes:
+    objects = {
+        kind: ObjectChecksum(rng.randrange(2**31), rng.randrange(2**32))
+        for kind in OBJECT_KINDS
+        if rng.random() < 0.9
+    }
+    return SegmentManifest(objects).encode()
+
+
+def fuzz_segment_manifest(rng: random.Random) -> None:
+    data = real(rng)
+    if rng.random() < 0.5:
+        version, entries = msgpack.unpackb(data)
+        at = rng.randrange(len(entries))
+        op = rng.randrange(4)
+        if op == 0:
+            entries[at] = weird_value(rng)
+        elif op == 1 and entries[at]:
+            entries[at][rng.randrange(2)] = interesting_int(rng) % 2**64 or weird_value(rng)
+        elif op == 2:
+            entries.insert(at, None)
+        else:
+            version = weird_value(rng)
+        try:
+            data = msgpack.packb([version, entries])
+        except (OverflowError, TypeError, ValueError):
+            data = real(rng)
+    SegmentManifest.decode(mutate_bytes(rng, data) if rng.random() < 0.5 else data)
+
+
+def test_fuzz_under_a_1_gib_cap() -> None:
+    allowed = ["remote.errors.CorruptObjectError"]
+    assert_clean(run_fuzz([(f"{HERE}:fuzz_segment_manifest", allowed)]))
