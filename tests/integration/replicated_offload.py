@@ -261,8 +261,12 @@ def check_archive(
          str(group.observer)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert json.loads(verify.stdout)["problems"] == []
+    problems = json.loads(verify.stdout)["problems"] if verify.stdout.startswith("{") else None
+    assert verify.returncode == 0 and problems == [], (
+        f"verify --deep: {problems if problems is not None else verify.stdout}"
+        f" {verify.stderr[-2000:]}\n"
+        + "\n".join(f"--- sidecar {n}:\n{group.text(n)[-3000:]}" for n in group.cluster.ids)
+    )
     ratios = {}
     segs = segments(group.observer, topic)
     for p, ms in segs.items():
