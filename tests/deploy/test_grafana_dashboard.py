@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.test_prometheus_rules import NAME, RULES, exported_names
+from tests.deploy.test_prometheus_rules import LOCAL_RETENTION, NAME, RULES, exported_names
 from tests.fixtures.prometheus import PrometheusServer, PrometheusTools, run_prometheus
 from tests.fixtures.s3 import free_port
 from tests.rlmm.offload.test_health import get, spawn_offload, stop, wait_for
@@ -144,6 +144,7 @@ global:
   evaluation_interval: 1s
 rule_files:
   - {RULES}
+  - {LOCAL_RETENTION}
 scrape_configs:
   - job_name: rlmm
     static_configs:
@@ -178,8 +179,9 @@ scrape_configs:
                 assert values == (["rlmm"] if variable == "job" else [instance]), values
             groups = server.api("rules")["groups"]
             rules = [r for g in groups for r in g["rules"]]
-            assert len(rules) == 6 and {r["health"] for r in rules} == {"ok"}, rules
-            assert [r["name"] for r in rules if r["state"] == "firing"] == []
+            # the alerts, the copy lag's recorded clock, the operator's retention example
+            assert len(rules) == 10 and {r["health"] for r in rules} == {"ok"}, rules
+            assert [r["name"] for r in rules if r.get("state") == "firing"] == []
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=60)
     finally:
