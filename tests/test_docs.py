@@ -55,6 +55,6 @@ def test_the_readme_s_demo_output_is_part_of_the_spark_doc_s() -> None:
     doc = fenced_after((ROOT / "docs" / "spark.md").read_text(), "## The example")
     assert doc[0].startswith("$ ") and "examples/spark_read.py" in doc[0]
     shown = doc[1:]
-    assert any(
-        shown[i : i + len(readme)] == readme for i in range(len(shown) - len(readme) + 1)
-    ), readme
+    assert any(shown[i : i + len(readme)] == readme for i in range(len(shown) - len(readme) + 1)), (
+        readme
+    )

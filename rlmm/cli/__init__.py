@@ -4,10 +4,11 @@ Invariant: every command parses, calls one library function and hands the result
 the run's Output (rlmm.cli.output); errors are rendered in one place, here: one line
 on stderr (a JSON error object on stdout under --json, a traceback with --debug), never
 a traceback otherwise, and in a command-line user's terms (a library error that tells a
-program which argument to pass is reworded here). Exit codes, as operators' tools use them: 0 clean, 1 problems
-found (verify, gc, an event dump with undecodable records, a corrupt snapshot), 2 a
-usage, configuration or runtime error that stopped the command. Each group of
-commands lives in its own module of this package and is registered at the bottom.
+program which argument to pass is reworded here). Exit codes, as operators' tools use
+them: 0 clean, 1 problems found (verify, gc, an event dump with undecodable records, a
+corrupt snapshot), 2 a usage, configuration or runtime error that stopped the command.
+Each group of commands lives in its own module of this package and is registered at
+the bottom.
 """
 
 from __future__ import annotations
@@ -44,9 +45,7 @@ class RlmmGroup(click.Group):
             from rlmm.errors import RemoteStorageError
 
             known = isinstance(e, RemoteStorageError) or _is_library_error(e)
-            message = _for_the_command_line(e) or (
-                str(e) if known else f"{type(e).__name__}: {e}"
-            )
+            message = _for_the_command_line(e) or (str(e) if known else f"{type(e).__name__}: {e}")
             # a library or client message may quote a setting: never its secret
             secrets = _configured_secrets(s)
             if s.debug:

@@ -167,9 +167,9 @@ def test_kafka_names_under_eventlog_itself_are_accepted(tmp_path: Path, quoted: 
     file.write_text(
         '[eventlog]\ntype = "kafka"\n'
         f'{key("remote.log.metadata.common.client.bootstrap.servers")} = "h:9092"\n'
-        f'{key("remote.log.metadata.topic.num.partitions")} = 7\n'
+        f"{key('remote.log.metadata.topic.num.partitions')} = 7\n"
         f'{key("remote.log.metadata.common.client.security.protocol")} = "SSL"\n'
-        f'{key("remote.log.metadata.initialization.retry.max.timeout.ms")} = 4000\n'
+        f"{key('remote.log.metadata.initialization.retry.max.timeout.ms')} = 4000\n"
     )
     config = load_config(file, env={})
     assert config.event_log_options() == {

@@ -150,9 +150,7 @@ def test_nothing_heavy_at_import() -> None:
 
 
 @pytest.mark.parametrize("given", ["startingOffset", "startingoffset", "STARTINGOFFSET"])
-def test_an_option_typo_keeps_its_spelling_and_names_the_close_match(
-    toml: str, given: str
-) -> None:
+def test_an_option_typo_keeps_its_spelling_and_names_the_close_match(toml: str, given: str) -> None:
     """As the caller spelled it (Spark passes names lower-cased), with the option it is
     close to, and no path of this repository (pip users do not have one)."""
     with pytest.raises(KafkaArchiveOptionError) as caught:
