@@ -75,25 +75,33 @@ def translate_error(exc: BaseException, what: str, access: Access | None = None)
     if isinstance(exc, EventLogError):
         return exc
     name = type(exc).__name__
+    named = _named(exc)
     if isinstance(exc, _TOO_LARGE):
-        return EventLogRecordTooLargeError(
-            f"{what}: record too large for the broker ({name}: {exc})"
-        )
+        return EventLogRecordTooLargeError(f"{what}: record too large for the broker ({named})")
     if isinstance(exc, _AUTHORIZATION) and access is not None:
         return EventLogAuthorizationError(
             access.principal, access.operation, access.topic, f"{what}: Kafka answered {name}"
         )
     if isinstance(exc, _AUTHORIZATION + _AUTHENTICATION):
-        return EventLogAuthError(f"{what}: authentication/authorization failed ({name}: {exc})")
+        return EventLogAuthError(f"{what}: authentication/authorization failed ({named})")
     if isinstance(exc, kafka_errors.KafkaConfigurationError | kafka_errors.IllegalArgumentError):
-        return EventLogConfigError(f"{what}: invalid client configuration ({name}: {exc})")
+        return EventLogConfigError(f"{what}: invalid client configuration ({named})")
     if isinstance(exc, kafka_errors.KafkaTimeoutError | asyncio.TimeoutError | TimeoutError):
-        return EventLogTransportError(f"{what}: timed out ({name}: {exc})", retriable=True)
+        return EventLogTransportError(f"{what}: timed out ({named})", retriable=True)
     if isinstance(exc, OSError):
-        return EventLogTransportError(f"{what}: connection failed ({name}: {exc})", retriable=True)
+        return EventLogTransportError(f"{what}: connection failed ({named})", retriable=True)
     if isinstance(exc, kafka_errors.KafkaError):
-        return EventLogTransportError(f"{what}: {name}: {exc}", retriable=bool(exc.retriable))
-    return EventLogTransportError(f"{what}: unexpected {name}: {exc}", retriable=False)
+        return EventLogTransportError(f"{what}: {named}", retriable=bool(exc.retriable))
+    return EventLogTransportError(f"{what}: unexpected {named}", retriable=False)
+
+
+def _named(exc: BaseException) -> str:
+    """``Name: message`` once (aiokafka's errors already start their text with their
+    name, or are only their name)."""
+    name, text = type(exc).__name__, str(exc)
+    if not text or text == name:
+        return name
+    return text if text.startswith(name) or f"] {name}" in text else f"{name}: {text}"
 
 
 def _raise_for_code(code: int, what: str, access: Access | None = None) -> None:

@@ -1,18 +1,26 @@
-"""A first connection to Kafka that says why it failed: the TLS and SASL verdicts.
+"""A first connection to Kafka that says why it failed: the name, the socket, the
+TLS and SASL verdicts.
 
 aiokafka's clients retry a bootstrap that fails and report only "Unable to
-bootstrap", which turns a wrong password or an untrusted certificate into a timeout
-after ``init_timeout_ms``. One plain connection to each bootstrap server, with the
-same security settings, gets the real reason within a round trip.
+bootstrap", which turns a host name that does not resolve, a port nothing listens
+on, a wrong password or an untrusted certificate into a timeout after
+``init_timeout_ms``. A name lookup and one plain connection to each bootstrap server
+(then, with TLS or SASL, one with the same security settings) get the real reason
+within a round trip.
 
-Invariant: a verdict about credentials (SASL authentication failed, the broker's
-certificate not trusted, this client's certificate refused) is an EventLogAuthError,
-never retried; anything else (refused, unreachable) is left to the normal retries.
+Invariant: no bootstrap name resolves (as Kafka's clients, "no resolvable bootstrap
+urls") is an EventLogConfigError, never retried; a verdict about credentials (SASL
+authentication failed, the broker's certificate not trusted, this client's
+certificate refused) is an EventLogAuthError, never retried; no server accepting a
+connection (refused, unreachable, a name lookup that failed for now) is a retriable
+EventLogTransportError naming each server's reason once, for the caller's retries.
 No message holds a password or key material.
 """
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import ssl
 from typing import Any
 
@@ -20,7 +28,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.conn import create_conn
 
 from eventlog._kafka_config import ClientSecurity
-from eventlog.errors import EventLogAuthError
+from eventlog.errors import EventLogAuthError, EventLogConfigError, EventLogTransportError
 
 
 def bootstrap_addresses(servers: str | list[str]) -> list[tuple[str, int]]:
@@ -31,6 +39,66 @@ def bootstrap_addresses(servers: str | list[str]) -> list[tuple[str, int]]:
         if host and port.isdigit():
             out.append((host.strip("[]"), int(port)))
     return out
+
+
+# getaddrinfo's answers that a name does not exist (not "try again later").
+_NO_SUCH_NAME = {
+    getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name)
+}
+
+
+async def probe_reachable(servers: str | list[str], *, timeout_ms: int) -> None:
+    """Return once one bootstrap server accepts a TCP connection; else raise
+    EventLogConfigError when no name resolves, EventLogTransportError (retriable)
+    naming each server's reason otherwise."""
+    addresses = bootstrap_addresses(servers)
+    if not addresses:
+        raise EventLogConfigError(f"bootstrap servers {servers!r}: no host:port in them")
+    loop = asyncio.get_running_loop()
+    reasons: list[str] = []
+    unresolved = 0
+    for host, port in addresses:
+        where = f"{host}:{port}"
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            if e.errno in _NO_SUCH_NAME:
+                unresolved += 1
+                reasons.append(f"bootstrap server {where}: the name {host} does not resolve")
+            else:
+                reasons.append(
+                    f"bootstrap server {where}: the name {host} cannot be resolved now"
+                    f" ({e.strerror})"
+                )
+            continue
+        reason = await _connect(infos, timeout_ms)
+        if reason is None:
+            return
+        reasons.append(f"{where} {reason}")
+    if unresolved == len(addresses):
+        raise EventLogConfigError("; ".join(reasons))
+    raise EventLogTransportError("; ".join(reasons), retriable=True)
+
+
+async def _connect(infos: list[Any], timeout_ms: int) -> str | None:
+    """None when one of the resolved addresses accepts a connection, else why not."""
+    reason = "has no address"
+    for family, kind, proto, _name, address in infos:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await asyncio.get_running_loop().sock_connect(sock, address)
+            return None
+        except ConnectionRefusedError:
+            reason = "refused the connection"
+        except TimeoutError:
+            reason = f"did not answer a connection within {timeout_ms} ms"
+        except OSError as e:
+            reason = f"could not be reached ({e.strerror or type(e).__name__})"
+        finally:
+            sock.close()
+    return reason
 
 
 async def probe_credentials(

@@ -21,7 +21,13 @@ class EventLogClosedError(EventLogError):
 
 
 class EventLogLockedError(EventLogError):
-    """Another process owns the log directory as its writer."""
+    """Another process owns the log directory as its writer: ``dir`` is the directory,
+    ``holder`` the pid the writer wrote into its LOCK file ("unknown" if none)."""
+
+    def __init__(self, message: str, *, dir: str = "", holder: str = "unknown") -> None:
+        super().__init__(message)
+        self.dir = dir
+        self.holder = holder
 
 
 class EventLogReadOnlyError(EventLogError):

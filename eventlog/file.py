@@ -282,8 +282,10 @@ class FileEventLog(EventLog):
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise EventLogLockedError(
-                f"event log dir {self.dir} is locked by another writer (pid {holder}, {path}); "
-                f"open it with read_only=True to follow it"
+                f"event log dir {self.dir} is locked by another writer (pid {holder}, {path}):"
+                " one process writes it at a time; readers open it read-only beside it",
+                dir=str(self.dir),
+                holder=holder,
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -28,7 +28,7 @@ from eventlog._cancellation import raise_if_cancelling
 from eventlog._kafka_admin import Access, ensure_topic, fetch_end_offsets, translate_error
 from eventlog._kafka_config import ClientSecurity, map_properties
 from eventlog._kafka_fanout import KafkaFanout
-from eventlog._kafka_probe import probe_credentials
+from eventlog._kafka_probe import probe_credentials, probe_reachable
 from eventlog.errors import (
     EventLogClosedError,
     EventLogConfigError,
@@ -228,8 +228,11 @@ class KafkaEventLog(EventLog):
     async def start(self) -> None:
         """Connect, create or verify the topic, start producer and shared consumer.
 
-        Retriable failures (broker not up yet) are retried with backoff for
-        ``init_timeout_ms``; then EventLogTransportError. Idempotent.
+        Retriable failures (broker not up yet: a connection refused) are retried with
+        backoff for ``init_timeout_ms`` (Kafka's
+        ``remote.log.metadata.initialization.retry.max.timeout.ms``); then one
+        EventLogTransportError with the last reason. Bootstrap names that do not
+        resolve fail at once (EventLogConfigError). Idempotent.
         """
         async with self._start_lock:
             if self._closed:
@@ -239,6 +242,8 @@ class KafkaEventLog(EventLog):
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._init_timeout_ms / 1000
             backoff = self._init_retry_backoff_ms / 1000
+            where = f"start kafka log {self.topic} at {self._bootstrap_servers}"
+            reason = "no attempt finished"
             while True:
                 try:
                     async with asyncio.timeout(max(0.0, deadline - loop.time())):
@@ -247,16 +252,19 @@ class KafkaEventLog(EventLog):
                 except Exception as exc:  # translated below
                     await self._close_clients()
                     raise_if_cancelling(exc)
-                    where = f"start kafka log {self.topic} at {self._bootstrap_servers}"
                     err = translate_error(
                         exc, where, Access(self._security.principal, "DESCRIBE", self.topic)
                     )
                     if not isinstance(exc, TimeoutError) and not err.retriable:
                         raise err from exc
+                    if not isinstance(exc, TimeoutError):
+                        # the last attempt's reason, without `where` a second time
+                        reason = str(err).removeprefix(f"{where}: ")
                     if isinstance(exc, TimeoutError) or loop.time() + backoff >= deadline:
                         raise EventLogTransportError(
-                            f"{where}: not reachable within {self._init_timeout_ms} ms "
-                            f"(last error: {err})",
+                            f"{where}: not reachable within {self._init_timeout_ms} ms"
+                            f" ({reason}); the wait is Kafka's"
+                            " remote.log.metadata.initialization.retry.max.timeout.ms",
                             retriable=True,
                         ) from exc
                     log.info("kafka log %s not ready, retrying: %s", self.topic, err)
@@ -283,6 +291,7 @@ class KafkaEventLog(EventLog):
             raise
 
     async def _start_once(self) -> None:
+        await probe_reachable(self._bootstrap_servers, timeout_ms=self._request_timeout_ms)
         await probe_credentials(
             self._bootstrap_servers,
             self._security,

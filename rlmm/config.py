@@ -2,9 +2,12 @@
 
 Invariant: precedence is overrides (CLI flags) > ``RLMM_<SECTION>_<KEY>`` environment
 variables > the TOML file > defaults; every key is known (an unknown one is a
-ConfigError naming it and where it came from), and Kafka's own dotted property names
-(``remote.log.metadata.*``) are accepted and mapped to the event log settings.
-Nothing here runs at import time.
+ConfigError naming it and where it came from; ``[eventlog]`` and ``[remote]`` keys are
+checked against their backend's own, the known ones listed), and Kafka's own dotted
+property names (``remote.log.metadata.*``) are accepted at the top level, under
+``[eventlog]`` and under ``[eventlog.properties]`` alike: those with an event log
+setting of their own become that setting (one name for one setting in a layer), the
+rest are handed to the Kafka event log. Nothing here runs at import time.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from eventlog import EVENT_LOG_TYPES, EventLogConfigError, known_options
 from remote.layouts import check_remote_options
 from rlmm.errors import ConfigError
 
 # Sections whose keys we validate ourselves; the [remote] keys are checked against the
-# configured backend's own (remote.layouts.check_remote_options), the [eventlog] keys by
-# its backend factory.
+# configured backend's own (remote.layouts.check_remote_options), the [eventlog] keys
+# against its event log type's (eventlog.known_options), both in _validate.
 DEFAULTS: dict[str, Any] = {
     "broker_id": 0,
     "data_dir": "data/rlmm",
@@ -80,7 +84,13 @@ _KAFKA_NAMES = {
     "remote.log.metadata.topic.retention.ms": "retention_ms",
     "remote.log.metadata.consume.wait.ms": "consume_wait_ms",
     "remote.log.metadata.common.client.bootstrap.servers": "bootstrap_servers",
+    "remote.log.metadata.initialization.retry.max.timeout.ms": "init_timeout_ms",
+    "remote.log.metadata.initialization.retry.interval.ms": "init_retry_backoff_ms",
 }
+# Where a Kafka property name may sit besides the top level: the prefix is dropped.
+_KAFKA_PLACES = ("eventlog.properties.", "eventlog.")
+# merged[_WRITTEN]: each event log setting given by a Kafka name -> that name (messages).
+_WRITTEN = "_written_as"
 
 
 @dataclass(frozen=True)
@@ -134,11 +144,50 @@ def parse_scalar(text: str) -> Any:
     return text
 
 
+def _kafka_name(key: str) -> str | None:
+    """Kafka's property name in ``key`` (top level, under [eventlog] or under
+    [eventlog.properties]), or None when ``key`` is not one."""
+    for place in _KAFKA_PLACES:
+        if key.startswith(place + _KAFKA_PREFIX):
+            return key[len(place) :]
+    return key if key.startswith(_KAFKA_PREFIX) else None
+
+
+def _merge_layer(target: dict[str, Any], flat: Mapping[str, Any], origin: str) -> None:
+    """Merge one layer (file, environment, command line) over ``target``.
+
+    A Kafka name with an event log setting of its own is that setting, so the later
+    layer wins whichever name each used; within one layer the two names of a setting
+    must agree."""
+    given: dict[str, tuple[str, Any]] = {}  # event log setting -> (key as written, value)
+    for key, value in flat.items():
+        kafka = _kafka_name(key)
+        ours = _KAFKA_NAMES.get(kafka) if kafka is not None else None
+        if kafka is not None and ours is None:
+            target.setdefault("kafka_properties", {})[kafka] = str(value)
+            continue
+        if ours is not None:
+            assert kafka is not None
+            value = parse_scalar(str(value))
+            target.setdefault(_WRITTEN, {})[ours] = kafka
+            key = f"eventlog.{ours}"
+        elif key.startswith("eventlog."):
+            target.setdefault(_WRITTEN, {}).pop(key[len("eventlog.") :], None)
+        if key.startswith("eventlog."):
+            name = key[len("eventlog.") :]
+            written = kafka or key
+            if name in given and given[name][1] != value:
+                first, first_value = given[name]
+                raise ConfigError(
+                    f"{first} = {first_value!r} and {written} = {value!r} are the same setting"
+                    f" with two values (from {origin}): keep one"
+                )
+            given[name] = (written, value)
+        _merge(target, key, value, origin)
+
+
 def _merge(target: dict[str, Any], key: str, value: Any, origin: str) -> None:
     """Set ``section.key`` or a top-level key, rejecting unknown names."""
-    if key.startswith(_KAFKA_PREFIX):
-        target.setdefault("kafka_properties", {})[key] = str(value)
-        return
     section, _, name = key.partition(".")
     if section == "offload" and name:
         _merge_offload(target.setdefault("offload", {}), name, value, origin)
@@ -211,11 +260,8 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         full = f"{prefix}{key}"
-        if isinstance(value, Mapping) and not full.startswith(_KAFKA_PREFIX):
-            if full == "eventlog.properties":
-                for k, v in value.items():
-                    out[str(k)] = v
-                continue
+        if isinstance(value, Mapping):
+            # [eventlog.properties] keeps its place (a Kafka name, quoted or dotted)
             out.update(_flatten(value, f"{full}."))
         else:
             out[full] = value
@@ -265,8 +311,7 @@ def load_config(
     layers.append(("environment", _from_env(env)))
     layers.append(("command line", dict(overrides or {})))
     for origin, flat in layers:
-        for key, value in flat.items():
-            _merge(merged, key, value, origin)
+        _merge_layer(merged, flat, origin)
     config = _validate(merged, source)
     if any("broker_id" in flat for _origin, flat in layers):
         config = replace(config, broker_id_configured=True)
@@ -275,10 +320,8 @@ def load_config(
 
 def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
     kafka_properties: dict[str, str] = merged.pop("kafka_properties", {})
+    written: dict[str, str] = merged.pop(_WRITTEN, {})
     eventlog = dict(merged["eventlog"])
-    for kafka_name, ours in _KAFKA_NAMES.items():
-        if kafka_name in kafka_properties:
-            eventlog[ours] = parse_scalar(kafka_properties.pop(kafka_name))
     if kafka_properties and eventlog.get("type") == "kafka":
         eventlog["properties"] = dict(kafka_properties)
     elif kafka_properties:
@@ -286,8 +329,9 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
             f"Kafka settings {sorted(kafka_properties)} need eventlog.type = 'kafka'"
             f" (it is {eventlog.get('type')!r})"
         )
-    if eventlog.get("type", "file") not in ("file", "kafka", "memory"):
+    if eventlog.get("type", "file") not in EVENT_LOG_TYPES:
         raise ConfigError(f"eventlog.type must be file, kafka or memory, got {eventlog['type']!r}")
+    _check_eventlog(eventlog, written)
     _check_positive(eventlog, "partitions", "eventlog")
     manager = dict(merged["manager"])
     snapshot = dict(merged["snapshot"])
@@ -329,6 +373,27 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
         source=source,
         offload=MappingProxyType(offload),
     )
+
+
+def _check_eventlog(eventlog: Mapping[str, Any], written: Mapping[str, str]) -> None:
+    """ConfigError, one line naming the key and the known ones, for an ``[eventlog]``
+    setting its type does not take (a typo, or another type's setting); a setting
+    given by a Kafka property name is named as it was written."""
+    kind = eventlog.get("type", "file")
+    try:
+        known = set(known_options(kind))
+    except EventLogConfigError as e:  # its backend cannot be loaded
+        raise ConfigError(f"eventlog.type = {kind!r}: {e}") from e
+    if kind == "kafka":
+        known.add("properties")  # Kafka's property names, mapped by the event log
+    for key in sorted(set(eventlog) - known - {"type"}):
+        name = written.get(key, f"eventlog.{key}")
+        owners = [k for k in EVENT_LOG_TYPES if k != kind and key in known_options(k)]
+        where = f" (a setting of eventlog.type = {owners[0]!r})" if owners else ""
+        raise ConfigError(
+            f"unknown setting {name} for eventlog.type = {kind!r}{where};"
+            f" known: {', '.join(sorted(known))}"
+        )
 
 
 def _check_positive(section: Mapping[str, Any], name: str, where: str) -> None:

@@ -6,7 +6,10 @@ up to the end offset seen at open, applying events to a RemotePartitionMetadataS
 
 Invariants: nothing is written anywhere: the file event log is opened read-only
 (the writer's LOCK is never taken, so a running sidecar keeps writing), a Kafka
-event log never creates its topic, the snapshot store is opened read-only. Every
+event log never creates its topic and, unless configured otherwise, waits only
+READ_ONLY_WAIT_MS for a broker to answer (a wrong bootstrap address fails a CLI
+command or a Spark job within seconds; the sidecar keeps the event log's longer
+wait for a broker starting beside it), the snapshot store is opened read-only. Every
 resource opened while loading (event log, its clients, the event loop) is closed
 before :func:`open_metadata_view` returns, also on error; the view itself holds only
 memory. Events are applied exactly as the manager's apply loop applies them:
@@ -46,6 +49,10 @@ from snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# How long a read-only view waits for the metadata cluster to answer, unless
+# eventlog.init_timeout_ms (Kafka's remote.log.metadata.initialization.retry.max.timeout.ms)
+# says otherwise.
+READ_ONLY_WAIT_MS = 5_000
 
 
 class SnapshotSource(Protocol):
@@ -89,6 +96,7 @@ def open_read_only_event_log(config: RlmmConfig) -> EventLog:
         options["read_only"] = True
     elif kind == "kafka":
         options["create_topic"] = False  # a missing topic is an error, not created
+        options.setdefault("init_timeout_ms", READ_ONLY_WAIT_MS)
     else:
         raise ArchiveError(
             f"eventlog.type = {kind!r} cannot be viewed from another process"

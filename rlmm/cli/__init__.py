@@ -3,10 +3,12 @@
 Invariant: every command parses, calls one library function and hands the result to
 the run's Output (rlmm.cli.output); errors are rendered in one place, here: one line
 on stderr (a JSON error object on stdout under --json, a traceback with --debug), never
-a traceback otherwise. Exit codes, as operators' tools use them: 0 clean, 1 problems
-found (verify, gc, an event dump with undecodable records, a corrupt snapshot), 2 a
-usage, configuration or runtime error that stopped the command. Each group of
-commands lives in its own module of this package and is registered at the bottom.
+a traceback otherwise, and in a command-line user's terms (a library error that tells a
+program which argument to pass is reworded here). Exit codes, as operators' tools use
+them: 0 clean, 1 problems found (verify, gc, an event dump with undecodable records, a
+corrupt snapshot), 2 a usage, configuration or runtime error that stopped the command.
+Each group of commands lives in its own module of this package and is registered at
+the bottom.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class RlmmGroup(click.Group):
             from rlmm.errors import RemoteStorageError
 
             known = isinstance(e, RemoteStorageError) or _is_library_error(e)
-            message = str(e) if known else f"{type(e).__name__}: {e}"
+            message = _for_the_command_line(e) or (str(e) if known else f"{type(e).__name__}: {e}")
             # a library or client message may quote a setting: never its secret
             secrets = _configured_secrets(s)
             if s.debug:
@@ -74,6 +76,22 @@ def _configured_secrets(s: Session) -> set[str]:
             }
         )
     return _secrets_of[id(config)]
+
+
+def _for_the_command_line(e: Exception) -> str | None:
+    """The message for an error whose library text speaks to a program (a Python
+    argument to pass), in terms of what a command-line user does; None: as it is."""
+    from eventlog import EventLogLockedError
+
+    if isinstance(e, EventLogLockedError):
+        return (
+            f"another process (pid {e.holder}) writes the metadata log in {e.dir}: one"
+            " writer per data_dir. Stop that process first (a second `rlmm offload` must"
+            " not run on the same data_dir), or give this command a data_dir of its own;"
+            " the reading commands (segments, partitions, events, verify, records, gc"
+            " without --apply) work beside it"
+        )
+    return None
 
 
 def _is_library_error(e: Exception) -> bool:

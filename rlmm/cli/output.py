@@ -14,6 +14,7 @@ import abc
 import io
 import json
 import sys
+import textwrap
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,6 +45,14 @@ def human_time(ms: int | None) -> str:
     if ms is None or ms < 0:
         return "-"
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _duration(seconds: float) -> str:
+    """90 -> 90s, 1800 -> 30m, 3600 -> 1h (as --safety-window takes them)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def json_line(data: Any) -> str:
@@ -270,13 +279,29 @@ class ConsoleOutput(Output):
             table.add_row(*(str(row.get(c, "-")) for c in columns), str(row["detail"]))
         self._print_table(table)
 
+    def _line(self, text: str, indent: int = 0) -> None:
+        """One line of prose. On a terminal (without --wide) it is wrapped between words
+        at the terminal's width, continuation lines indented by ``indent``; piped, it
+        stays one line (for grep)."""
+        if self._wide:
+            lines = [text]
+        else:
+            lines = textwrap.wrap(
+                text,
+                width=self.out.width,
+                subsequent_indent=" " * indent,
+                break_long_words=False,
+                break_on_hyphens=False,
+            ) or [text]
+        self.out.file.write("".join(line + "\n" for line in lines))
+
     def _remedies(self, rows: list[dict[str, Any]]) -> None:
         """One line per problem kind present: what to do about it."""
         seen: dict[str, str] = {}
         for row in rows:
             seen.setdefault(str(row["kind"]), str(row["remedy"]))
         for kind, remedy in seen.items():
-            self.out.print(f"  {kind}: {remedy}", markup=False, soft_wrap=True)
+            self._line(f"  {kind}: {remedy}", indent=4)
 
     def verification(self, report: VerifyReport) -> None:
         mode = "deep" if report.deep else "quick"
@@ -284,22 +309,26 @@ class ConsoleOutput(Output):
             f"{mode} verify: {report.segments_checked} segments, {report.objects_checked} objects"
             + (f", {human_bytes(report.bytes_read)} read" if report.deep else "")
         )
-        skipped = [
-            f"{n} {what}"
-            for n, what in (
-                (report.skipped_young, "younger than the safety window"),
-                (report.skipped_outside_layout, "outside the layout"),
-            )
-            if n
-        ]
-        if skipped:
-            summary += f" (skipped: {', '.join(skipped)})"
-        if report.ok:
-            self.out.print(f"{summary}: OK")
-            return
         rows = [p.to_dict() for p in report.problems]
-        self._problems(rows)
-        self.out.print(f"{summary}: {len(report.problems)} problem(s)")
+        if report.ok:
+            self._line(f"{summary}: OK")
+        else:
+            self._problems(rows)
+            self._line(f"{summary}: {len(report.problems)} problem(s)")
+        # Only the orphan and stale-upload checks skip what is young: every segment's
+        # objects were checked all the same.
+        if report.skipped_young:
+            self._line(
+                f"  not judged as orphans yet: {report.skipped_young} objects younger than"
+                f" the safety window ({_duration(report.safety_window_s)})",
+                indent=4,
+            )
+        if report.skipped_outside_layout:
+            self._line(
+                f"  left alone: {report.skipped_outside_layout} stored names outside the"
+                " layout's pattern",
+                indent=4,
+            )
         self._remedies(rows)
 
     def repair(self, plan: RepairPlan) -> None:

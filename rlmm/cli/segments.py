@@ -1,7 +1,9 @@
 """`rlmm segments list|show` and `rlmm partitions`: what the remote log holds.
 
 Invariant: read-only (a MetadataView and the RSM's listing); each command calls one
-library function of rlmm.ops.inventory and hands the result to the Output.
+library function of rlmm.ops.inventory and hands the result to the Output. A listing
+is refused (exit 2) when it names a topic the metadata does not know, or when the
+configured remote storage holds none of the listed segments (a wrong ``[remote]``).
 """
 
 from __future__ import annotations
@@ -30,14 +32,23 @@ def list_segments(
 ) -> None:
     """List segments (every state), by topic, partition and start offset."""
     from rlmm.archive import open_metadata_view
-    from rlmm.ops.inventory import SegmentFilter, check_topic_known, list_segments
+    from rlmm.factory import open_remote_layout
+    from rlmm.ops.inventory import (
+        SegmentFilter,
+        check_remote_holds,
+        check_topic_known,
+        list_segments,
+    )
 
     where = SegmentFilter(
         topic, partition, None if state is None else RemoteLogSegmentState[state.upper()], epoch
     )
-    with open_metadata_view(session().config) as view:
+    config = session().config
+    with open_metadata_view(config) as view, open_remote_layout(config) as layout:
         check_topic_known(view, topic)
-        session().output.segments(list_segments(view, where))
+        listed = list_segments(view, where)
+        check_remote_holds(layout, listed)
+        session().output.segments(listed)
 
 
 # Kafka's base64url ids may start with "-" ("-b0w86WETV-..."): an unknown option-like
@@ -62,10 +73,19 @@ def show_segment(segment_id: str) -> None:
 def partitions(topic: str | None) -> None:
     """Per partition: segments, remote bytes, offsets, highest offset per epoch, states."""
     from rlmm.archive import open_metadata_view
-    from rlmm.ops.inventory import SegmentFilter, check_topic_known, summarize_partitions
+    from rlmm.factory import open_remote_layout
+    from rlmm.ops.inventory import (
+        SegmentFilter,
+        check_remote_holds,
+        check_topic_known,
+        list_segments,
+        summarize_partitions,
+    )
 
-    with open_metadata_view(session().config) as view:
+    config = session().config
+    with open_metadata_view(config) as view, open_remote_layout(config) as layout:
         check_topic_known(view, topic)
+        check_remote_holds(layout, list_segments(view, SegmentFilter(topic)))
         session().output.partitions(summarize_partitions(view, SegmentFilter(topic)))
 
 

@@ -49,6 +49,7 @@ def _verify_options(fn: click.decorators.FC) -> click.decorators.FC:
 def _run_verify(deep: bool, topic: str | None, safety_window: float) -> VerifyReport:
     from rlmm.archive import open_metadata_view
     from rlmm.factory import open_remote_layout
+    from rlmm.ops.inventory import check_topic_known
     from rlmm.ops.verification import verify
 
     s = session()
@@ -58,6 +59,8 @@ def _run_verify(deep: bool, topic: str | None, safety_window: float) -> VerifyRe
         open_remote_layout(config) as layout,
         s.progress("verifying") as progress,
     ):
+        # a typo must not verify clean forever (as `segments list` refuses it)
+        check_topic_known(view, topic)
         return verify(
             view, layout, deep=deep, topic=topic, safety_window_s=safety_window, progress=progress
         )

@@ -15,7 +15,7 @@ from typing import Any
 from remote.layouts import RemoteLayout
 from rlmm.archive import MetadataView
 from rlmm.config import RlmmConfig
-from rlmm.errors import RemoteResourceNotFoundError, RemoteStorageError
+from rlmm.errors import ConfigError, RemoteResourceNotFoundError, RemoteStorageError
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -76,6 +76,31 @@ def check_topic_known(view: MetadataView, topic: str | None) -> None:
         raise RemoteResourceNotFoundError(
             f"unknown topic {topic!r}: no segment of it in the metadata (known: {shown or 'none'})"
         )
+
+
+def check_remote_holds(layout: RemoteLayout, segments: list[RemoteLogSegmentMetadata]) -> None:
+    """ConfigError when the configured remote storage holds the log object of none of a
+    few finished segments of ``segments`` (the first, middle and last): the ``[remote]``
+    settings point elsewhere than where the segments were copied (a wrong dir, root,
+    bucket or prefix), which a listing of the metadata alone would not show. One
+    missing object is damage for ``verify`` to report, not a configuration error."""
+    finished = [m for m in segments if m.state == _FINISHED]
+    if not finished:
+        return
+    sample = {id(m): m for m in (finished[0], finished[len(finished) // 2], finished[-1])}
+    first_missing = None
+    for m in sample.values():
+        name = layout.log_object_name(m)
+        try:
+            layout.open_object(name).close()
+        except RemoteResourceNotFoundError:
+            first_missing = first_missing or name
+            continue
+        return
+    raise ConfigError(
+        f"the metadata lists segments that {layout!r} does not hold (no {first_missing}):"
+        " check the [remote] settings (remote.type, and its dir, root or bucket and prefix)"
+    )
 
 
 def find_segment(view: MetadataView, segment_id: str) -> RemoteLogSegmentMetadata:
@@ -261,6 +286,7 @@ __all__ = [
     "SegmentDetail",
     "SegmentFilter",
     "StoredObject",
+    "check_remote_holds",
     "check_topic_known",
     "describe_segment",
     "find_segment",

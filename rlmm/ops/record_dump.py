@@ -4,7 +4,9 @@ The library side of ``rlmm records``: a MetadataView, the archive's planner and 
 slice reader (the same path as the Spark source), turned into one dict per record
 with Kafka's field names. Invariant: reads only; records come partition by
 partition in offset order, and at most ``limit`` of them are decoded (slices are
-read lazily, so a small limit reads little).
+read lazily, so a small limit reads little). A read that could only come back empty
+because of what was asked (a topic not in the metadata, a start offset past the
+end of every chosen partition) is an error naming what the archive holds.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlmm.archive import (
+    MetadataView,
     ReadRequest,
     close_remote_storage,
     open_metadata_view,
@@ -23,6 +26,8 @@ from rlmm.archive import (
 )
 from rlmm.config import RlmmConfig
 from rlmm.errors import RemoteResourceNotFoundError
+from rlmm.model import TopicIdPartition
+from rlmm.ops.inventory import check_topic_known
 
 
 @dataclass(frozen=True)
@@ -65,11 +70,9 @@ def record_fields(row: dict[str, Any]) -> dict[str, Any]:
 def read_records(config: RlmmConfig, query: RecordQuery) -> Iterator[dict[str, Any]]:
     """Arrow rows (``kafka_schema(True)`` field names) of the query's records."""
     with open_metadata_view(config) as view:
-        known = sorted(tp.partition for tp in view.topic_partitions() if tp.topic == query.topic)
-        if not known:
-            raise RemoteResourceNotFoundError(
-                f"topic {query.topic!r} has nothing in remote storage"
-            )
+        check_topic_known(view, query.topic)
+        partitions = {tp.partition: tp for tp in view.topic_partitions() if tp.topic == query.topic}
+        known = sorted(partitions)
         chosen = query.partitions or tuple(known)
         missing = sorted(set(chosen) - set(known))
         if missing:
@@ -79,6 +82,7 @@ def read_records(config: RlmmConfig, query: RecordQuery) -> Iterator[dict[str, A
             )
         starting = None
         if query.from_offset is not None:
+            chosen = _reaching(view, query.topic, partitions, chosen, query.from_offset)
             starting = {(query.topic, p): query.from_offset for p in chosen}
         request = ReadRequest(
             partitions={query.topic: chosen},
@@ -99,6 +103,30 @@ def read_records(config: RlmmConfig, query: RecordQuery) -> Iterator[dict[str, A
                         remaining -= 1
     finally:
         close_remote_storage()  # the reader's per-process RSM cache
+
+
+def _reaching(
+    view: MetadataView,
+    topic: str,
+    partitions: dict[int, TopicIdPartition],
+    chosen: tuple[int, ...],
+    from_offset: int,
+) -> tuple[int, ...]:
+    """The chosen partitions whose archive reaches ``from_offset``; an error naming each
+    partition's archived offsets when none does (nothing to print is not a clean read)."""
+    ranges = {p: view.lineage_ranges(partitions[p]) for p in chosen}
+    reaching = tuple(p for p in chosen if ranges[p] and ranges[p][-1].last_offset >= from_offset)
+    if reaching:
+        return reaching
+    held = ", ".join(
+        f"{topic}-{p}: offsets {r[0].first_offset} to {r[-1].last_offset}"
+        if r
+        else f"{topic}-{p}: no finished segment"
+        for p, r in ranges.items()
+    )
+    raise RemoteResourceNotFoundError(
+        f"offset {from_offset} is past the end of the archive of {topic!r} ({held})"
+    )
 
 
 def raw_value(row: dict[str, Any]) -> bytes:

@@ -12,13 +12,17 @@ and ``openCostInBytes`` (how slices are cut and grouped into input partitions),
 ``format("kafka")`` to ``format("kafka-archive")`` is one word.
 
 Invariant: ``parse_options`` either returns a valid, picklable ``KafkaArchiveOptions``
-or raises ``KafkaArchiveOptionError`` naming the option; it imports neither pyspark
-nor pyarrow. Timestamp precedence is Spark's: ``*Timestamp`` over
-``*OffsetsByTimestamp`` over ``*Offsets``.
+or raises ``KafkaArchiveOptionError`` naming the option as the caller spelled it (Spark
+hands a data source its option names lower-cased: a known option is then named in
+Spark's spelling; an unknown one as it came, with the close match when there is one);
+no message points at a file of the repository; it imports neither pyspark nor
+pyarrow. Timestamp precedence is Spark's: ``*Timestamp`` over ``*OffsetsByTimestamp``
+over ``*Offsets``.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -312,8 +316,21 @@ def _overrides(options: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+def _unknown_option(key: str) -> str:
+    """Why ``key`` (lower-cased) is refused: the close match, or the options there are."""
+    close = difflib.get_close_matches(key, list(SPELLING), n=1, cutoff=0.8)
+    if close:
+        return f"is not an option of kafka-archive; did you mean {SPELLING[close[0]]}?"
+    return (
+        f"is not an option of kafka-archive (its options: {', '.join(_OURS)}, and"
+        f" {OVERRIDE_PREFIX}<section>.<key> settings; Spark's kafka.* options are ignored)"
+    )
+
+
 def parse_options(options: Mapping[str, str]) -> KafkaArchiveOptions:
-    """Validate Spark's (lower-cased) options; raise KafkaArchiveOptionError naming one."""
+    """Validate Spark's options (its names are case-insensitive, and Spark passes them
+    lower-cased); raise KafkaArchiveOptionError naming one."""
+    spelled = {str(k).lower(): str(k) for k in options}  # the caller's spelling
     options = {str(k).lower(): v for k, v in options.items()}
     ignored = []
     for key in options:
@@ -322,9 +339,7 @@ def parse_options(options: Mapping[str, str]) -> KafkaArchiveOptions:
         if key in IGNORED or key.startswith("kafka."):
             ignored.append(key)
             continue
-        raise KafkaArchiveOptionError(
-            key, "is not an option of kafka-archive (see docs/spark.md for the list)"
-        )
+        raise KafkaArchiveOptionError(spelled[key], _unknown_option(key))
     config_path = options.get("config")
     overrides = _overrides(options)
     if config_path is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.test_prometheus_rules import NAME, RULES, exported_names
+from tests.deploy.test_prometheus_rules import LOCAL_RETENTION, NAME, RULES, exported_names
 from tests.fixtures.prometheus import PrometheusServer, PrometheusTools, run_prometheus
 from tests.fixtures.s3 import free_port
 from tests.rlmm.offload.test_health import get, spawn_offload, stop, wait_for
@@ -144,6 +144,7 @@ global:
   evaluation_interval: 1s
 rule_files:
   - {RULES}
+  - {LOCAL_RETENTION}
 scrape_configs:
   - job_name: rlmm
     static_configs:
@@ -178,9 +179,12 @@ scrape_configs:
                 assert values == (["rlmm"] if variable == "job" else [instance]), values
             groups = server.api("rules")["groups"]
             rules = [r for g in groups for r in g["rules"]]
-            alerts = (ROOT / "deploy" / "prometheus" / "rules.yml").read_text().count("- alert:")
-            assert len(rules) == alerts and {r["health"] for r in rules} == {"ok"}, rules
-            assert [r["name"] for r in rules if r["state"] == "firing"] == []
+            # the alerts and recorded series of rules.yml, and the operator's retention example
+            files = ("rules.yml", "local_retention.yml")
+            texts = [(ROOT / "deploy" / "prometheus" / f).read_text() for f in files]
+            expected = sum(t.count("- alert:") + t.count("- record:") for t in texts)
+            assert len(rules) == expected and {r["health"] for r in rules} == {"ok"}, rules
+            assert [r["name"] for r in rules if r.get("state") == "firing"] == []
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=60)
     finally:

@@ -1,9 +1,11 @@
 """deploy/prometheus: the alert rules parse, pass their promtool unit tests, and read
-only metrics the sidecar exports.
+only metrics the sidecar exports (or series the rule files record).
 
 Invariant checked: ``promtool check rules`` and ``promtool test rules`` succeed (skipped,
 with the reason, when promtool cannot be had); every ``rlmm_*`` name in the rules is
-exported by OffloadMetrics, and every alert has at least one unit test.
+exported by OffloadMetrics, every recorded ``rlmm:*`` name they read is recorded by
+rules.yml or by the operator's local_retention.yml, and every alert has at least one
+unit test.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from tests.fixtures.prometheus import PrometheusTools
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 RULES_TEST = ROOT / "deploy" / "prometheus" / "rules_test.yml"
+LOCAL_RETENTION = ROOT / "deploy" / "prometheus" / "local_retention.yml"
 NAME = re.compile(r"\brlmm_[a-z0-9_]+")
+RECORDED = re.compile(r"\brlmm:[a-z0-9_]+")
 
 
 def exported_names() -> set[str]:
@@ -56,8 +60,51 @@ def test_every_alert_has_a_unit_test() -> None:
     assert alerts == tested == firing, (alerts, tested, firing)
     for group in rules["groups"]:
         for rule in group["rules"]:
+            if "record" in rule:
+                continue
             assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
             assert {"summary", "description"} <= set(rule["annotations"]), rule["alert"]
+
+
+def recorded_names(path: Path) -> set[str]:
+    yaml = pytest.importorskip("yaml")
+    groups = yaml.safe_load(path.read_text())["groups"]
+    return {r["record"] for g in groups for r in g["rules"] if "record" in r}
+
+
+def test_recorded_series_the_rules_read_are_recorded() -> None:
+    used = set(RECORDED.findall(RULES.read_text()))
+    assert used <= recorded_names(RULES) | recorded_names(LOCAL_RETENTION), used
+    # the operator's file records the brokers' retention per topic, and nothing else
+    yaml = pytest.importorskip("yaml")
+    for group in yaml.safe_load(LOCAL_RETENTION.read_text())["groups"]:
+        for rule in group["rules"]:
+            assert rule["record"] in (
+                "rlmm:topic_local_retention_bytes",
+                "rlmm:topic_local_retention_seconds",
+            )
+            assert set(rule["labels"]) == {"topic"}, rule
+
+
+def test_copy_lag_is_watched_against_the_topic_s_local_retention() -> None:
+    """The moment data is about to be lost: the broker deletes local segments by its own
+    retention, copied or not (issue 32)."""
+    yaml = pytest.importorskip("yaml")
+    rules = {
+        r["alert"]: r
+        for g in yaml.safe_load(RULES.read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
+    rule = rules["RlmmCopyLagNearLocalRetention"]
+    assert rule["labels"]["severity"] == "critical"
+    for name in (
+        "rlmm_remote_copy_lag_bytes",
+        "rlmm:topic_local_retention_bytes",
+        "rlmm:topic_local_retention_seconds",
+        "rlmm:remote_copy_lag_clear_timestamp_seconds",
+    ):
+        assert name in rule["expr"], name
 
 
 def promtool(tools: PrometheusTools, *args: str) -> subprocess.CompletedProcess[str]:
@@ -67,10 +114,12 @@ def promtool(tools: PrometheusTools, *args: str) -> subprocess.CompletedProcess[
 
 
 def test_promtool_check_rules(prometheus_bin: PrometheusTools) -> None:
-    done = promtool(prometheus_bin, "check", "rules", str(RULES))
+    done = promtool(prometheus_bin, "check", "rules", str(RULES), str(LOCAL_RETENTION))
     assert done.returncode == 0, done.stdout + done.stderr
-    alerts = RULES.read_text().count("- alert:")
-    assert f"SUCCESS: {alerts} rules found" in done.stdout, done.stdout
+    for path in (RULES, LOCAL_RETENTION):
+        text = path.read_text()
+        count = text.count("- alert:") + text.count("- record:")
+        assert f"SUCCESS: {count} rules found" in done.stdout, done.stdout
 
 
 def test_promtool_test_rules(prometheus_bin: PrometheusTools) -> None:

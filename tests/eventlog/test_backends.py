@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eventlog import EventLogConfigError, load_event_log
+from eventlog import EVENT_LOG_TYPES, EventLogConfigError, known_options, load_event_log
 from eventlog.file import FileEventLog
 from eventlog.memory import MemoryEventLog
 
@@ -26,6 +26,19 @@ async def test_load_event_log_builds_memory_and_file(tmp_path: Path) -> None:
         assert await file.append(2, b"v") == 0
     with pytest.raises(EventLogConfigError, match="unknown event log type"):
         load_event_log({"type": "zookeeper"})
+
+
+def test_known_options_are_what_each_backend_takes() -> None:
+    """One registry: the settings a config may give each type (its constructor's
+    arguments, less those that take Python objects)."""
+    assert known_options("memory") == {"partitions"}
+    assert {"dir", "partitions", "fsync", "read_only"} <= known_options("file")
+    kafka = known_options("kafka")
+    assert {"bootstrap_servers", "partitions", "topic", "init_timeout_ms"} <= kafka
+    assert not {"ssl_context", "sasl_oauth_token_provider", "self"} & kafka
+    assert set(EVENT_LOG_TYPES) == {"file", "kafka", "memory"}
+    with pytest.raises(EventLogConfigError, match="unknown event log type 'zk'"):
+        known_options("zk")
 
 
 @pytest.mark.parametrize("partitions", [0, -1, True, 2.5, "2"])

@@ -184,6 +184,8 @@ async def test_second_writer_process_gets_locked_error(tmp_path: Path) -> None:
         with pytest.raises(EventLogLockedError, match=str(tmp_path)) as info:
             await FileEventLog(tmp_path, 2).start()
         assert str(child.pid) in str(info.value)
+        assert info.value.holder == str(child.pid) and info.value.dir == str(tmp_path)
+        assert "read-only" in str(info.value) and "read_only=True" not in str(info.value)
         # A read-only reader does not need the lock.
         async with FileEventLog(tmp_path, 2, read_only=True) as reader:
             assert await reader.end_offsets([0, 1]) == {0: 0, 1: 0}

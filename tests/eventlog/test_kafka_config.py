@@ -242,6 +242,61 @@ async def test_unreachable_bootstrap_fails_fast_with_transport_error() -> None:
     await log.close()
 
 
+async def test_a_refused_bootstrap_fails_within_the_wait_in_one_line() -> None:
+    """Nothing listens there: the reason (refused) in one line, the wait's setting named,
+    and aiokafka's error text not twice."""
+    port = free_port()  # nothing listens there
+    log = KafkaEventLog(f"127.0.0.1:{port}", 1, init_timeout_ms=2_000)
+    started = time.monotonic()
+    with pytest.raises(EventLogTransportError) as info:
+        await log.start()
+    elapsed = time.monotonic() - started
+    await log.close()
+    message = str(info.value)
+    assert info.value.retriable
+    assert f"127.0.0.1:{port} refused the connection" in message, message
+    assert "not reachable within 2000 ms" in message, message
+    assert "remote.log.metadata.initialization.retry.max.timeout.ms" in message
+    assert message.count("KafkaConnectionError") <= 1 and "\n" not in message, message
+    assert message.count(f"start kafka log {log.topic}") == 1, message
+    assert elapsed < 5, f"start() took {elapsed:.1f}s with a 2 s wait"
+
+
+async def test_a_bootstrap_name_that_does_not_resolve_fails_at_once() -> None:
+    """As Kafka's clients refuse "no resolvable bootstrap urls": not retried for the
+    whole wait (30 s by default), and the message says the name does not resolve."""
+    log = KafkaEventLog("nosuchhost.invalid:9092", 1)
+    started = time.monotonic()
+    with pytest.raises(EventLogConfigError) as info:
+        await log.start()
+    elapsed = time.monotonic() - started
+    await log.close()
+    assert "the name nosuchhost.invalid does not resolve" in str(info.value), info.value
+    assert "nosuchhost.invalid:9092" in str(info.value)
+    assert elapsed < 5, f"start() took {elapsed:.1f}s on a name that does not resolve"
+
+
+async def test_one_resolvable_bootstrap_server_is_enough_to_try() -> None:
+    """A name that does not resolve beside a reachable-but-refusing one: retried (the
+    other may come up), and both reasons are given."""
+    port = free_port()
+    log = KafkaEventLog(f"nosuchhost.invalid:9092,127.0.0.1:{port}", 1, init_timeout_ms=1_000)
+    with pytest.raises(EventLogTransportError) as info:
+        await log.start()
+    await log.close()
+    assert "nosuchhost.invalid does not resolve" in str(info.value)
+    assert f"127.0.0.1:{port} refused the connection" in str(info.value)
+
+
+def test_translated_errors_name_the_kafka_error_once() -> None:
+    err = translate_error(kafka_errors.KafkaConnectionError("Unable to bootstrap"), "start x")
+    assert str(err) == "start x: KafkaConnectionError: Unable to bootstrap"
+    leader = translate_error(kafka_errors.NotLeaderForPartitionError(), "append to t-3")
+    assert str(leader) == "append to t-3: [Error 6] NotLeaderForPartitionError"
+    timeout = translate_error(kafka_errors.KafkaTimeoutError(), "append to t-3")
+    assert str(timeout) == "append to t-3: timed out (KafkaTimeoutError)"
+
+
 async def test_silent_peer_times_out_instead_of_hanging() -> None:
     """A peer that accepts TCP but never answers (a wrong port, a firewall) is bounded too."""
     connections: list[asyncio.StreamWriter] = []

@@ -154,3 +154,86 @@ def test_a_remote_setting_of_the_wrong_kind_names_the_key(
     path.write_text(f'[remote]\ntype = "s3"\nbucket = "b"\n{key} = {raw}\n')
     with pytest.raises(ConfigError, match=f"remote.{key} must be {kind}"):
         load_config(path, env={})
+
+
+@pytest.mark.parametrize("quoted", [True, False], ids=["quoted", "dotted"])
+def test_kafka_names_under_eventlog_itself_are_accepted(tmp_path: Path, quoted: bool) -> None:
+    """Where a user puts them first: under [eventlog], beside the event log's own keys."""
+
+    def key(name: str) -> str:
+        return f'"{name}"' if quoted else name
+
+    file = tmp_path / "k.toml"
+    file.write_text(
+        '[eventlog]\ntype = "kafka"\n'
+        f'{key("remote.log.metadata.common.client.bootstrap.servers")} = "h:9092"\n'
+        f"{key('remote.log.metadata.topic.num.partitions')} = 7\n"
+        f'{key("remote.log.metadata.common.client.security.protocol")} = "SSL"\n'
+        f"{key('remote.log.metadata.initialization.retry.max.timeout.ms')} = 4000\n"
+    )
+    config = load_config(file, env={})
+    assert config.event_log_options() == {
+        "type": "kafka",
+        "bootstrap_servers": "h:9092",
+        "partitions": 7,
+        "init_timeout_ms": 4000,
+        "properties": {"remote.log.metadata.common.client.security.protocol": "SSL"},
+    }
+
+
+def test_two_names_of_one_setting_follow_the_layers_and_must_agree_in_one(
+    tmp_path: Path,
+) -> None:
+    file = tmp_path / "k.toml"
+    file.write_text(
+        '[eventlog]\ntype = "kafka"\nbootstrap_servers = "h:9092"\n'
+        '"remote.log.metadata.topic.num.partitions" = 7\n'
+    )
+    assert load_config(file, env={}).eventlog["partitions"] == 7
+    # a later layer wins, whichever name each layer used
+    flag = load_config(file, env={}, overrides={"eventlog.partitions": 9})
+    assert flag.eventlog["partitions"] == 9
+    env = load_config(file, env={"RLMM_EVENTLOG_PARTITIONS": "5"})
+    assert env.eventlog["partitions"] == 5
+    both = tmp_path / "both.toml"
+    both.write_text(
+        '[eventlog]\ntype = "kafka"\nbootstrap_servers = "a:9092"\n'
+        '"remote.log.metadata.common.client.bootstrap.servers" = "b:9092"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(both, env={})
+    message = str(info.value)
+    assert "eventlog.bootstrap_servers = 'a:9092'" in message
+    assert "remote.log.metadata.common.client.bootstrap.servers = 'b:9092'" in message
+    assert "\n" not in message
+
+
+_FILE = "eventlog.type = 'file'"
+_KAFKA = {"eventlog.type": "kafka", "eventlog.bootstrap_servers": "h:9092"}
+_INIT = "remote.log.metadata.initialization.retry.max.timeout.ms"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"eventlog.partitons": 3}, f"unknown setting eventlog.partitons for {_FILE}"),
+        (
+            {**_KAFKA, "eventlog.fsync": "interval"},
+            f"unknown setting eventlog.fsync for eventlog.type = 'kafka' (a setting of {_FILE})",
+        ),
+        (
+            {"eventlog.type": "memory", "eventlog.dir": "/x"},
+            f"eventlog.dir for eventlog.type = 'memory' (a setting of {_FILE}); known: partitions",
+        ),
+        ({_INIT: 4000}, f"unknown setting {_INIT} for {_FILE}"),
+    ],
+)
+def test_an_unknown_eventlog_setting_is_one_line_with_the_known_ones(
+    settings: dict, message: str
+) -> None:
+    """Not a Python TypeError from the constructor: the key and what the type takes."""
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=settings, env={})
+    assert message in str(info.value)
+    assert "known: " in str(info.value) and "__init__" not in str(info.value)
+    assert "\n" not in str(info.value)

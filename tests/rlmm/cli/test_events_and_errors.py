@@ -152,3 +152,54 @@ def test_unknown_topics_and_conflicting_flags_are_named(store: Store) -> None:
     assert raw.returncode == 2 and "not with --json" in raw.stderr
     helped = run_cli("events", "--help")
     assert "one object a line" in helped.stdout
+
+
+def test_a_topic_typo_is_refused_by_every_command(store: Store) -> None:
+    """A scheduled `verify --topic evnets` must not report clean forever: every command
+    that takes a topic refuses one the metadata does not know, naming the known ones."""
+    for command in (("verify",), ("gc",), ("records",), ("segments", "list"), ("partitions",)):
+        args = (*command, "evnets") if command == ("records",) else (*command, "--topic", "evnets")
+        done = store.run(*args)
+        assert done.returncode == 2, (command, done.stdout)
+        one_error_line(done, "unknown topic 'evnets'", "known: orders")
+        as_json = store.run(*args, "--json")
+        assert as_json.returncode == 2
+        assert json.loads(as_json.stdout)["error"]["type"] == "RemoteResourceNotFoundError"
+
+
+def test_records_from_an_offset_past_the_end_is_an_error(store: Store) -> None:
+    """Past the end of every chosen partition nothing could be printed: say what the
+    archive holds instead of exiting 0 with nothing; a partition it does not reach is
+    left out of a read of several."""
+    ends = {tp.partition: ms[-1].end_offset for tp, ms in store.segments.items()}
+    short, long = sorted(ends, key=ends.__getitem__)
+    past = store.run("records", "orders", "--partition", str(short), "--from-offset",
+                     str(ends[short] + 1))  # fmt: skip
+    one_error_line(past, "offset", "past the end", f"orders-{short}: offsets 0 to {ends[short]}")
+    assert past.returncode == 2
+    beyond_all = store.run("records", "orders", "--from-offset", str(max(ends.values()) + 5))
+    one_error_line(beyond_all, f"orders-{short}: offsets 0 to {ends[short]}",
+                   f"orders-{long}: offsets 0 to {ends[long]}")  # fmt: skip
+    some = store.run("records", "orders", "--from-offset", str(ends[short] + 1))
+    assert some.returncode == 0, some.stderr
+    rows = lines(some.stdout)
+    assert rows and {r["partition"] for r in rows} == {long}
+    assert rows[0]["offset"] == ends[short] + 1
+
+
+def test_a_listing_with_remote_settings_that_miss_the_segments_is_refused(
+    store: Store, tmp_path: Path
+) -> None:
+    """`segments list` and `partitions` read only the metadata; with [remote] pointing
+    elsewhere they used to succeed, and only a later read failed."""
+    elsewhere = tmp_path / "not-the-remote-root"
+    elsewhere.mkdir()
+    for command in (("segments", "list"), ("partitions",)):
+        wrong_root = store.run(*command, "--set", f"remote.root={elsewhere}")
+        assert wrong_root.returncode == 2, wrong_root.stdout
+        one_error_line(wrong_root, str(elsewhere), "[remote]")
+        wrong_dir = store.run(*command, "--set", "remote.type=local-tiered-storage",
+                              "--set", f"remote.dir={tmp_path / 'no-such-dir'}")  # fmt: skip
+        assert wrong_dir.returncode == 2, wrong_dir.stdout
+        one_error_line(wrong_dir, "remote.dir", "no-such-dir")
+        assert store.run(*command).returncode == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from rlmm.config import load_config
 from rlmm.ops.describe import segment_fields
+from tests.fixtures.s3 import free_port
 from tests.rlmm.archive.archive_data import offload
 from tests.rlmm.cli.store import run_cli, sid, write_partition
 
@@ -40,3 +42,35 @@ def test_events_and_segments_over_kafka(kafka_bootstrap: str, tmp_path: Path) ->
     listed = run_cli("segments", "list", "--json", "--config", str(config_path))
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["segments"] == [segment_fields(m) for m in segments]
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "reason"),
+    [
+        (f"127.0.0.1:{free_port()}", "refused the connection"),
+        ("nosuchhost.invalid:9092", "the name nosuchhost.invalid does not resolve"),
+    ],
+    ids=["refused", "unknown-host"],
+)
+def test_a_wrong_bootstrap_address_fails_within_seconds_in_one_line(
+    tmp_path: Path, bootstrap: str, reason: str
+) -> None:
+    """No wait set: a read command gives up within seconds (not the 30 s of before), in
+    one line that says why; the wait stays a setting (Kafka's name works)."""
+    config = tmp_path / "kafka.toml"
+    config.write_text(
+        f'data_dir = "{tmp_path}"\n[eventlog]\ntype = "kafka"\nbootstrap_servers = "{bootstrap}"\n'
+    )
+    started = time.monotonic()
+    done = run_cli("segments", "list", "--config", str(config))
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stdout
+    line = done.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert reason in line and bootstrap in line, line
+    assert line.count("KafkaConnectionError") <= 1, line
+    assert took < 15, f"{took:.1f}s"
+    if "refused" in reason:
+        wait = "remote.log.metadata.initialization.retry.max.timeout.ms=1500"
+        longer = run_cli("segments", "list", "--config", str(config), "--set", wait)
+        assert "not reachable within 1500 ms" in longer.stderr, longer.stderr

@@ -53,3 +53,59 @@ def test_wide_and_piped_keep_one_line_per_row(
     assert wide == piped
     assert len(piped) == len(segments) + 2  # header, rows, the count line
     assert "…" not in "".join(piped)
+
+
+def _report() -> VerifyReport:
+    key = "orders-nUrRfSKCTtKucEzX6gcwnA/0/00000000000000003100-w7BKW6zvSnuQ1Fw7GpsncA.log"
+    problems = [
+        Problem(kind, "orders", 0, "detail", segment_id="w7BKW6zvSnuQ1Fw7GpsncA", object_name=key)
+        for kind in (ProblemKind.MISSING_OBJECT, ProblemKind.LINEAGE_GAP)
+    ]
+    return VerifyReport(problems, deep=True, safety_window_s=3600, segments_checked=28,
+                        objects_checked=141, bytes_read=1_200_000, skipped_young=141,
+                        skipped_outside_layout=2)  # fmt: skip
+
+
+def test_the_verify_summary_says_only_the_orphan_check_skips_young_objects(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`(skipped: 141 younger than the safety window)` read as if nothing was checked:
+    the summary counts what was checked; what the orphan check left for later is a
+    note of its own, with the window."""
+    ConsoleOutput().verification(_report())  # piped
+    lines = capsys.readouterr().out.splitlines()
+    summary = next(line for line in lines if line.startswith("deep verify:"))
+    assert summary == "deep verify: 28 segments, 141 objects, 1.1 MiB read: 2 problem(s)"
+    assert "  not judged as orphans yet: 141 objects younger than the safety window (1h)" in lines
+    assert "  left alone: 2 stored names outside the layout's pattern" in lines
+    ok = VerifyReport([], deep=False, safety_window_s=1800, segments_checked=3, skipped_young=4)
+    ConsoleOutput().verification(ok)
+    assert capsys.readouterr().out.splitlines() == [
+        "quick verify: 3 segments, 0 objects: OK",
+        "  not judged as orphans yet: 4 objects younger than the safety window (30m)",
+    ]
+
+
+def test_verify_prose_fits_an_80_column_terminal_and_stays_whole_when_piped(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On a terminal the summary, notes and remedies wrap between words at its width,
+    continuation lines indented (the remedies used to run past the edge); piped, each
+    remedy stays on one line for grep."""
+    report = _report()
+    ConsoleOutput(width=80).verification(report)
+    text = capsys.readouterr().out
+    table_end = text.index("deep verify:")
+    prose = text[table_end:].splitlines()
+    assert all(len(line) <= 80 for line in prose), [line for line in prose if len(line) > 80]
+    remedies = {p.to_dict()["remedy"] for p in report.problems}
+    joined = " ".join(line.strip() for line in prose)
+    for remedy in remedies:
+        assert remedy in joined
+    continuation = [line for line in prose if line.startswith("    ")]
+    assert continuation, prose  # the long remedies did wrap, under their kind
+    ConsoleOutput().verification(report)
+    piped = capsys.readouterr().out.splitlines()
+    for problem in report.problems:
+        kind, remedy = problem.to_dict()["kind"], problem.to_dict()["remedy"]
+        assert f"  {kind}: {remedy}" in piped

@@ -159,7 +159,9 @@ def test_gc_repairs_garbage_on_s3_and_verify_is_clean(tmp_path: Path, s3_endpoin
 
 def test_gc_apply_next_to_a_running_writer(tmp_path: Path) -> None:
     """Read-only commands work beside a process holding the file log's writer lock;
-    gc --apply, which must write the DELETE events, stops with one line naming it."""
+    gc --apply, which must write the DELETE events, and a second sidecar stop with one
+    line naming it and saying what to do, in a command-line user's terms (not the
+    library's `read_only=True`)."""
     store = build_store(tmp_path)
     started = stuck_started(store)
     with subprocess.Popen(
@@ -176,7 +178,17 @@ def test_gc_apply_next_to_a_running_writer(tmp_path: Path) -> None:
             assert blocked.returncode == 2, blocked.stdout + blocked.stderr
             assert "Traceback" not in blocked.stderr
             (line,) = blocked.stderr.strip().splitlines()
-            assert "locked by another writer" in line and f"pid {writer.pid}" in line
+            assert f"another process (pid {writer.pid}) writes the metadata log" in line
+            assert "Stop that process first" in line and "read_only" not in line
+            logs = next(iter(store.pdirs.values())).path.parent
+            second = store.run("offload", "--once", "--log-dir", str(logs))
+            assert second.returncode == 2, second.stdout + second.stderr
+            (line,) = [x for x in second.stderr.splitlines() if x.startswith("error:")]
+            assert f"another process (pid {writer.pid}) writes the metadata log" in line
+            assert "a second `rlmm offload` must not run on the same data_dir" in line
+            assert "read_only" not in second.stderr
+            as_json = store.run("gc", "--apply", "--topic", "orders", "--json")
+            assert json.loads(as_json.stdout)["error"]["type"] == "EventLogLockedError"
         finally:
             if writer.stdin is not None:
                 writer.stdin.close()

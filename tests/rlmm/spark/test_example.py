@@ -1,6 +1,7 @@
 """examples/spark_read.py: reads the archive on the test session's Spark, checks the
 counts of expected.json under both isolation levels (exit 1 on a mismatch), and
-without Java says how to get it and exits 0 with a "skipped" line."""
+without Java says how to get it and exits 0 with a "skipped" line; on the demo's store
+it prints exactly the transcript docs/spark.md shows (and the README quotes)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "spark_read.py"
+SPARK_DOC = ROOT / "docs" / "spark.md"
 
 
 def example() -> ModuleType:
@@ -65,6 +67,33 @@ def test_the_example_checks_the_counts(
     out = capsys.readouterr().out
     assert "MISMATCH h-none-0: read" in out and "under read_committed" in out
     assert "MISMATCH h-zstd-0: read offsets 0.." in out and "outside archived 0..5" in out
+
+
+@pytest.mark.spark
+def test_the_spark_doc_shows_what_the_demo_s_spark_step_prints(
+    registered: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make demo` runs the demo, then this example on its store: docs/spark.md's
+    transcript is that output, line for line (the demo's records are deterministic)."""
+    from tests.test_docs import fenced_after
+
+    data = tmp_path / "demo-data"
+    subprocess.run(
+        [sys.executable, "-m", "rlmm.demo", "--data-dir", str(data)],
+        cwd=tmp_path, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    module = example()
+    args = module.parse_args(
+        ["--config", str(data / "demo.toml"), "--expected", str(data / "expected.json")]
+    )
+    assert module.run(registered, args) == 0
+    printed = capsys.readouterr().out.rstrip("\n").split("\n")
+    doc = fenced_after(SPARK_DOC.read_text(), "## The example")
+    assert doc[0] == (
+        "$ .venv/bin/python examples/spark_read.py --config demo-data/demo.toml"
+        " --expected demo-data/expected.json"
+    )
+    assert doc[1:] == printed, "\n".join(printed)
 
 
 def test_without_java_the_example_says_how_and_skips(tmp_path: Path) -> None:

@@ -147,3 +147,26 @@ def test_nothing_heavy_at_import() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("given", ["startingOffset", "startingoffset", "STARTINGOFFSET"])
+def test_an_option_typo_keeps_its_spelling_and_names_the_close_match(toml: str, given: str) -> None:
+    """As the caller spelled it (Spark passes names lower-cased), with the option it is
+    close to, and no path of this repository (pip users do not have one)."""
+    with pytest.raises(KafkaArchiveOptionError) as caught:
+        parse_options({"config": toml, "subscribe": "a", given: "earliest"})
+    assert caught.value.option == given
+    message = str(caught.value)
+    assert message.startswith(f"kafka-archive option '{given}': ")
+    assert message.endswith("did you mean startingOffsets?"), message
+    assert "docs/" not in message and ".md" not in message
+
+
+def test_an_option_far_from_any_lists_the_options(toml: str) -> None:
+    with pytest.raises(KafkaArchiveOptionError) as caught:
+        parse_options({"config": toml, "subscribe": "a", "bootstrapServers": "k:9092"})
+    message = str(caught.value)
+    assert caught.value.option == "bootstrapServers" and "did you mean" not in message
+    for name in ("subscribe", "startingOffsets", "maxBytesPerPartition", "rlmm.<section>.<key>"):
+        assert name in message
+    assert "docs/" not in message and ".md" not in message

@@ -284,6 +284,12 @@ def test_real_broker_segments_match_kafka_python(registered: Any, tmp_path: Path
         ),
         ({"subscribe": "h-none", "config": "/nonexistent/rlmm.toml"}, "config", "does not exist"),
         ({"subscribe": "h-none", "rlmm.manager.typo": "1"}, "rlmm.manager.typo", "unknown setting"),
+        # Spark hands the source its option names lower-cased
+        (
+            {"subscribe": "h-none", "startingOffset": "earliest"},
+            "startingoffset",
+            r"did you mean startingOffsets\?",
+        ),
     ],
 )
 def test_bad_options_fail_at_load_naming_the_option(
@@ -297,6 +303,7 @@ def test_bad_options_fail_at_load_naming_the_option(
     message = str(caught.value)
     assert f"kafka-archive option '{option}'" in message
     assert re.search(match, message), message
+    assert "docs/" not in message, message  # pip users have no such file
 
 
 def test_a_user_schema_other_than_kafka_s_is_refused(registered: Any, history: Any) -> None:
