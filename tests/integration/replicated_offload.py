@@ -65,8 +65,15 @@ class Sidecars:
         self.cluster = cluster
         self.work = work
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.observer = work / "observer.toml"
-        self.observer.write_text(config_text(work, work / "observer", cluster.bootstrap))
+
+    @property
+    def observer(self) -> Path:
+        """A config that reads the archive, over the nodes running now (a paused node
+        takes connections and never answers: a reader must not bootstrap from it)."""
+        path = self.work / "observer.toml"
+        live = self.cluster.live_bootstrap()
+        path.write_text(config_text(self.work, self.work / "observer", live))
+        return path
 
     def config(self, node: int) -> Path:
         path = self.work / f"sidecar-{node}.toml"

@@ -170,4 +170,7 @@ async def test_unclean_election_the_archive_equals_what_the_cluster_serves(
         values = {o: v for o, _k, v in records[0]}
         assert all(b"lost" not in (values.get(o) or b"") for o in lost_offsets)
         errors = group.errors()
-        assert errors[stale] == [] and errors[3] == []
+        # the stalled broker's sidecar could not ask its own broker meanwhile: that, and
+        # only that, is an error line (leadership unknown until it answered again)
+        assert all("leadership unknown" in line for line in errors[stale]), errors[stale]
+        assert errors[3] == []
