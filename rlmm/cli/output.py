@@ -15,13 +15,14 @@ import io
 import json
 import sys
 import textwrap
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
+from rlmm.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, kafka_uuid_to_str
 from rlmm.ops.describe import segment_fields
 from rlmm.ops.event_dump import DumpedEvent
 from rlmm.ops.inventory import PartitionSummary, SegmentDetail
@@ -69,7 +70,12 @@ class Output(abc.ABC):
     def config(self, data: dict[str, Any]) -> None: ...
 
     @abc.abstractmethod
-    def segments(self, segments: list[RemoteLogSegmentMetadata]) -> None: ...
+    def segments(
+        self,
+        segments: list[RemoteLogSegmentMetadata],
+        serves: Mapping[RemoteLogSegmentId, tuple[int, int]] | None = None,
+    ) -> None:
+        """``serves``: the offsets each segment serves on the lineage (absent: none)."""
 
     @abc.abstractmethod
     def segment_detail(self, detail: SegmentDetail) -> None: ...
@@ -105,8 +111,21 @@ class JsonOutput(Output):
     def config(self, data: dict[str, Any]) -> None:
         self._print(data)
 
-    def segments(self, segments: list[RemoteLogSegmentMetadata]) -> None:
-        self._print({"segments": [segment_fields(m) for m in segments]})
+    def segments(
+        self,
+        segments: list[RemoteLogSegmentMetadata],
+        serves: Mapping[RemoteLogSegmentId, tuple[int, int]] | None = None,
+    ) -> None:
+        rows = []
+        for m in segments:
+            row = segment_fields(m)
+            if serves is not None:
+                span = serves.get(m.remote_log_segment_id)
+                row["serves"] = (
+                    None if span is None else {"first_offset": span[0], "last_offset": span[1]}
+                )
+            rows.append(row)
+        self._print({"segments": rows})
 
     def segment_detail(self, detail: SegmentDetail) -> None:
         self._print(detail.to_dict())
@@ -181,19 +200,27 @@ class ConsoleOutput(Output):
     def config(self, data: dict[str, Any]) -> None:
         self.out.print(json.dumps(data, indent=2, default=str), markup=False)
 
-    def segments(self, segments: list[RemoteLogSegmentMetadata]) -> None:
-        table = self._table(
-            "topic", "partition", "segment_id", "start_offset", "end_offset", "epochs", "size",
-            "state", "max_timestamp",
-            right=("partition", "start_offset", "end_offset", "size"),
-        )  # fmt: skip
+    def segments(
+        self,
+        segments: list[RemoteLogSegmentMetadata],
+        serves: Mapping[RemoteLogSegmentId, tuple[int, int]] | None = None,
+    ) -> None:
+        columns = ["topic", "partition", "segment_id", "start_offset", "end_offset", "epochs",
+                   "size", "state", "max_timestamp"]  # fmt: skip
+        if serves is not None:
+            columns.append("serves")
+        table = self._table(*columns, right=("partition", "start_offset", "end_offset", "size"))
         for m in segments:
             tp = m.topic_id_partition
-            table.add_row(
+            cells = [
                 tp.topic, str(tp.partition), kafka_uuid_to_str(m.remote_log_segment_id.id),
                 str(m.start_offset), str(m.end_offset), _epochs(m.segment_leader_epochs),
                 human_bytes(m.segment_size_in_bytes), m.state.name, human_time(m.max_timestamp_ms),
-            )  # fmt: skip
+            ]  # fmt: skip
+            if serves is not None:
+                span = serves.get(m.remote_log_segment_id)
+                cells.append("-" if span is None else f"{span[0]}-{span[1]}")
+            table.add_row(*cells)
         self._print_table(table)
         total = sum(m.segment_size_in_bytes for m in segments)
         self.out.print(f"{len(segments)} segments, {human_bytes(total)}")

@@ -38,6 +38,7 @@ def list_segments(
         check_remote_holds,
         check_topic_known,
         list_segments,
+        served_offsets,
     )
 
     where = SegmentFilter(
@@ -48,7 +49,7 @@ def list_segments(
         check_topic_known(view, topic)
         listed = list_segments(view, where)
         check_remote_holds(layout, listed)
-        session().output.segments(listed)
+        session().output.segments(listed, served_offsets(view, listed))
 
 
 # Kafka's base64url ids may start with "-" ("-b0w86WETV-..."): an unknown option-like

@@ -17,6 +17,7 @@ from rlmm.archive import MetadataView
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError, RemoteResourceNotFoundError, RemoteStorageError
 from rlmm.model import (
+    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
@@ -63,6 +64,23 @@ def list_segments(
         for m in view.segments(tp)
         if where.matches(m)
     ]
+
+
+def served_offsets(
+    view: MetadataView, segments: list[RemoteLogSegmentMetadata]
+) -> dict[RemoteLogSegmentId, tuple[int, int]]:
+    """The offsets each of ``segments`` serves on its partition's lineage (first, last).
+
+    A segment missing from the result serves none: superseded by a newer leader's copy,
+    off the lineage, or not COPY_SEGMENT_FINISHED. Where two leaders' segments overlap,
+    each offset is served by one of them only (the lineage decides which)."""
+    out: dict[RemoteLogSegmentId, tuple[int, int]] = {}
+    for tp in {m.topic_id_partition for m in segments}:
+        for r in view.lineage_ranges(tp):
+            sid = r.segment.remote_log_segment_id
+            first, last = out.get(sid, (r.first_offset, r.last_offset))
+            out[sid] = (min(first, r.first_offset), max(last, r.last_offset))
+    return out
 
 
 def check_topic_known(view: MetadataView, topic: str | None) -> None:
@@ -292,6 +310,7 @@ __all__ = [
     "find_segment",
     "highest_offset_per_epoch",
     "list_segments",
+    "served_offsets",
     "stored_objects",
     "summarize_partition",
     "summarize_partitions",
