@@ -115,6 +115,7 @@ class Sidecar:
         self._wake = asyncio.Event()  # the poll found a partition to lead: start a round now
         self._skipped: dict[str, str] = {}
         self._configs_warned = False
+        self._said_waiting: set[tuple[TopicIdPartition, str]] = set()
 
     def startup_summary(self) -> str:
         """One line: config, store, event log, log dirs, metrics address, and what the
@@ -438,7 +439,9 @@ class Sidecar:
                     f"; no longer leading {', '.join(released)}" if released else "",
                 )  # fmt: skip
         for tp, why in assignment.waiting.items():
-            log.info("%s: waiting to lead: %s", tp, why)
+            if (tp, why) not in self._said_waiting:  # once per partition and epoch
+                log.info("%s: waiting to lead: %s", tp, why)
+        self._said_waiting = set(assignment.waiting.items())
         self._led = led
         report.led = len(led)
         self.metrics.partitions_led.set(len(led))

@@ -174,3 +174,31 @@ async def test_unclean_election_the_archive_equals_what_the_cluster_serves(
         # only that, is an error line (leadership unknown until it answered again)
         assert all("leadership unknown" in line for line in errors[stale]), errors[stale]
         assert errors[3] == []
+
+
+def test_a_file_event_log_on_a_replicated_cluster_stops_the_sidecar(
+    kafka_cluster: ApacheKafkaCluster, tmp_path: Path
+) -> None:
+    """One host's metadata log cannot carry a replicated partition for three brokers:
+    the sidecar stops in one line saying what to configure, copying nothing."""
+    import subprocess
+    import sys
+
+    topic = f"filelog-{uuid4().hex[:6]}"
+    kafka_cluster.create_topic(topic, 1, configs=TOPIC_CONFIGS)
+    kafka_cluster.produce(topic, 5)
+    config = tmp_path / "file.toml"
+    config.write_text(f"""
+data_dir = "{tmp_path / "rlmm"}"
+[offload]
+"bootstrap.servers" = "{kafka_cluster.live_bootstrap()}"
+""")
+    done = subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", "offload", "--once", "--config", str(config),
+         "--log-dir", str(kafka_cluster.log_dir(1))],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error")]
+    assert "replicas" in line and 'type = "kafka"' in line, line
+    assert not list((tmp_path / "rlmm" / "remote").glob("**/*.log"))
