@@ -114,6 +114,7 @@ class ClusterClient:
         self._kwargs.setdefault("client_id", "rlmm-offload-leadership")
         self._kwargs.setdefault("request_timeout_ms", int(timeout_s * 1000))
         self.bootstrap = str(self._kwargs.get("bootstrap_servers", ""))
+        self.principal = _principal(self._kwargs)
         self.node_id = node_id
         self.timeout_s = timeout_s
         self._client: AIOKafkaClient | None = None
@@ -140,7 +141,7 @@ class ClusterClient:
         except (kafka_errors.KafkaError, OSError) as e:
             _raise_if_cancelling(e)
             await self._reset()
-            raise LeadershipError(_why(e, self.bootstrap)) from e
+            raise LeadershipError(_why(e, self.bootstrap, principal=self.principal)) from e
 
     async def _connected(self) -> AIOKafkaClient:
         if self._client is None:
@@ -186,11 +187,14 @@ class ClusterClient:
                 error_code, topic, _internal, parts = t
                 if error_code == kafka_errors.UnknownTopicOrPartitionError.errno:
                     continue  # deleted meanwhile: nobody leads it
-                _check(error_code, f"metadata of topic {topic}", self.bootstrap)
+                _check(error_code, f"metadata of topic {topic}", self.bootstrap, self.principal)
                 for p in parts:
                     p_error, partition, leader, epoch, replicas, isr, _offline = p
                     if p_error and p_error != kafka_errors.LeaderNotAvailableError.errno:
-                        _check(p_error, f"metadata of {topic}-{partition}", self.bootstrap)
+                        _check(
+                            p_error, f"metadata of {topic}-{partition}", self.bootstrap,
+                            self.principal,
+                        )  # fmt: skip
                     partitions[(topic, partition)] = PartitionLeadership(
                         leader if not p_error else NO_LEADER, epoch, tuple(replicas), tuple(isr)
                     )
@@ -226,7 +230,7 @@ class ClusterClient:
             if error_code in _DENIED:
                 return None
             _check(error_code, f"configs of {'topic' if kind == _TOPIC else 'broker'} {name}",
-                   self.bootstrap)  # fmt: skip
+                   self.bootstrap, self.principal)  # fmt: skip
             values = {entry[0]: entry[1] for entry in entries}
             if kind == _BROKER:
                 system = str(values.get(SYSTEM_ENABLE, "false")).lower() == "true"
@@ -254,13 +258,25 @@ _DENIED = (
 )
 
 
-def _check(error_code: int, what: str, bootstrap: str) -> None:
+def _principal(kwargs: Mapping[str, Any]) -> str:
+    """Who the cluster sees, for messages (never a password)."""
+    protocol = str(kwargs.get("security_protocol", "PLAINTEXT"))
+    if protocol.startswith("SASL") and kwargs.get("sasl_plain_username"):
+        return f"User:{kwargs['sasl_plain_username']}"
+    if protocol == "SSL":
+        return "the client certificate's principal"
+    return "User:ANONYMOUS" if protocol == "PLAINTEXT" else "this client's principal"
+
+
+def _check(error_code: int, what: str, bootstrap: str, principal: str = "this sidecar") -> None:
     if error_code:
         error = kafka_errors.for_code(error_code)
-        raise LeadershipError(_why(error(), bootstrap, what))
+        raise LeadershipError(_why(error(), bootstrap, what, principal))
 
 
-def _why(error: BaseException, bootstrap: str, what: str = "") -> str:
+def _why(
+    error: BaseException, bootstrap: str, what: str = "", principal: str = "this sidecar"
+) -> str:
     """One line: what failed at which cluster, and why (a denial says what to grant)."""
     name = type(error).__name__
     doing = f" ({what})" if what else ""
@@ -269,8 +285,9 @@ def _why(error: BaseException, bootstrap: str, what: str = "") -> str:
         kafka_errors.TopicAuthorizationFailedError | kafka_errors.ClusterAuthorizationFailedError,
     ):
         return (
-            f"the cluster at {bootstrap} denies this sidecar{doing}: {name}; it needs DESCRIBE"
-            " and DESCRIBE_CONFIGS on the topics it offloads (and on the cluster)"
+            f"the cluster at {bootstrap} denies {principal}{doing}: {name}; the sidecar needs"
+            " DESCRIBE and DESCRIBE_CONFIGS on the topics it offloads (and DESCRIBE_CONFIGS"
+            " on the cluster)"
         )
     text = str(error).strip()
     while text.startswith(f"{name}: "):  # aiokafka repeats the class name in the text
