@@ -144,13 +144,17 @@ async def test_sidecar_never_touches_what_kafka_tiers(
         await asyncio.wait_for(running, 60)
 
     assert report.tally.errors == []
-    assert report.skipped_topics == {tiered: "kafka-tiered"}
+    # other tests' topics on the session broker may be Kafka's too
+    assert report.skipped_topics[tiered] == "kafka-tiered"
+    assert plain not in report.skipped_topics
     said = [r.getMessage() for r in caplog.records]
     skipped = [m for m in said if f"never touching topic {tiered}" in m]
     assert len(skipped) == 2, skipped  # once per run of the sidecar
     assert "remote.storage.enable=true" in skipped[0]
     metrics = generate_latest(sidecar.metrics.registry).decode()
-    assert 'rlmm_offload_topics_skipped{reason="kafka-tiered"} 1.0' in metrics
+    gauge = 'rlmm_offload_topics_skipped{reason="kafka-tiered"} '
+    counted = float(metrics.split(gauge)[1].split()[0])
+    assert counted == len(report.skipped_topics) >= 1
     assert report.tally.copied >= 2  # the topic Kafka does not tier is rlmm's
 
     # Every record of Kafka's topic is still served, from offset 0.
