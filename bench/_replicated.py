@@ -46,6 +46,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _clock(ms: int) -> str:
+    """Local wall-clock time of ``ms``, as the soak's and the sidecars' log lines show it."""
+    return time.strftime("%H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
+
+
 # --- who leads ---------------------------------------------------------------------
 
 
@@ -396,6 +401,7 @@ def first_copy_figures(
             ts, m = first
             rows.append({
                 "tp": f"{c.topic}-{c.partition}", "cause": c.cause, "from": c.old, "to": c.new,
+                "seen_at": _clock(c.at_ms), "copied_at": _clock(ts),
                 "s": round((ts - c.at_ms) / 1000, 2),
                 "in_storm": storm_ms[0] <= c.at_ms <= storm_ms[1],
                 # > 0: the first copy's records were written after the change (the

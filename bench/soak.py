@@ -807,6 +807,7 @@ class Replicated:
     """The replicated mode's parts (``--brokers`` > 1)."""
 
     cluster: ApacheKafkaCluster
+    logs: Path
     watch: LeaderWatch
     ledger: BatchLedger
     metrics: SidecarMetrics
@@ -916,7 +917,7 @@ scrape_configs:
             await asyncio.to_thread(watch.poll_once)
             tps = [(t.name, p) for t in topics for p in range(t.partitions)]
             rep = Replicated(
-                cluster, watch, BatchLedger(log_dirs, tps), SidecarMetrics(len(tps)),
+                cluster, logs, watch, BatchLedger(log_dirs, tps), SidecarMetrics(len(tps)),
                 BrokerChaos(cluster, watch, random.Random(s.seed + 3), s.broker_down_s,
                             s.chaos_pause_s, lambda m: log(f"chaos: {m}")),
             )  # fmt: skip
@@ -1165,6 +1166,9 @@ def replicated_figures(
     causes: dict[str, int] = defaultdict(int)
     for c in rep.watch.changes:
         causes[c.cause] += 1
+    (rep.logs / "leader-changes.json").write_text(
+        json.dumps([asdict(c) for c in rep.watch.changes], indent=1)
+    )
     if first["never_copied"]:
         failures.append(f"no copy by the new leader after a change: {first['never_copied']}")
     if figures["segments_measured"]["unmeasured"]:
