@@ -25,7 +25,21 @@ every Grafana dashboard query returns data; the sidecar's RSS and open fds (its 
 incarnation) stay flat; no process outlives the run. Prints ONE JSON document; exit
 0 when every check passed, 1 otherwise.
 
-Usage: python bench/soak.py [--duration 600] [--rate 200] [--seed N] [--keep]
+With ``--brokers 3`` the broker is a three-node Apache Kafka cluster (every node broker
+and controller): the topics have 3 replicas and min.insync.replicas=2, and one ``rlmm
+offload`` runs beside each node's log dir (all on ``__remote_log_metadata`` with 3
+replicas and the one fault-injected S3 store); the sidecar kills go on across the
+three; instead of the one broker restart, broker SIGKILLs, restarts and preferred
+leader elections rotate through the run (never two nodes down: bench/_replicated.py).
+The end checks are the same (the crashed round on the node leading the most
+partitions, then a clean round on every node), and the report adds ``lost`` and
+``duplicated`` (0), ``bytes_uploaded_over_one_replica`` (every copy attempt's bytes,
+from the metadata, over one replica's bytes for every offset ever archived, from the
+replicas' log dirs; target <= 1.05) and ``leadership_change_to_first_copy_s`` (each
+leadership change the soak caused, to the new leader's first FINISHED copy of that
+partition; target <= 2 task intervals), and the sidecars' own leadership metrics.
+
+Usage: python bench/soak.py [--duration 600] [--rate 200] [--seed N] [--brokers 1|3] [--keep]
 """
 
 from __future__ import annotations
@@ -47,12 +61,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -62,12 +77,27 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
 
 from bench._machine import machine  # noqa: E402
+from bench._replicated import (  # noqa: E402
+    BatchLedger,
+    BrokerChaos,
+    LeaderWatch,
+    SidecarMetrics,
+    bytes_figures,
+    first_copy_figures,
+)
+from rlmm.archive import (  # noqa: E402
+    ReadRequest,
+    close_remote_storage,
+    open_metadata_view,
+    plan_slices,
+    read_slice,
+)
 from rlmm.config import load_config  # noqa: E402
 from rlmm.offload.faults import ENV as KILL_ENV  # noqa: E402
 from rlmm.offload.faults import STEPS as KILL_STEPS  # noqa: E402
 from rlmm.offload.logdir import read_offset_checkpoint  # noqa: E402
-from rlmm.ops.record_dump import RecordQuery, read_records  # noqa: E402
 from tests.fixtures.apache_kafka import ApacheKafkaBroker  # noqa: E402
+from tests.fixtures.apache_kafka_cluster import ApacheKafkaCluster  # noqa: E402
 from tests.fixtures.prometheus import (  # noqa: E402
     PrometheusServer,
     PrometheusUnavailable,
@@ -111,6 +141,10 @@ class Settings:
     kills_end: float = 0.55  # no kill after this: the last incarnation's RSS is measured
     kills_in_storm: bool = True  # False: the storm's copy errors come without pauses
     broker_restart_at: float = 0.55  # after the storm: the alert's errors are S3's
+    brokers: int = 1  # 3: a cluster, a sidecar per node, broker chaos instead of the restart
+    chaos: tuple[float, float] = (0.05, 0.8)  # broker kills/elections: first, last start
+    broker_down_s: tuple[float, float] = (5.0, 15.0)  # a killed node stays down after failover
+    chaos_pause_s: tuple[float, float] = (15.0, 30.0)  # from an election to the next kill
     seed: int = 0
     alert_scale: float | None = None  # rules' windows x this (None: duration / 600)
     work: Path | None = None
@@ -128,6 +162,8 @@ class Settings:
         per_partition = self.rate * 0.15 / 2 * 1100  # bytes/s into each soak-bytes partition
         local_bytes = str(int(per_partition * self.duration_s * 0.8))
         base = {"segment.ms": str(self.segment_ms), "message.timestamp.type": "CreateTime"}
+        if self.brokers > 1:
+            base["min.insync.replicas"] = "2"
         return [
             Topic("soak-keys", 3, {**base, "retention.ms": local_ms}, int(d_ms * 0.85)),
             Topic(
@@ -150,7 +186,6 @@ class Tally:
     sidecar_exits: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     broker_restarts: int = 0
     broker_restart_s: float = 0.0
-    samples: list[tuple[float, int, int, int]] = field(default_factory=list)  # t, gen, rss, fds
     alert_states: list[tuple[float, str]] = field(default_factory=list)
     consumer_resets: int = 0
 
@@ -174,19 +209,24 @@ def digest(
 # --- set-up -----------------------------------------------------------------
 
 
-def sidecar_config(work: Path, s: Settings, bootstrap: str, s3_url: str) -> Path:
+def sidecar_config(
+    work: Path, s: Settings, bootstrap: str, s3_url: str, name: str | None = None
+) -> Path:
+    """The sidecars' config (one broker: broker_id 1); with a cluster, ``name`` (a node,
+    or the observer the end checks read through) gets its own data dir, and the broker
+    id comes from each node's meta.properties."""
     topics = "".join(
         f'[offload.topics.{t.name}]\n"retention.ms" = {t.remote_retention_ms}\n' for t in s.topics()
     )
-    path = work / "rlmm.toml"
+    path = work / ("rlmm.toml" if name is None else f"rlmm-{name}.toml")
+    head = "broker_id = 1\n" if name is None else ""
     path.write_text(
-        f"""broker_id = 1
-data_dir = "{work / "rlmm"}"
+        f"""{head}data_dir = "{work / ("rlmm" if name is None else f"rlmm-{name}")}"
 [eventlog]
 type = "kafka"
 bootstrap_servers = "{bootstrap}"
 partitions = 4
-replication_factor = 1
+replication_factor = {s.brokers}
 [snapshot]
 every_events = 2000
 interval_s = 30.0
@@ -221,12 +261,12 @@ def scaled_rules(scale: float) -> str:
     return re.sub(r"(\[|for: )(\d+)m(\]|\s)", seconds, text)
 
 
-async def create_topics(bootstrap: str, topics: list[Topic]) -> None:
+async def create_topics(bootstrap: str, topics: list[Topic], replicas: int = 1) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_topics(
-            [NewTopic(t.name, t.partitions, 1, topic_configs=t.local) for t in topics]
+            [NewTopic(t.name, t.partitions, replicas, topic_configs=t.local) for t in topics]
         )
     finally:
         await admin.close()
@@ -393,24 +433,50 @@ class Truth:
 # --- the sidecar under fire ----------------------------------------------------
 
 
+def _timestamped(pipe: IO[bytes], path: Path) -> None:
+    """Copy a sidecar's output into ``path``, each line after the time it came (the
+    sidecar's own log lines carry none)."""
+    with pipe, path.open("ab") as out:
+        for line in pipe:
+            now = time.time()
+            out.write(f"{time.strftime('%H:%M:%S', time.localtime(now))}"
+                      f".{int(now * 1000) % 1000:03d} ".encode() + line)  # fmt: skip
+            out.flush()
+
+
 class Sidecar:
     """Runs ``rlmm offload`` for good, restarting it whenever it dies; the killer
     SIGKILLs it at random moments, half the time through a kill point at a random
-    copy/delete step instead (the process kills itself there)."""
+    copy/delete step instead (the process kills itself there). ``node``: the cluster
+    node whose log dir it offloads (None: the one broker)."""
 
-    def __init__(self, config: Path, s: Settings, logs: Path, tally: Tally, work: Path) -> None:
+    def __init__(
+        self, config: Path, s: Settings, logs: Path, tally: Tally, log_dir: Path,
+        node: int | None = None,
+    ) -> None:  # fmt: skip
         self.config = config
         self.s = s
         self.logs = logs
         self.tally = tally
-        self.work = work
+        self.log_dir = log_dir
+        self.node = node
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.kill_point: str | None = None
-        self.rng = random.Random(s.seed + 1)
+        self.rng = random.Random(s.seed + 1 + (0 if node is None else 100 * node))
         self.killing = True
         self.storm = (math.inf, math.inf)  # set by killer()
         self.stopping = asyncio.Event()
+        self.starts = 0  # this sidecar's incarnations
+        self.samples: list[tuple[float, int, int, int]] = []  # t, incarnation, rss, fds
+
+    @property
+    def name(self) -> str:
+        node = "" if self.node is None else f"{self.node}."
+        return f"sidecar {node}{self.starts}"
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def spawn(self) -> None:
         env = {**os.environ, **AWS_ENV, "PYTHONUNBUFFERED": "1"}
@@ -422,12 +488,16 @@ class Sidecar:
             self.kill_point = f"{step}@{self.rng.randint(1, 4)}~{self.rng.randint(0, 150)}"
             env[KILL_ENV] = self.kill_point
         self.tally.sidecar_starts += 1
-        with (self.logs / f"sidecar-{self.tally.sidecar_starts:03d}.log").open("wb") as out:
-            self.proc = subprocess.Popen(
-                [RLMM, "offload", "--config", str(self.config), "--log-dir",
-                 str(self.work / "kafka" / "data"), "--metrics-port", str(self.port)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            )  # fmt: skip
+        self.starts += 1
+        stem = "sidecar" if self.node is None else f"sidecar-{self.node}"
+        self.proc = subprocess.Popen(
+            [RLMM, "offload", "--config", str(self.config), "--log-dir",
+             str(self.log_dir), "--metrics-port", str(self.port)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        path = self.logs / f"{stem}-{self.starts:03d}.log"
+        threading.Thread(target=_timestamped, args=(self.proc.stdout, path), daemon=True).start()
 
     async def supervise(self) -> None:
         """Restart the sidecar whenever it exits, until ``stopping``."""
@@ -438,7 +508,7 @@ class Sidecar:
                 code = proc.returncode
                 if code == -signal.SIGKILL and self.kill_point:
                     self.tally.kills_at_steps[self.kill_point.split("@")[0]] += 1
-                    log(f"sidecar {self.tally.sidecar_starts}: killed itself at {self.kill_point}")
+                    log(f"{self.name}: killed itself at {self.kill_point}")
                 self.tally.sidecar_exits[str(code)] += 1
                 await asyncio.sleep(self.rng.uniform(0.5, 3.0))
                 if not self.stopping.is_set():
@@ -446,22 +516,30 @@ class Sidecar:
                 continue
             await asyncio.sleep(0.2)
 
-    async def killer(self, until: float, storm: tuple[float, float]) -> None:
-        self.storm = storm
+    async def killer(
+        self, until: float, storm: tuple[float, float], others: list[Sidecar] | None = None
+    ) -> None:
+        """Until ``until``, SIGKILL a sidecar (this one, or one of ``others`` and this one
+        at random) every ``kills`` seconds; then each one a last time, to run on without
+        a kill point."""
+        every = [self, *(others or [])]
+        for sidecar in every:
+            sidecar.storm = storm
         while time.monotonic() < until:
             await asyncio.sleep(self.rng.uniform(*self.s.kills))
             if time.monotonic() >= until:
                 break
             if not self.s.kills_in_storm and storm[0] <= time.monotonic() <= storm[1]:
                 continue  # (spawn() sets no kill point in it either)
-            self.kill()
-        self.killing = False
-        self.kill()  # the last incarnation runs without a kill point
+            (self.rng.choice(every) if len(every) > 1 else self).kill()
+        for sidecar in every:
+            sidecar.killing = False
+            sidecar.kill()  # the last incarnation runs without a kill point
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            log(f"sidecar {self.tally.sidecar_starts}: SIGKILL")
+            log(f"{self.name}: SIGKILL")
             self.tally.kills_external += 1
             self.kill_point = None  # killed from outside, not at its step
 
@@ -472,10 +550,9 @@ class Sidecar:
             if proc is not None and proc.poll() is None:
                 with contextlib.suppress(psutil.Error):
                     p = psutil.Process(proc.pid)
-                    self.tally.samples.append(
-                        (time.monotonic(), self.tally.sidecar_starts, p.memory_info().rss,
-                         p.num_fds())
-                    )  # fmt: skip
+                    self.samples.append(
+                        (time.monotonic(), self.starts, p.memory_info().rss, p.num_fds())
+                    )
             await asyncio.sleep(2)
 
     def terminate(self, timeout: float = 60) -> int | None:
@@ -552,11 +629,28 @@ def dashboard_queries(prom: PrometheusServer, job: str) -> dict[str, Any]:
 # --- the checks --------------------------------------------------------------------
 
 
+def _archived(config: Path, topic: str, level: str) -> Iterator[dict[str, Any]]:
+    """``rlmm records``' rows (rlmm.ops.record_dump.read_records), but a gap in the
+    lineage is skipped with a warning instead of ending the read: the comparison counts
+    its offsets as lost."""
+    cfg = load_config(config, env={**os.environ, **AWS_ENV})
+    with open_metadata_view(cfg) as view:
+        chosen = tuple(sorted(tp.partition for tp in view.topic_partitions() if tp.topic == topic))
+        request = ReadRequest(partitions={topic: chosen}, isolation_level=level,
+                              include_headers=True, fail_on_data_loss=False)  # fmt: skip
+        slices = plan_slices(view, request, remote_options=cfg.remote_options())
+    try:
+        for piece in slices:
+            for batch in read_slice(piece):
+                yield from batch.to_pylist()
+    finally:
+        close_remote_storage()
+
+
 def archive_rows(config: Path, topic: str, level: str) -> dict[int, list[tuple[int, bytes]]]:
     """(offset, digest) of every archived record of ``topic``, by partition."""
     rows: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
-    cfg = load_config(config, env={**os.environ, **AWS_ENV})
-    for row in read_records(cfg, RecordQuery(topic=topic, isolation_level=level)):
+    for row in _archived(config, topic, level):
         ts: dt.datetime = row["timestamp"]
         if ts.tzinfo is None:
             ts = ts.replace(tzinfo=dt.UTC)
@@ -611,6 +705,7 @@ def events_summary(config: Path) -> dict[str, Any]:
         raise RuntimeError(f"rlmm events exited {code}: {err}")
     added: dict[str, dict[str, Any]] = {}
     finished: dict[str, int] = {}
+    finished_by: dict[str, int] = {}
     deleted: set[str] = set()
     for e in events if isinstance(events, list) else [events]:
         if e["type"] == "RemoteLogSegmentMetadata":
@@ -618,6 +713,7 @@ def events_summary(config: Path) -> dict[str, Any]:
         elif e["type"] == "RemoteLogSegmentMetadataUpdate":
             if e["state"] == "COPY_SEGMENT_FINISHED":
                 finished[e["segment_id"]] = e["event_timestamp_ms"]
+                finished_by[e["segment_id"]] = e["broker_id"]
             elif e["state"] == "DELETE_SEGMENT_FINISHED":
                 deleted.add(e["segment_id"])
     lags = sorted(
@@ -639,6 +735,8 @@ def events_summary(config: Path) -> dict[str, Any]:
         "copy_lag_s": {"p50": pct(0.5), "p99": pct(0.99), "max": lags[-1] if lags else None},
         "expired_ranges": expired,
         "added": added,
+        "finished": finished,
+        "finished_by": finished_by,
         "deleted": deleted,
     }
 
@@ -677,14 +775,13 @@ def leftovers(work: Path) -> list[str]:
 # --- the run ----------------------------------------------------------------------
 
 
-async def wait_checkpoint(broker: ApacheKafkaBroker, ends: dict[tuple[str, int], int]) -> None:
-    """Until Kafka checkpointed a high watermark past every ``ends`` offset (the sidecar
-    copies nothing above the checkpointed one)."""
-    checkpoint = broker.data_dir / "replication-offset-checkpoint"
+async def wait_checkpoint(log_dirs: list[Path], ends: dict[tuple[str, int], int]) -> None:
+    """Until Kafka checkpointed a high watermark past every ``ends`` offset in every log
+    dir (the sidecar copies nothing above the checkpointed one)."""
     async with asyncio.timeout(60):
         while True:
-            marks = read_offset_checkpoint(checkpoint)
-            if all(marks.get(tp, -1) > end for tp, end in ends.items()):
+            marks = [read_offset_checkpoint(d / "replication-offset-checkpoint") for d in log_dirs]
+            if all(m.get(tp, -1) > end for m in marks for tp, end in ends.items()):
                 return
             await asyncio.sleep(0.5)
 
@@ -705,6 +802,18 @@ async def roll(bootstrap: str, topics: list[Topic], segment_ms: int) -> dict[tup
         await producer.stop()
 
 
+@dataclass
+class Replicated:
+    """The replicated mode's parts (``--brokers`` > 1)."""
+
+    cluster: ApacheKafkaCluster
+    logs: Path
+    watch: LeaderWatch
+    ledger: BatchLedger
+    metrics: SidecarMetrics
+    chaos: BrokerChaos
+
+
 async def soak(s: Settings, work: Path) -> dict[str, Any]:
     tally = Tally()
     topics = s.topics()
@@ -714,32 +823,58 @@ async def soak(s: Settings, work: Path) -> dict[str, Any]:
         "alert_scale": s.scale, "topics": [asdict(t) for t in topics]}}  # fmt: skip
     logs = work / "logs"
     logs.mkdir(parents=True)
-    broker = ApacheKafkaBroker(
-        work / "kafka",
-        overrides={
-            "remote.log.storage.system.enable": "false",  # rlmm's topic, not Kafka's RLMM
-            "log.retention.check.interval.ms": "1000",
-            "log.segment.delete.delay.ms": "5000",
-            "replica.high.watermark.checkpoint.interval.ms": "1000",
-            "transaction.state.log.segment.bytes": "1048576",
-        },
-    )
+    overrides = {
+        "remote.log.storage.system.enable": "false",  # rlmm's topic, not Kafka's RLMM
+        "log.retention.check.interval.ms": "1000",
+        "log.segment.delete.delay.ms": "5000",
+        "replica.high.watermark.checkpoint.interval.ms": "1000",
+        "transaction.state.log.segment.bytes": "1048576",
+    }
+    broker: ApacheKafkaBroker | None = None
+    cluster: ApacheKafkaCluster | None = None
+    if s.brokers > 1:
+        cluster = ApacheKafkaCluster(work / "kafka", nodes=s.brokers, overrides=overrides)
+        log_dirs = {n: cluster.log_dir(n) for n in cluster.ids}
+    else:
+        broker = ApacheKafkaBroker(work / "kafka", overrides=overrides)
+        log_dirs = {1: broker.data_dir}
     with contextlib.ExitStack() as stack:
-        stack.callback(broker.kill)
+        if cluster is not None:
+            stack.callback(cluster.close)
+            for node in cluster.ids:
+                stack.callback(cluster.kill, node)  # first: no controlled shutdown to wait
+        else:
+            assert broker is not None
+            stack.callback(broker.kill)
         s3: FaultyS3 = stack.enter_context(faulty_s3(logs, rate=0.0, slow_s=4.0, seed=s.seed))
         import boto3
 
         boto3.client("s3", endpoint_url=s3.moto_url, **_boto_keys()).create_bucket(Bucket=BUCKET)
-        await asyncio.to_thread(broker.start)
-        log(f"broker {broker.bootstrap}; S3 {s3.url} (moto {s3.moto_url}); work {work}")
-        await create_topics(broker.bootstrap, topics)
-        config = sidecar_config(work, s, broker.bootstrap, s3.url)
+        if cluster is not None:
+            await asyncio.to_thread(cluster.start)
+            bootstrap = cluster.bootstrap
+        else:
+            assert broker is not None
+            await asyncio.to_thread(broker.start)
+            bootstrap = broker.bootstrap
+        log(f"brokers {bootstrap}; S3 {s3.url} (moto {s3.moto_url}); work {work}")
+        await create_topics(bootstrap, topics, s.brokers)
+        if cluster is not None:
+            # One config per node (its own data dir; its broker id from meta.properties),
+            # and the observer's, which the end checks read the archive through.
+            configs = {n: sidecar_config(work, s, bootstrap, s3.url, str(n)) for n in cluster.ids}
+            config = sidecar_config(work, s, bootstrap, s3.url, "observer")
+            sidecars = [Sidecar(configs[n], s, logs, tally, log_dirs[n], n) for n in cluster.ids]
+        else:
+            config = sidecar_config(work, s, bootstrap, s3.url)
+            configs = {1: config}
+            sidecars = [Sidecar(config, s, logs, tally, log_dirs[1])]
         prom: PrometheusServer | None = None
         try:
             tools = prometheus_tools()
             (work / "prometheus").mkdir()
             (work / "prometheus" / "rules.yml").write_text(scaled_rules(s.scale))
-            sidecar = Sidecar(config, s, logs, tally, work)
+            targets = ", ".join(f'"127.0.0.1:{sc.port}"' for sc in sidecars)
             prom = stack.enter_context(run_prometheus(tools, f"""
 global:
   scrape_interval: 2s
@@ -747,55 +882,85 @@ global:
 rule_files: [rules.yml]
 scrape_configs:
   - job_name: rlmm-soak
-    static_configs: [{{targets: ["127.0.0.1:{sidecar.port}"]}}]
+    static_configs: [{{targets: [{targets}]}}]
 """, work / "prometheus"))  # fmt: skip
         except PrometheusUnavailable as e:
-            sidecar = Sidecar(config, s, logs, tally, work)
             failures.append(f"Prometheus unavailable ({e}): alert and dashboard not checked")
-        stack.callback(sidecar.terminate, 10)
+        for sc in sidecars:
+            stack.callback(sc.terminate, 10)
 
-        load, truth = Load(broker.bootstrap, s, tally), Truth(broker.bootstrap, topics, tally)
+        load, truth = Load(bootstrap, s, tally), Truth(bootstrap, topics, tally)
         started = time.monotonic()
         at = lambda f: started + f * s.duration_s  # noqa: E731
         consumers = [asyncio.create_task(truth.consume(lv)) for lv in truth.records]
         producers = load.tasks()
         await asyncio.to_thread(s3.faults, rate=s.fault_rate)
-        sidecar.spawn()
+        for sc in sidecars:
+            sc.spawn()
+        killer = asyncio.create_task(
+            sidecars[0].killer(at(s.kills_end), (at(s.storm[0]), at(s.storm[1])), sidecars[1:])
+        )
         side_tasks = [
-            asyncio.create_task(sidecar.supervise()),
-            asyncio.create_task(sidecar.sample()),
-            asyncio.create_task(sidecar.killer(at(s.kills_end), (at(s.storm[0]), at(s.storm[1])))),
+            *(asyncio.create_task(sc.supervise()) for sc in sidecars),
+            *(asyncio.create_task(sc.sample()) for sc in sidecars),
+            killer,
         ]
         stop_watch = asyncio.Event()
         if prom is not None:
             side_tasks.append(asyncio.create_task(watch_alerts(prom, tally, stop_watch)))
+        rep: Replicated | None = None
+        watch_stop = asyncio.Event()
+        watch_tasks: list[asyncio.Task[None]] = []
+        chaos_task: asyncio.Task[None] | None = None
+        if cluster is not None:
+            watch = LeaderWatch(cluster, [t.name for t in topics])
+            await asyncio.to_thread(watch.poll_once)
+            tps = [(t.name, p) for t in topics for p in range(t.partitions)]
+            rep = Replicated(
+                cluster, logs, watch, BatchLedger(log_dirs, tps), SidecarMetrics(len(tps)),
+                BrokerChaos(cluster, watch, random.Random(s.seed + 3), s.broker_down_s,
+                            s.chaos_pause_s, lambda m: log(f"chaos: {m}")),
+            )  # fmt: skip
+            watch_tasks = [
+                asyncio.create_task(rep.watch.run(watch_stop)),
+                asyncio.create_task(rep.ledger.run(watch_stop)),
+                asyncio.create_task(rep.metrics.run(sidecars, watch_stop)),
+            ]
+            chaos_task = asyncio.create_task(rep.chaos.run(at(s.chaos[0]), at(s.chaos[1])))
+        wall: dict[str, int] = {}
 
         async def schedule() -> dict[str, float]:
             marks = {}
             await asyncio.sleep(max(0, at(s.storm[0]) - time.monotonic()))
-            if not s.kills_in_storm and sidecar.kill_point:
-                sidecar.kill()  # it would kill itself in the storm; respawned without
+            if not s.kills_in_storm:
+                for sc in sidecars:
+                    if sc.kill_point:
+                        sc.kill()  # it would kill itself in the storm; respawned without
             await asyncio.to_thread(s3.faults, rate=s.storm_rate, slow=0)
             marks["storm_start"] = time.monotonic()
+            wall["storm_start"] = int(time.time() * 1000)
             log(f"storm: {s.storm_rate:.0%} of S3 requests meet a fault")
             await asyncio.sleep(max(0, at(s.storm[1]) - time.monotonic()))
             await asyncio.to_thread(s3.faults, rate=s.fault_rate, slow=1)
             marks["storm_end"] = time.monotonic()
+            wall["storm_end"] = int(time.time() * 1000)
             log("storm over")
-            await asyncio.sleep(max(0, at(s.broker_restart_at) - time.monotonic()))
-            t0 = time.monotonic()
-            log("broker: SIGKILL and restart")
-            await asyncio.to_thread(broker.restart)
-            tally.broker_restarts += 1
-            tally.broker_restart_s = round(time.monotonic() - t0, 1)
+            if broker is not None:  # (a cluster's brokers die and return all along)
+                await asyncio.sleep(max(0, at(s.broker_restart_at) - time.monotonic()))
+                t0 = time.monotonic()
+                log("broker: SIGKILL and restart")
+                await asyncio.to_thread(broker.restart)
+                tally.broker_restarts += 1
+                tally.broker_restart_s = round(time.monotonic() - t0, 1)
             await asyncio.sleep(max(0, at(1.0) - time.monotonic()))
             return marks
 
         try:
             marks = await schedule()
-            for task in side_tasks[2:3]:
-                await task  # the killer is done by kills_end
-            # The end: no more faults, no more records; the sidecar stops gracefully.
+            await killer  # done by kills_end
+            if chaos_task is not None:
+                await chaos_task  # every node runs, every ISR full, preferred leaders lead
+            # The end: no more faults, no more records; the sidecars stop gracefully.
             await asyncio.to_thread(s3.faults, rate=0)
             load.stopping.set()
             await asyncio.gather(*producers)
@@ -808,14 +973,19 @@ scrape_configs:
                 if report["dashboard"]["without_data"]:
                     failures.append(f"dashboard queries without data: {report['dashboard']}")
             stop_watch.set()
-            sidecar.stopping.set()
-            await asyncio.gather(*side_tasks)
-            report["sidecar_sigterm_exit"] = await asyncio.to_thread(sidecar.terminate)
-            if report["sidecar_sigterm_exit"] != 0:
+            watch_stop.set()
+            for sc in sidecars:
+                sc.stopping.set()
+            await asyncio.gather(*side_tasks, *watch_tasks)
+            exits = {sc.node or 1: await asyncio.to_thread(sc.terminate) for sc in sidecars}
+            report["sidecar_sigterm_exit"] = (
+                exits[1] if cluster is None else {str(n): c for n, c in exits.items()}
+            )
+            if any(code != 0 for code in exits.values()):
                 failures.append(f"sidecar SIGTERM exit {report['sidecar_sigterm_exit']}")
             # The last segments roll; the consumers read everything.
-            rolls = await roll(broker.bootstrap, topics, s.segment_ms)
-            await wait_checkpoint(broker, rolls)
+            rolls = await roll(bootstrap, topics, s.segment_ms)
+            await wait_checkpoint(list(log_dirs.values()), rolls)
             await truth.caught_up()
             truth.stopping.set()
             await asyncio.gather(*consumers)
@@ -823,20 +993,27 @@ scrape_configs:
         finally:
             load.stopping.set()
             truth.stopping.set()
-            sidecar.stopping.set()
+            for sc in sidecars:
+                sc.stopping.set()
             stop_watch.set()
-            for task in [*producers, *consumers, *side_tasks]:
+            watch_stop.set()
+            tasks = [*producers, *consumers, *side_tasks, *watch_tasks]
+            if chaos_task is not None:
+                tasks.append(chaos_task)
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*producers, *consumers, *side_tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         # A round killed right after an upload leaves a copy STARTED with its objects:
-        # verify must find it and gc --apply remove exactly it. Then one clean round.
+        # verify must find it and gc --apply remove exactly it. Then one clean round
+        # (on every node: each leads its own partitions).
+        crash_node = 1 if rep is None else max(log_dirs, key=lambda n: len(rep.watch.led_by(n)))
         code, _out, err = await asyncio.to_thread(
-            rlmm, config, "offload", "--once", "--log-dir", str(broker.data_dir),
-            env={KILL_ENV: "copy.after_upload@2"},
+            rlmm, configs[crash_node], "offload", "--once", "--log-dir",
+            str(log_dirs[crash_node]), env={KILL_ENV: "copy.after_upload@2"},
         )  # fmt: skip
         report["crashed_round_exit"] = code
-        log(f"crashed round: exit {code}")
+        log(f"crashed round (node {crash_node}): exit {code}")
         # (Not --deep: a stuck copy is found from the metadata and a listing; the deep
         # read of every object comes after the clean round.)
         code, first, err = await asyncio.to_thread(rlmm, config, "verify",
@@ -849,12 +1026,17 @@ scrape_configs:
                 (gc or {}).get("done", [])]  # fmt: skip
         log(f"verify: {len(problems)} problem(s); gc --apply: {len(done)} done")
         round_started_ms = int(time.time() * 1000)
-        code, last_round, err = await asyncio.to_thread(
-            rlmm, config, "offload", "--once", "--log-dir", str(broker.data_dir)
+        rounds = {}
+        for node in sorted(configs):
+            code, last_round, err = await asyncio.to_thread(
+                rlmm, configs[node], "offload", "--once", "--log-dir", str(log_dirs[node])
+            )
+            rounds[node] = {"exit": code, **(last_round or {})}
+            if code != 0 or (last_round or {}).get("errors"):
+                failures.append(f"final round (node {node}): exit {code}, {last_round}, {err}")
+        report["final_round"] = (
+            rounds[1] if cluster is None else {str(n): r for n, r in rounds.items()}
         )
-        report["final_round"] = {"exit": code, **(last_round or {})}
-        if code != 0 or (last_round or {}).get("errors"):
-            failures.append(f"final round: exit {code}, {last_round}, {err}")
         code2, second, err2 = await asyncio.to_thread(rlmm, config, "verify", "--deep",
                                                       "--safety-window", "0s")  # fmt: skip
         kinds: dict[str, int] = defaultdict(int)
@@ -911,6 +1093,9 @@ scrape_configs:
 
         report.update({
             "duration_s": round(time.monotonic() - started, 1),
+            "brokers": s.brokers,
+            "lost": comparison["lost"],
+            "duplicated": comparison["duplicates"],
             "records_produced": dict(tally.produced),
             "records_consumed": {lv: sum(map(len, r.values())) for lv, r in truth.records.items()},
             "send_errors": tally.send_errors,
@@ -930,12 +1115,28 @@ scrape_configs:
                       "external": tally.kills_external, "at_steps": dict(tally.kills_at_steps)},
             "sidecar_starts": tally.sidecar_starts,
             "sidecar_exits": dict(tally.sidecar_exits),
-            "broker_restarts": tally.broker_restarts,
+            "broker_restarts": tally.broker_restarts if rep is None else rep.chaos.restarts,
             "broker_restart_s": tally.broker_restart_s,
             "faults_injected": (await asyncio.to_thread(s3.faults))["counts"],
             "s3_requests": (await asyncio.to_thread(s3.faults))["requests"],
         })  # fmt: skip
-        report["resources"] = _resources(tally)
+        if rep is None:
+            report["resources"] = _resources(sidecars[0].samples)
+        else:
+            report["resources"] = {str(sc.node): _resources(sc.samples) for sc in sidecars}
+            report.update(await asyncio.to_thread(
+                replicated_figures, rep, events, (wall["storm_start"], wall["storm_end"]),
+                configs, failures,
+            ))  # fmt: skip
+            first = report["leadership_change_to_first_copy_s"]
+            report["targets"] = {
+                "lost_and_duplicated_are_0": report["lost"] == report["duplicated"] == 0,
+                "bytes_uploaded_over_one_replica_le_1.05":
+                    report["bytes_uploaded_over_one_replica"] is not None
+                    and report["bytes_uploaded_over_one_replica"] <= 1.05,
+                "leadership_change_to_first_copy_max_le_2_task_intervals":
+                    first["max"] is not None and first["max"] <= first["target_s"],
+            }  # fmt: skip
         report["alert"] = _alert_report(tally, marks, s, prom is not None, failures)
 
     report["leftover_processes"] = leftovers(work)
@@ -944,6 +1145,46 @@ scrape_configs:
     report["failures"] = failures
     report["ok"] = not failures
     return report
+
+
+def replicated_figures(
+    rep: Replicated, events: dict[str, Any], storm_ms: tuple[int, int],
+    configs: dict[int, Path], failures: list[str],
+) -> dict[str, Any]:  # fmt: skip
+    """The replicated run's figures: bytes uploaded over one replica, leadership change
+    to the new leader's first copy, what moved leadership and what the sidecars said."""
+    rep.ledger.scan_once()  # the segments the end rolled
+    interval_s = load_config(configs[min(configs)], env={}).offload[
+        "remote.log.manager.task.interval.ms"] / 1000  # fmt: skip
+    figures = bytes_figures(
+        events["added"], events["finished"], rep.ledger, storm_ms, rep.watch.changes
+    )
+    first = first_copy_figures(
+        rep.watch.changes, events["added"], events["finished"], events["finished_by"],
+        interval_s, int(time.time() * 1000), storm_ms,
+    )  # fmt: skip
+    causes: dict[str, int] = defaultdict(int)
+    for c in rep.watch.changes:
+        causes[c.cause] += 1
+    (rep.logs / "leader-changes.json").write_text(
+        json.dumps([asdict(c) for c in rep.watch.changes], indent=1)
+    )
+    if first["never_copied"]:
+        failures.append(f"no copy by the new leader after a change: {first['never_copied']}")
+    if figures["segments_measured"]["unmeasured"]:
+        failures.append(f"copied segments not found in any log dir: {figures['segments_measured']}")
+    return {
+        "bytes_uploaded_over_one_replica": figures["ratio"],
+        "bytes_uploaded": figures,
+        "leadership_change_to_first_copy_s": first,
+        "leadership": {
+            **rep.chaos.report(),
+            "changes_seen": len(rep.watch.changes),
+            "changes_by_cause": dict(causes),
+            "polls_with_a_leaderless_partition": rep.watch.leaderless_polls,
+            "sidecar_metrics": rep.metrics.report(),
+        },
+    }  # fmt: skip
 
 
 def _boto_keys() -> dict[str, str]:
@@ -961,8 +1202,7 @@ def _bucket_names(moto_url: str) -> list[str]:
     return names
 
 
-def _resources(tally: Tally) -> dict[str, Any]:
-    samples = tally.samples
+def _resources(samples: list[tuple[float, int, int, int]]) -> dict[str, Any]:
     last = [x for x in samples if samples and x[1] == samples[-1][1]]
     mib = 1 << 20
     rss = growth_per_hour(samples, 2)
@@ -1040,6 +1280,11 @@ def main(argv: list[str] | None = None) -> int:
         "--storm", default="0.08,0.5", help="start,end of the storm, fractions of the run"
     )
     parser.add_argument("--broker-restart-at", type=float, default=0.55, help="fraction")
+    parser.add_argument(
+        "--brokers", type=int, default=1, choices=(1, 3),
+        help="3: a three-node cluster, replication factor 3, a sidecar per node, broker "
+        "kills and preferred elections through the run (default 1: one broker)",
+    )  # fmt: skip
     parser.add_argument("--kills-end", type=float, default=0.55, help="fraction: no kill after")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--work", type=Path, default=None, help="work dir (default: a temp dir)")
@@ -1054,6 +1299,7 @@ def main(argv: list[str] | None = None) -> int:
         storm_rate=args.storm_rate, seed=args.seed, work=args.work, keep=args.keep,
         kills_in_storm=args.kills_in_storm, alert_scale=args.alert_scale,
         storm=storm, broker_restart_at=args.broker_restart_at, kills_end=args.kills_end,
+        brokers=args.brokers,
     )  # fmt: skip
     # The producers' and consumers' retries while the broker restarts are expected;
     # the report counts them.

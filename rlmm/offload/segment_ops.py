@@ -8,7 +8,10 @@ and after they are gone, so an object never exists without a live segment in the
 metadata (except for the upload of a process killed before its cleanup, which the
 next leader's crash cleanup deletes); a copy that fails or is cancelled after its
 STARTED event deletes its attempt through the delete walk before the error
-propagates; every RSM call runs in a worker thread, bounded by ``io_slots``.
+propagates; every RSM call runs in a worker thread, bounded by ``io_slots``. A walk
+cancelled (leadership lost, a second signal) is abandoned, not failed: as Kafka's
+RemoteLogManager counts no error for a cancelled task, it is not counted in the copy or
+delete error metrics.
 """
 
 from __future__ import annotations
@@ -112,7 +115,8 @@ class SegmentOps:
             await self._update(metadata, S.COPY_SEGMENT_FINISHED, custom)
             self.kill_points.hit("copy.after_finished")
         except BaseException as e:
-            self.metrics.copy_errors.labels(topic).inc()
+            if not isinstance(e, asyncio.CancelledError):
+                self.metrics.copy_errors.labels(topic).inc()
             # Whatever happened (RSM error, a new leader's cleanup, cancellation), the
             # attempt's objects must not outlive it.
             await finish(self._abandon(metadata))
@@ -177,8 +181,9 @@ class SegmentOps:
             await run_blocking(self.io_slots, self.rsm.delete_log_segment_data, metadata)
             self.kill_points.hit("delete.after_delete")
             await self._update(metadata, S.DELETE_SEGMENT_FINISHED, None)
-        except BaseException:
-            self.metrics.delete_errors.labels(topic).inc()
+        except BaseException as e:
+            if not isinstance(e, asyncio.CancelledError):
+                self.metrics.delete_errors.labels(topic).inc()
             raise
         self.emit(OffloadEvent("deleted", metadata, metadata.segment_size_in_bytes))
 

@@ -116,7 +116,8 @@ async def test_leadership_lost_mid_copy_abandons_it_and_deletes_its_objects(
 ) -> None:
     """As Kafka's RemoteLogManager cancels its task: the copy held mid-upload is
     abandoned, its objects deleted and its metadata finished as deleted; the round says
-    abandoned (not an error) and no later segment starts."""
+    abandoned (not an error), no copy or delete error is counted (the copy-errors alert
+    must not fire for leadership moving), and no later segment starts."""
     gated = GatedRsm(tmp_path / "remote")
     pdir = write_partition(tmp_path, "orders", 0)
     src = source(pdir, KEEP_ALL)
@@ -136,6 +137,9 @@ async def test_leadership_lost_mid_copy_abandons_it_and_deletes_its_objects(
     states = [m.state for m in rlmm_manager.list_remote_log_segments(tp)]
     assert states == [] or set(states) == {S.DELETE_SEGMENT_FINISHED}
     assert list(gated.list_objects(tp)) == []
+    assert rlm.metrics.copy_requests.labels(tp.topic)._value.get() == 1
+    assert rlm.metrics.copy_errors.labels(tp.topic)._value.get() == 0
+    assert rlm.metrics.delete_errors.labels(tp.topic)._value.get() == 0
     gated.close()
 
 
