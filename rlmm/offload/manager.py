@@ -11,7 +11,14 @@ Invariants:
 - at most ``copier_concurrency`` segment copies run at once across partitions, and
   every RSM or file call runs in a worker thread;
 - on becoming leader, copies left in COPY_SEGMENT_STARTED and deletions left in
-  DELETE_SEGMENT_STARTED by an earlier attempt are deleted before any new copy;
+  DELETE_SEGMENT_STARTED by an earlier attempt of this broker are deleted before any
+  new copy; another broker's are deleted only once older than ``leftover_grace_s``
+  (the old leader may still be finishing it: a FINISHED that lands before our
+  DELETE_SEGMENT_STARTED would make that delete remove a finished copy);
+- the copy continues after the highest remote offset of the lineage, or, when a
+  finished copy below it is missing (a hole, e.g. a cleanup that raced a copy
+  finishing) and the local log still holds the hole's start, from the hole: the
+  archive heals what it lost instead of keeping a gap;
 - only segments rlmm wrote are deleted or cleaned up (``Ownership``); a segment
   another writer left (Kafka's own RemoteLogManager) is never touched;
 - ``abandon(tp)`` (leadership lost) cancels the partition's round: a copy in flight
@@ -136,6 +143,7 @@ class RemoteLogManager:
         listener: Callable[[OffloadEvent], None] | None = None,
         clock_ms: Callable[[], int] | None = None,
         kill_points: KillPoints | None = None,
+        leftover_grace_s: float | None = None,
     ) -> None:
         if copier_concurrency <= 0:
             raise OffloadError(f"copier concurrency must be positive, got {copier_concurrency}")
@@ -159,6 +167,10 @@ class RemoteLogManager:
         self._copy_slots = asyncio.Semaphore(copier_concurrency)
         self._file_slots = asyncio.Semaphore(copier_concurrency + 2)
         self._task_interval_s = task_interval_s
+        # Long enough for an old leader to learn it lost leadership and abandon its copy.
+        self._leftover_grace_ms = int(
+            1000 * (leftover_grace_s if leftover_grace_s is not None else 10 * task_interval_s)
+        )
         self._ready_timeout_s = ready_timeout_s
         self._copy_attempts = copy_attempts
         self._retry_backoff_s = retry_backoff_s
@@ -292,6 +304,7 @@ class RemoteLogManager:
                 for m in self.rlmm.list_remote_log_segments(tp)
                 if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)
                 and m.remote_log_segment_id not in self._ops.in_flight
+                and self._left_over(m)
             ),
             "cleaning up",
         )
@@ -303,6 +316,40 @@ class RemoteLogManager:
             )
             await self._ops.delete(m)
         return len(leftovers)
+
+    def _left_over(self, m: RemoteLogSegmentMetadata) -> bool:
+        """True when ``m`` (STARTED) is a leftover: this broker's (no attempt of its own is
+        in flight, so an earlier one crashed), or another broker's older than the grace."""
+        if m.broker_id == self._ops.broker_id:
+            return True
+        return self._clock_ms() - m.event_timestamp_ms >= self._leftover_grace_ms
+
+    def _continue_after(
+        self, tp: TopicIdPartition, copied: int, view: _LogView
+    ) -> int:
+        """``copied``, or the end of the archive's first hole below it when the local log
+        still holds the hole's start (so copying goes back and fills it)."""
+        finished = sorted(
+            (m for m in self.rlmm.list_remote_log_segments(tp)
+             if m.state == S.COPY_SEGMENT_FINISHED),
+            key=lambda m: m.start_offset,
+        )  # fmt: skip
+        if not finished:
+            return copied
+        end = finished[0].end_offset
+        for m in finished[1:]:
+            if m.start_offset > end + 1:
+                break
+            end = max(end, m.end_offset)
+        local_start = view.rolled[0].base_offset if view.rolled else view.log_end_offset
+        if end < copied and end + 1 >= max(local_start, view.log_start_offset):
+            log.warning(
+                "%s: offsets %d.. are missing from remote storage below its highest offset %d"
+                " (a finished copy was deleted): copying them again from the local log",
+                tp, end + 1, copied,
+            )  # fmt: skip
+            return end
+        return copied
 
     async def _run(self, tp: TopicIdPartition) -> None:
         while True:
@@ -361,6 +408,7 @@ class RemoteLogManager:
             self.metrics.partition_rounds.labels("copy").inc()
             view = await run_blocking(self._file_slots, _view, leader.source)
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
+            copied = self._continue_after(tp, copied, view)
             start = max(copied + 1, view.log_start_offset)
             candidates = [
                 s

@@ -271,7 +271,9 @@ async def test_leader_change_mid_copy_supersedes(
     await a.on_leadership_changes([source(a_dir)], start_tasks=False)
     a_round = asyncio.create_task(a.copy_round(tp))
     assert await asyncio.to_thread(gated.entered.wait, 10)
-    b = make_rlm(store=gated, broker_id=1)
+    # no grace: B cleans A's STARTED at once (a grace lets A finish first; see
+    # test_leadership's hole test for what that prevents)
+    b = make_rlm(store=gated, broker_id=1, leftover_grace_s=0)
     await b.on_leadership_changes([source(b_dir)], start_tasks=False)  # cleans A's STARTED
     b_task = asyncio.create_task(b.copy_round(tp))
     await asyncio.sleep(0.1)

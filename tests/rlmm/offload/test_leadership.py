@@ -166,3 +166,48 @@ async def test_a_cancelled_abandon_is_not_swallowed(
         await asyncio.wait_for(abandon, 30)
     await asyncio.wait_for(round_, 30)
     gated.close()
+
+
+async def test_a_missing_finished_copy_is_copied_again_and_young_foreign_leftovers_wait(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    """The race a replicated soak found: a new leader's cleanup deleted an old leader's
+    copy that had just finished, and the highest remote offset (which only grows, as in
+    Kafka) kept the copy from ever coming back. Now another broker's young leftover
+    waits out the grace, and a hole below the highest offset is copied again."""
+    from rlmm.model import RemoteLogSegmentMetadata, new_rlmm_segment_id
+
+    clock = [1_700_000_000_000]
+    src = source(write_partition(tmp_path, "orders", 0), KEEP_ALL)
+    tp = src.topic_id_partition
+    rlm = make_rlm(clock_ms=lambda: clock[0], leftover_grace_s=60, broker_id=1)
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    copied = (await rlm.copy_round(tp)).copied
+    assert len(copied) >= 3
+    # another broker's copy in flight (young): left alone
+    theirs = RemoteLogSegmentMetadata(
+        new_rlmm_segment_id(tp), 9000, 9100, 0, 2, clock[0] - 1000, 10, {2: 9000}
+    )
+    await rlmm_manager.add_remote_log_segment_metadata(theirs)
+    await rlm.expire_round(tp)
+    assert theirs.remote_log_segment_id in {
+        m.remote_log_segment_id for m in rlmm_manager.list_remote_log_segments(tp)
+    }
+    clock[0] += 61_000  # older than the grace: the current leader cleans it up
+    assert (await rlm.expire_round(tp)).cleaned == 1
+    # a finished copy in the middle deleted (as by a cleanup that raced its FINISHED)
+    middle = copied[1]
+    await rlm._ops.delete(middle)
+    again = (await rlm.copy_round(tp)).copied
+    assert [m.start_offset for m in again][:1] == [middle.start_offset]
+    segments = rlmm_manager.list_remote_log_segments(tp)
+    live = sorted(
+        (m for m in segments if m.state == S.COPY_SEGMENT_FINISHED), key=lambda m: m.start_offset
+    )
+    end = live[0].end_offset
+    for m in live[1:]:
+        assert m.start_offset <= end + 1, "a hole is left"
+        end = max(end, m.end_offset)
+    assert (await rlm.copy_round(tp)).copied == []  # healed: nothing more to copy
