@@ -482,6 +482,7 @@ class Sidecar:
                 if (state := view.partitions.get((tp.topic, tp.partition))) is not None
                 and state.leader == self.config.broker_id
                 and tp.topic not in view.kafka_tiered
+                and tp.topic not in self._skipped
             ]
             if gained:
                 self._wake.set()
