@@ -38,7 +38,7 @@ SYSTEM_ENABLE = "remote.log.storage.system.enable"
 REMOTE_STORAGE_ENABLE = "remote.storage.enable"
 
 
-class _MetadataResponse_v7(Response):
+class MetadataResponse_v7(Response):
     API_KEY = 3
     API_VERSION = 7
     SCHEMA = Schema(
@@ -64,14 +64,14 @@ class _MetadataResponse_v7(Response):
     )  # fmt: skip
 
 
-class _MetadataRequest_v7(RequestStruct):
+class MetadataRequest_v7(RequestStruct):
     API_KEY = 3
     API_VERSION = 7
-    RESPONSE_TYPE = _MetadataResponse_v7
+    RESPONSE_TYPE = MetadataResponse_v7
     SCHEMA = Schema(("topics", Array(String("utf-8"))), ("allow_auto_topic_creation", Boolean))
 
 
-class LeaderMetadataRequest(Request[_MetadataRequest_v7]):
+class LeaderMetadataRequest(Request[MetadataRequest_v7]):
     """Metadata of named topics, with each partition's leader epoch (never creates one)."""
 
     API_KEY = 3
@@ -79,7 +79,7 @@ class LeaderMetadataRequest(Request[_MetadataRequest_v7]):
     def __init__(self, topics: list[str]) -> None:
         self._topics = topics
 
-    def build(self, request_struct_class: type[_MetadataRequest_v7]) -> _MetadataRequest_v7:
+    def build(self, request_struct_class: type[MetadataRequest_v7]) -> MetadataRequest_v7:
         return request_struct_class(self._topics, False)
 
 
@@ -302,5 +302,7 @@ __all__ = [
     "ClusterClient",
     "ClusterView",
     "LeaderMetadataRequest",
+    "MetadataRequest_v7",
+    "MetadataResponse_v7",
     "PartitionLeadership",
 ]
