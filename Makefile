@@ -17,7 +17,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest -q -ra
+	$(BIN)/pytest -q -ra --durations=40
 
 # The offloader over Kafka log dirs, the ops CLI on what it archived, then a Spark
 # read of the archive (Spark's workers must run this venv's python).

@@ -29,6 +29,7 @@ from prometheus_client import generate_latest
 from rlmm.config import load_config
 from rlmm.model import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate
 from rlmm.offload.display import Display
+from rlmm.offload.logdir import read_offset_checkpoint
 from rlmm.offload.ownership import is_signed
 from rlmm.offload.sidecar import Sidecar
 from tests.fixtures.apache_kafka import METADATA_PARTITIONS, METADATA_TOPIC, ApacheKafkaBroker
@@ -126,6 +127,13 @@ async def test_sidecar_never_touches_what_kafka_tiers(
     await produce(broker.bootstrap, plain, 1, 0)
     async with asyncio.timeout(120):
         while min(len(tiered_files(broker.remote_dir, tiered, p)[1]) for p in (0, 1)) < 2:
+            await asyncio.sleep(0.5)
+    # The sidecar copies nothing past the high watermark Kafka checkpointed (every
+    # replica.high.watermark.checkpoint.interval.ms, 5 s by default): wait for it, so
+    # the --once run below finds the plain topic's two rolled segments copyable.
+    checkpoint = broker.data_dir / "replication-offset-checkpoint"
+    async with asyncio.timeout(60):
+        while read_offset_checkpoint(checkpoint).get((plain, 0), -1) < PER_PARTITION:
             await asyncio.sleep(0.5)
 
     config = load_config(write_config(tmp_path, broker, plain), env={})
