@@ -53,6 +53,10 @@ DEFAULTS: dict[str, Any] = {
         "remote.log.manager.task.interval.ms": 30_000,
         "remote.log.manager.copier.thread.pool.size": 4,
         "verify.crc": True,
+        # KIP-956: one copy budget for the whole sidecar (Kafka's default: unlimited).
+        "remote.log.manager.copy.max.bytes.per.second": (1 << 63) - 1,
+        "remote.log.manager.copy.quota.window.num": 11,
+        "remote.log.manager.copy.quota.window.size.seconds": 1,
         # How often leadership is asked of the cluster between rounds (ours, not Kafka's).
         "leadership.poll.ms": 5_000,
     },
@@ -251,6 +255,9 @@ def _check_offload(offload: dict[str, Any]) -> None:
         "remote.log.manager.task.interval.ms",
         "remote.log.manager.copier.thread.pool.size",
         "leadership.poll.ms",
+        "remote.log.manager.copy.max.bytes.per.second",
+        "remote.log.manager.copy.quota.window.num",
+        "remote.log.manager.copy.quota.window.size.seconds",
     ):
         if offload[key] <= 0:
             raise ConfigError(f"offload.{key} must be positive, got {offload[key]!r}")

@@ -53,6 +53,7 @@ from rlmm.offload.expiry import Victim, off_lineage, plan_expiry
 from rlmm.offload.faults import KillPoints
 from rlmm.offload.metrics import OffloadMetrics
 from rlmm.offload.ownership import Ownership
+from rlmm.offload.quota import CopyQuota
 from rlmm.offload.segment_ops import OffloadEvent, SegmentOps
 from rlmm.offload.source import EpochStart, LocalSegment, LogSource, epoch_end_offsets
 
@@ -144,6 +145,7 @@ class RemoteLogManager:
         clock_ms: Callable[[], int] | None = None,
         kill_points: KillPoints | None = None,
         leftover_grace_s: float | None = None,
+        copy_quota: CopyQuota | None = None,
     ) -> None:
         if copier_concurrency <= 0:
             raise OffloadError(f"copier concurrency must be positive, got {copier_concurrency}")
@@ -165,6 +167,7 @@ class RemoteLogManager:
             self._clock_ms,
         )
         self._copy_slots = asyncio.Semaphore(copier_concurrency)
+        self.copy_quota = copy_quota if copy_quota is not None else CopyQuota()
         self._file_slots = asyncio.Semaphore(copier_concurrency + 2)
         self._task_interval_s = task_interval_s
         # Long enough for an old leader to learn it lost leadership and abandon its copy.
@@ -468,6 +471,10 @@ class RemoteLogManager:
                         tp, segment.name, desc.max_timestamp_ms,
                     )  # fmt: skip
                     return None
+                # As Kafka's copier thread does, a throttled copy waits holding its slot.
+                await self.copy_quota.reserve(
+                    segment.size_in_bytes, self.metrics.record_copy_throttle
+                )
                 try:
                     return await self._ops.copy(tp, desc)
                 except SegmentCopyError as e:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlmm.config import RlmmConfig
+from rlmm.offload.quota import UNLIMITED, CopyQuota
 from rlmm.offload.source import RetentionSettings
 
 INTERNAL_TOPICS = frozenset(
@@ -29,6 +30,9 @@ class OffloadSettings:
     copier_concurrency: int = 4
     verify_crc: bool = True
     leadership_poll_ms: int = 5_000
+    copy_max_bytes_per_second: int = UNLIMITED  # KIP-956, one budget for all partitions
+    copy_quota_window_num: int = 11
+    copy_quota_window_size_s: int = 1
     # Kafka client settings for the cluster (bootstrap.servers, security), when the
     # event log is not Kafka; empty: the event log's, or no cluster.
     cluster_client: Mapping[str, str] = field(default_factory=dict)
@@ -46,7 +50,20 @@ class OffloadSettings:
             copier_concurrency=int(section["remote.log.manager.copier.thread.pool.size"]),
             verify_crc=bool(section["verify.crc"]),
             leadership_poll_ms=int(section["leadership.poll.ms"]),
+            copy_max_bytes_per_second=int(section["remote.log.manager.copy.max.bytes.per.second"]),
+            copy_quota_window_num=int(section["remote.log.manager.copy.quota.window.num"]),
+            copy_quota_window_size_s=int(
+                section["remote.log.manager.copy.quota.window.size.seconds"]
+            ),
             cluster_client=dict(client),
+        )
+
+    def copy_quota(self) -> CopyQuota:
+        """The sidecar's one copy budget (KIP-956)."""
+        return CopyQuota(
+            self.copy_max_bytes_per_second,
+            window_num=self.copy_quota_window_num,
+            window_size_s=self.copy_quota_window_size_s,
         )
 
     def retention_for(self, topic: str) -> RetentionSettings:

@@ -40,7 +40,7 @@ from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.manager import AUTH_RETRY_S, TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
-from rlmm.offload.cluster import ClusterClient
+from rlmm.offload.cluster import ClusterClient, ClusterView
 from rlmm.offload.display import Display, Tally
 from rlmm.offload.errors import LeadershipError, OffloadError
 from rlmm.offload.health import NOT_STARTED, round_problem
@@ -113,6 +113,12 @@ class Sidecar:
         # led partition -> the cluster's leader epoch (-1: no cluster)
         self._led: dict[TopicIdPartition, int] = {}
         self._wake = asyncio.Event()  # the poll found a partition to lead: start a round now
+        # Partitions gained during a round do not wait for it: the poll leads them and
+        # starts a round of their own at once (Kafka's RLM runs each partition on its
+        # own); the round ends when these have ended too.
+        self._side: list[asyncio.Task[dict[TopicIdPartition, tuple[CopyResult, Any]]]] = []
+        self._gaining: set[TopicIdPartition] = set()
+        self._sources: dict[TopicIdPartition, LogDirSource] = {}
         self._skipped: dict[str, str] = {}
         self._configs_warned = False
         self._said_waiting: set[tuple[TopicIdPartition, str]] = set()
@@ -222,6 +228,7 @@ class Sidecar:
             ready_timeout_s=float(self.config.manager["ready_timeout_s"]),
             metrics=self.metrics,
             listener=self.display.event,
+            copy_quota=self.settings.copy_quota(),
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -292,6 +299,7 @@ class Sidecar:
                 for tp in gone:
                     self._led.pop(tp, None)
             found = now_found
+            self._sources = {s.topic_id_partition: s for s in sources}
             report.partitions = len(found)
             self._wake.clear()
             assignment = await self._assignment(sources, report)
@@ -304,8 +312,10 @@ class Sidecar:
                 self.metrics.partitions_led.set(0)
             if assignment is not None:
                 await self._lead(rlm, assignment, report)
-                self._round = asyncio.create_task(rlm.run_round(list(self._led)))
-                poll = asyncio.create_task(self._poll(rlm), name="rlmm-leadership-poll")
+                self._round = asyncio.create_task(self._run_round(rlm, report))
+                poll = asyncio.create_task(
+                    self._poll(rlm, report, in_round=True), name="rlmm-leadership-poll"
+                )
                 try:
                     results = await self._round
                 except asyncio.CancelledError:
@@ -327,12 +337,62 @@ class Sidecar:
             interval = self.settings.task_interval_ms / 1000
             if report.leadership_unknown is not None:
                 interval = min(interval, self.settings.leadership_poll_ms / 1000)
-            poll = asyncio.create_task(self._poll(rlm), name="rlmm-leadership-poll")
+            poll = asyncio.create_task(self._poll(rlm, report), name="rlmm-leadership-poll")
             try:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(_first(self._stop.wait(), self._wake.wait()), interval)
             finally:
                 await _cancel(poll)
+
+    async def _run_round(
+        self, rlm: RemoteLogManager, report: SidecarReport
+    ) -> dict[TopicIdPartition, tuple[CopyResult, Any]]:
+        """A round of the partitions led, and of those the poll gains meanwhile: it ends
+        when all have ended. Cancelled (a second signal), it abandons them all."""
+        results: dict[TopicIdPartition, tuple[CopyResult, Any]] = {}
+        self._side = [asyncio.create_task(rlm.run_round(list(self._led)), name="rlmm-round")]
+        try:
+            while self._side:
+                results.update(await self._side[0])
+                self._side.pop(0)
+        finally:
+            for task in self._side:
+                await _cancel(task)
+            self._side = []
+        return results
+
+    async def _gain(
+        self,
+        rlm: RemoteLogManager,
+        report: SidecarReport,
+        view: ClusterView,
+        gained: Sequence[TopicIdPartition],
+    ) -> dict[TopicIdPartition, tuple[CopyResult, Any]]:
+        """Lead ``gained`` (found by the poll during a round) and run their round now."""
+        try:
+            sources = [self._sources[tp] for tp in gained if tp in self._sources]
+            assignment = assign(sources, view, self.config.broker_id)
+            lead = [
+                s for s in assignment.lead if s.topic_id_partition.topic not in self._skipped
+            ]
+            self._say_waiting(assignment.waiting, keep=True)
+            if not lead:
+                return {}
+            try:
+                await rlm.on_leadership_changes(lead, [], start_tasks=False)
+                wanted = await self._drop_foreign(rlm, {s.topic_id_partition for s in lead})
+            except Exception as e:  # the next round's assignment leads them again
+                log.error("leading %s failed (tried again next round): %s",
+                          ", ".join(map(str, gained)), e)  # fmt: skip
+                return {}
+            led = {tp: assignment.epochs.get(tp, -1) for tp in wanted}
+            self._changed(led, dict(self._led))
+            self._led.update(led)
+            report.led = len(self._led)
+            self.metrics.partitions_led.set(len(self._led))
+            return await rlm.run_round(list(led))
+        finally:
+            self._gaining -= set(gained)
 
     async def _assignment(
         self, sources: Sequence[LogDirSource], report: SidecarReport
@@ -408,6 +468,20 @@ class Sidecar:
         follow = [*assignment.follow, *assignment.waiting]
         follow += [tp for tp in self._led if tp not in wanted]
         await rlm.on_leadership_changes(lead, follow, start_tasks=False)
+        wanted = await self._drop_foreign(rlm, wanted)
+        led = {tp: assignment.epochs.get(tp, -1) for tp in wanted}
+        self._changed(led, self._led, with_released=True)
+        self._say_waiting(assignment.waiting)
+        self._led = led
+        report.led = len(led)
+        self.metrics.partitions_led.set(len(led))
+        self.metrics.partitions_waiting.set(len(assignment.waiting))
+
+    async def _drop_foreign(
+        self, rlm: RemoteLogManager, wanted: set[TopicIdPartition]
+    ) -> set[TopicIdPartition]:
+        """``wanted`` minus the topics whose metadata holds segments rlmm did not write
+        (those are skipped for good, and abandoned)."""
         for tp in wanted:
             foreign = await rlm.foreign_segments(tp)
             if foreign:
@@ -422,35 +496,46 @@ class Sidecar:
         dropped = [tp for tp in wanted if tp.topic in self._skipped]
         if dropped:
             await rlm.abandon(dropped)
-        led = {
-            tp: assignment.epochs.get(tp, -1) for tp in wanted if tp.topic not in self._skipped
-        }
-        changes = len(set(led) ^ set(self._led)) + sum(
-            1 for tp in led if tp in self._led and led[tp] != self._led[tp]
-        )
+        return {tp for tp in wanted if tp.topic not in self._skipped}
+
+    def _changed(
+        self,
+        led: Mapping[TopicIdPartition, int],
+        before: Mapping[TopicIdPartition, int],
+        *,
+        with_released: bool = False,
+    ) -> None:
+        """Count and say the leadership changes from ``before`` to ``led`` (partitions
+        gained, or led at a new epoch; released too, when ``led`` is the whole set)."""
+        gained = sorted(str(tp) for tp in set(led) - set(before))
+        released = sorted(str(tp) for tp in set(before) - set(led)) if with_released else []
+        changes = len(gained) + len(released)
+        changes += sum(1 for tp in led if tp in before and led[tp] != before[tp])
         if changes:
             self.metrics.leadership_changes.inc(changes)
-            gained = sorted(str(tp) for tp in set(led) - set(self._led))
-            released = sorted(str(tp) for tp in set(self._led) - set(led))
-            if self._cluster is not None and (gained or released):
-                log.info(
-                    "leading %d partitions%s%s", len(led),
-                    f"; now leading {', '.join(gained)}" if gained else "",
-                    f"; no longer leading {', '.join(released)}" if released else "",
-                )  # fmt: skip
-        for tp, why in assignment.waiting.items():
-            if (tp, why) not in self._said_waiting:  # once per partition and epoch
-                log.info("%s: waiting to lead: %s", tp, why)
-        self._said_waiting = set(assignment.waiting.items())
-        self._led = led
-        report.led = len(led)
-        self.metrics.partitions_led.set(len(led))
-        self.metrics.partitions_waiting.set(len(assignment.waiting))
+        if self._cluster is not None and (gained or released):
+            total = len(led) if with_released else len(set(led) | set(before))
+            log.info(
+                "leading %d partitions%s%s", total,
+                f"; now leading {', '.join(gained)}" if gained else "",
+                f"; no longer leading {', '.join(released)}" if released else "",
+            )  # fmt: skip
 
-    async def _poll(self, rlm: RemoteLogManager) -> None:
+    def _say_waiting(self, waiting: Mapping[TopicIdPartition, str], *, keep: bool = False) -> None:
+        """Say once per partition and epoch why a partition led is not led yet."""
+        for tp, why in waiting.items():
+            if (tp, why) not in self._said_waiting:
+                log.info("%s: waiting to lead: %s", tp, why)
+        said = set(waiting.items())
+        self._said_waiting = self._said_waiting | said if keep else said
+
+    async def _poll(
+        self, rlm: RemoteLogManager, report: SidecarReport, *, in_round: bool = False
+    ) -> None:
         """Ask the cluster for leadership every leadership.poll.ms: a partition led by
         another broker now is abandoned at once (its copy in flight deleted); one this
-        broker now leads wakes the sidecar for a round; unknown leadership stops all."""
+        broker now leads is led at once and gets its own round when ``in_round`` (else it
+        wakes the sidecar for a round); unknown leadership stops all."""
         if self._cluster is None:
             return
         interval = self.settings.leadership_poll_ms / 1000
@@ -483,8 +568,16 @@ class Sidecar:
                 and state.leader == self.config.broker_id
                 and tp.topic not in view.kafka_tiered
                 and tp.topic not in self._skipped
+                and tp not in self._gaining
             ]
-            if gained:
+            if gained and in_round and not self._stop.is_set() and self._side:
+                # Its own task, never the poll's: cancelling the poll at the round's end
+                # must not cut a gain in half; the round awaits it.
+                self._gaining |= set(gained)
+                self._side.append(
+                    asyncio.create_task(self._gain(rlm, report, view, gained), name="rlmm-gain")
+                )
+            elif gained:
                 self._wake.set()
 
     def _count_failures(
