@@ -42,7 +42,7 @@ from rlmm.manager import AUTH_RETRY_S, TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
 from rlmm.offload.cluster import ClusterClient, ClusterView
 from rlmm.offload.display import Display, Tally
-from rlmm.offload.errors import LeadershipError, OffloadError
+from rlmm.offload.errors import ForeignSegmentError, LeadershipError, OffloadError
 from rlmm.offload.health import NOT_STARTED, round_problem
 from rlmm.offload.leadership import (
     Assignment,
@@ -56,6 +56,7 @@ from rlmm.offload.logdir import LogDirSource, log_dir_problem, scan_log_dirs
 from rlmm.offload.manager import CopyResult, RemoteLogManager
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
 from rlmm.offload.settings import OffloadSettings
+from rlmm.offload.source import RetentionSettings
 
 log = logging.getLogger(__name__)
 # Loopback unless told otherwise: a scrape from another host needs --metrics-host.
@@ -119,6 +120,9 @@ class Sidecar:
         self._side: list[asyncio.Task[dict[TopicIdPartition, tuple[CopyResult, Any]]]] = []
         self._gaining: set[TopicIdPartition] = set()
         self._sources: dict[TopicIdPartition, LogDirSource] = {}
+        # topic -> its settings and where each came from (as last resolved and logged)
+        self._effective: dict[str, tuple[RetentionSettings, dict[str, str]]] = {}
+        self._deleted_on_disable: set[TopicIdPartition] = set()
         self._skipped: dict[str, str] = {}
         self._configs_warned = False
         self._said_waiting: set[tuple[TopicIdPartition, str]] = set()
@@ -291,7 +295,10 @@ class Sidecar:
         warned: set[str] = set()
         found: set[TopicIdPartition] = set()
         while not self._stop.is_set():
-            sources = await asyncio.to_thread(scan_log_dirs, self.log_dirs, self.settings, warned)
+            disabled: list[LogDirSource] = []
+            sources = await asyncio.to_thread(
+                scan_log_dirs, self.log_dirs, self.settings, warned, disabled
+            )
             now_found = {s.topic_id_partition for s in sources}
             gone = found - now_found
             if gone:
@@ -299,10 +306,16 @@ class Sidecar:
                 for tp in gone:
                     self._led.pop(tp, None)
             found = now_found
-            self._sources = {s.topic_id_partition: s for s in sources}
             report.partitions = len(found)
             self._wake.clear()
-            assignment = await self._assignment(sources, report)
+            view = await self._view([*sources, *disabled], report)
+            assignment = None
+            if not isinstance(view, _Unknown):
+                sources = self._settle(sources, disabled, view)
+                assignment = self._assignment(sources, view)
+                await self._delete_disabled(rlm, disabled, view)
+            # what the poll may lead before the next round: the topics still offloaded
+            self._sources = {s.topic_id_partition: s for s in sources}
             results: dict[TopicIdPartition, tuple[CopyResult, Any]] = {}
             if assignment is None and self._led:
                 await rlm.abandon(list(self._led))
@@ -394,16 +407,15 @@ class Sidecar:
         finally:
             self._gaining -= set(gained)
 
-    async def _assignment(
+    async def _view(
         self, sources: Sequence[LogDirSource], report: SidecarReport
-    ) -> Assignment | None:
-        """This round's split of ``sources``; None (and nothing led) when leadership
-        cannot be learned. A replicated partition over a metadata log other brokers
-        cannot share raises LeadershipError (the sidecar stops)."""
+    ) -> ClusterView | _Unknown | None:
+        """The cluster's view of ``sources``' topics; None without a cluster; _UNKNOWN
+        (nothing is led this round) when leadership cannot be learned."""
         if self._cluster is None:
             report.leadership_unknown = None
             self.metrics.leadership_known.set(1)
-            return lead_all(sources)
+            return None
         try:
             view = await self._cluster.view({s.topic_id_partition.topic for s in sources})
         except LeadershipError as e:
@@ -411,7 +423,7 @@ class Sidecar:
                 log.error("leadership unknown, nothing is copied or expired: %s", e)
             report.leadership_unknown = str(e)
             self.metrics.leadership_known.set(0)
-            return None
+            return _UNKNOWN
         if report.leadership_unknown is not None:
             log.info("leadership learned again from the cluster at %s", self._cluster.bootstrap)
         report.leadership_unknown = None
@@ -421,9 +433,104 @@ class Sidecar:
             log.warning(
                 "the cluster at %s denies DescribeConfigs to this sidecar: topics the cluster"
                 " tiers itself are known only by segments rlmm did not write in their"
-                " metadata (grant DESCRIBE_CONFIGS on the topics and the cluster)",
+                " metadata, and the topics' configs are rlmm's alone (grant"
+                " DESCRIBE_CONFIGS on the topics and the cluster)",
                 self._cluster.bootstrap,
             )
+        return view
+
+    def _settle(
+        self,
+        sources: Sequence[LogDirSource],
+        disabled: list[LogDirSource],
+        view: ClusterView | None,
+    ) -> list[LogDirSource]:
+        """Give each source its topic's settings this round (rlmm's config and the
+        cluster's topic configs, ``OffloadSettings.effective``), saying each change;
+        the sources of topics the cluster turned off (``remote.storage.enable=false``
+        set on the topic) move to ``disabled``. The sources still offloaded."""
+        settled: dict[str, RetentionSettings] = {}
+        quiet = {s.topic_id_partition.topic for s in disabled}
+        for source in [*sources, *disabled]:
+            topic = source.topic_id_partition.topic
+            if view is not None and topic in view.kafka_tiered:
+                continue  # never touched: assign() says so
+            if topic not in settled:
+                configs = view.topic_configs.get(topic) if view is not None else None
+                settled[topic] = self._resolve(topic, configs, quiet=topic in quiet)
+            source.set_retention(settled[topic])
+        kept = [s for s in sources if s.retention().remote_storage_enable]
+        disabled += [s for s in sources if not s.retention().remote_storage_enable]
+        return kept
+
+    def _resolve(
+        self, topic: str, configs: Mapping[str, str] | None, *, quiet: bool = False
+    ) -> RetentionSettings:
+        """``topic``'s effective settings; a change from the last round is logged
+        (``quiet``: a topic rlmm does not offload, only its first sight is not)."""
+        try:
+            effective, origins = self.settings.effective(topic, configs)
+        except ConfigError as e:
+            log.error("topic %s: %s; following rlmm's config alone", topic, e)
+            effective, origins = self.settings.effective(topic, None)
+        before = self._effective.get(topic)
+        self._effective[topic] = (effective, origins)
+        if before is None and quiet:
+            return effective
+        if before is None:
+            from_cluster = [n for n, o in origins.items() if o == "cluster"]
+            if from_cluster:
+                log.info("topic %s follows the cluster's %s", topic, ", ".join(
+                    f"{n}={_kafka_value(effective, n)}" for n in from_cluster))  # fmt: skip
+            return effective
+        changed = [n for n in origins if _kafka_value(effective, n) != _kafka_value(before[0], n)]
+        for name in changed:
+            log.info(
+                "topic %s: %s = %s (was %s), from %s%s", topic, name,
+                _kafka_value(effective, name), _kafka_value(before[0], name),
+                "the cluster's topic config" if origins[name] == "cluster" else origins[name],
+                _CONSEQUENCE.get((name, _kafka_value(effective, name)), ""),
+            )  # fmt: skip
+        return effective
+
+    async def _delete_disabled(
+        self, rlm: RemoteLogManager, disabled: Sequence[LogDirSource], view: ClusterView | None
+    ) -> None:
+        """KIP-950: a topic with remote.storage.enable=false and
+        remote.log.delete.on.disable=true loses its remote data: the partitions this
+        broker leads are deleted (segments, then the partition's metadata), once."""
+        wanted = [s for s in disabled if s.retention().remote_log_delete_on_disable]
+        if not wanted:
+            return
+        led = lead_all(wanted) if view is None else assign(wanted, view, self.config.broker_id)
+        for source in led.lead:
+            tp = source.topic_id_partition
+            if tp in self._deleted_on_disable or tp.topic in self._skipped:
+                continue
+            try:
+                deleted = await rlm.delete_partition(tp, only_if_tiered=True)
+            except ForeignSegmentError as e:
+                self._skip(tp.topic, "foreign-segments", str(e))
+                continue
+            except Exception as e:  # tried again next round
+                log.error("%s: deleting its remote data failed: %s", tp, e)
+                continue
+            self._deleted_on_disable.add(tp)
+            if deleted:
+                log.info(
+                    "%s: deleted its %d remote segments and their metadata"
+                    " (remote.storage.enable=false, remote.log.delete.on.disable=true)",
+                    tp, deleted,
+                )  # fmt: skip
+
+    def _assignment(
+        self, sources: Sequence[LogDirSource], view: ClusterView | None
+    ) -> Assignment:
+        """This round's split of ``sources`` by ``view`` (None: no cluster, lead all). A
+        replicated partition over a metadata log other brokers cannot share raises
+        LeadershipError (the sidecar stops)."""
+        if view is None:
+            return lead_all(sources)
         assignment = assign(sources, view, self.config.broker_id)
         kind = self.config.event_log_options().get("type", "file")
         if assignment.replicated and kind != "kafka":
@@ -569,6 +676,7 @@ class Sidecar:
                 and tp.topic not in view.kafka_tiered
                 and tp.topic not in self._skipped
                 and tp not in self._gaining
+                and tp in self._sources
             ]
             if gained and in_round and not self._stop.is_set() and self._side:
                 # Its own task, never the poll's: cancelling the poll at the round's end
@@ -610,6 +718,27 @@ class Sidecar:
         for p, end in ends.items():
             self.metrics.event_log_lag.labels(str(p)).set(max(0, end - 1 - applied[p]))
         return self.metrics.readiness.metadata_problem(applied, ends)
+
+
+class _Unknown:
+    """Leadership could not be learned this round."""
+
+
+_UNKNOWN = _Unknown()
+# What a KIP-950 change means, said with it.
+_CONSEQUENCE = {
+    ("remote.log.copy.disable", "true"): ": copying stops; the remote data stays readable"
+    " and keeps expiring",
+    ("remote.log.copy.disable", "false"): ": copying resumes",
+    ("remote.storage.enable", "false"): ": no longer offloaded (remote data deleted only with"
+    " remote.log.delete.on.disable=true)",
+}
+
+
+def _kafka_value(settings: RetentionSettings, name: str) -> str:
+    """``settings``' value of the Kafka setting ``name``, as Kafka writes it."""
+    value = getattr(settings, name.replace(".", "_"))
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def dump_tasks() -> None:
