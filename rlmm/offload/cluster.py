@@ -142,7 +142,11 @@ class ClusterClient:
         if self._closed:
             raise LeadershipError("the cluster client is closed")
         try:
-            return await asyncio.wait_for(self._view(sorted(topics)), self.timeout_s)
+            view = await asyncio.wait_for(self._view(sorted(topics)), self.timeout_s)
+            # Python 3.11's wait_for returns the result, swallowing a cancellation that
+            # came as the answer did: the caller's cancellation still wins.
+            _raise_if_cancelling(None)
+            return view
         except LeadershipError as e:
             _raise_if_cancelling(e)
             raise
@@ -172,6 +176,9 @@ class ClusterClient:
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+        # aiokafka's close() suppresses a CancelledError that reaches it while it waits
+        # for its metadata task: a cancellation that came meanwhile is raised here.
+        _raise_if_cancelling(None)
 
     async def _view(self, topics: list[str]) -> ClusterView:
         client = await self._connected()
@@ -273,7 +280,7 @@ def _built_in(entry: Any, version: int) -> bool:
     return bool(entry[3]) if version == 0 else entry[3] == _DEFAULT_CONFIG
 
 
-def _raise_if_cancelling(exc: BaseException) -> None:
+def _raise_if_cancelling(exc: BaseException | None) -> None:
     """aiokafka raises its own errors in place of CancelledError: a task being cancelled
     re-raises the cancellation instead of reading them as a failure of the cluster."""
     task = asyncio.current_task()

@@ -89,7 +89,7 @@ class OffloadSettings:
         for name in OFFLOAD_TOPIC_SETTINGS:
             if name in own:
                 values[name], origins[name] = own[name], f"offload.topics.{topic}"
-            elif cluster is not None and name in cluster and name != "remote.storage.enable":
+            elif cluster is not None and name in cluster:
                 values[name], origins[name] = _parse(name, cluster[name]), "cluster"
             else:
                 values[name], origins[name] = self.section[name], "offload"

@@ -35,7 +35,7 @@ from typing import Any
 
 from eventlog import EventLog
 from eventlog.errors import EventLogAuthError, EventLogConfigError
-from rlmm.config import RlmmConfig
+from rlmm.config import OFFLOAD_TOPIC_SETTINGS, RlmmConfig
 from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.manager import AUTH_RETRY_S, TopicBasedRemoteLogMetadataManager
@@ -170,7 +170,8 @@ class Sidecar:
     def _cluster_client(self, event_log: EventLog) -> ClusterClient | None:
         """The client that asks the cluster for leadership, or None without a cluster."""
         poll_s = self.settings.leadership_poll_ms / 1000
-        timeout_s = max(2.0, min(10.0, poll_s * 2))
+        # a loaded cluster may take seconds to answer; a poll waits at most this long
+        timeout_s = max(5.0, min(10.0, poll_s * 2))
         settings = getattr(event_log, "client_settings", None)
         if settings is not None:
             return ClusterClient(settings(), self.config.broker_id, timeout_s=timeout_s)
@@ -648,10 +649,12 @@ class Sidecar:
         interval = self.settings.leadership_poll_ms / 1000
         while True:
             await asyncio.sleep(interval)
+            _raise_if_cancelling()  # a cancellation a library swallowed ends the poll
             topics = {tp.topic for tp in self._led} | {tp.topic for tp in rlm.followers}
             try:
                 view = await self._cluster.view(topics)
             except LeadershipError as e:
+                _raise_if_cancelling()
                 if self._led:
                     log.error("leadership unknown: abandoning every partition: %s", e)
                     self.metrics.leadership_known.set(0)
@@ -720,6 +723,14 @@ class Sidecar:
         return self.metrics.readiness.metadata_problem(applied, ends)
 
 
+def _raise_if_cancelling() -> None:
+    """Raise CancelledError if this task is being cancelled: aiokafka and Python 3.11's
+    wait_for can swallow a cancellation, and a loop that goes on after that never ends."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError()
+
+
 class _Unknown:
     """Leadership could not be learned this round."""
 
@@ -741,6 +752,72 @@ def _kafka_value(settings: RetentionSettings, name: str) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+@dataclass
+class TopicPlan:
+    """One topic of a dry run: its partitions here, how many this broker leads, and
+    each setting's effective value with where it came from."""
+
+    topic: str
+    partitions: int
+    led: int
+    offloaded: bool
+    settings: dict[str, tuple[str, str]]  # Kafka name -> (value, origin)
+    skipped: str | None = None  # why the sidecar never touches it
+
+
+@dataclass
+class SidecarPlan:
+    """What a round would do with which settings (``rlmm offload --dry-run``)."""
+
+    node_id: int
+    leadership: str
+    topics: list[TopicPlan] = field(default_factory=list)
+    leadership_unknown: str | None = None
+
+
+async def plan_sidecar(config: RlmmConfig, log_dirs: Sequence[Path]) -> SidecarPlan:
+    """Scan ``log_dirs``, ask the cluster (leadership, topic configs) and resolve each
+    topic's settings, changing nothing: no metadata is read or written, nothing is
+    copied or deleted."""
+    sidecar = Sidecar(config, log_dirs, once=True, display=Display(rich=False))
+    plan = SidecarPlan(sidecar.config.broker_id, sidecar.leadership_source())
+    event_log = open_event_log(sidecar.config)
+    cluster = sidecar._cluster_client(event_log)
+    sidecar._cluster = cluster
+    try:
+        disabled: list[LogDirSource] = []
+        sources = await asyncio.to_thread(
+            scan_log_dirs, sidecar.log_dirs, sidecar.settings, set(), disabled
+        )
+        report = SidecarReport()
+        view = await sidecar._view([*sources, *disabled], report)
+        if isinstance(view, _Unknown):
+            plan.leadership_unknown = report.leadership_unknown
+            view = None
+        kept = sidecar._settle(sources, disabled, view)
+        assignment = sidecar._assignment(kept, view) if view is not None else lead_all(kept)
+        led = {s.topic_id_partition for s in assignment.lead}
+        if plan.leadership_unknown is not None:
+            led = set()
+        by_topic: dict[str, list[LogDirSource]] = {}
+        for source in [*kept, *disabled]:
+            by_topic.setdefault(source.topic_id_partition.topic, []).append(source)
+        for topic, group in sorted(by_topic.items()):
+            effective, origins = sidecar._effective.get(topic, (group[0].retention(), {}))
+            plan.topics.append(TopicPlan(
+                topic, len(group), sum(1 for s in group if s.topic_id_partition in led),
+                offloaded=any(s in kept for s in group),
+                settings={n: (_kafka_value(effective, n), origins.get(n, "offload"))
+                          for n in OFFLOAD_TOPIC_SETTINGS},
+                skipped=sidecar._skipped.get(topic),
+            ))  # fmt: skip
+        return plan
+    finally:
+        if cluster is not None:
+            await cluster.close()
+        await event_log.close()
+
+
 def dump_tasks() -> None:
     """Log where every asyncio task of the process waits (SIGUSR1: a stuck sidecar says
     what it is stuck on, without a debugger)."""
@@ -759,7 +836,12 @@ async def _cancel(task: asyncio.Task[Any], timeout_s: float = 60.0) -> None:
     task.cancel()
     done, _ = await asyncio.wait([task], timeout=timeout_s)
     if not done:
-        log.error("task %s did not end within %gs of its cancellation", task.get_name(), timeout_s)
+        import io
+
+        where = io.StringIO()
+        task.print_stack(file=where)
+        log.error("task %s did not end within %gs of its cancellation; it waits at:\n%s",
+                  task.get_name(), timeout_s, where.getvalue())  # fmt: skip
 
 
 async def _first(*aws: Any) -> None:
@@ -802,4 +884,12 @@ async def run_sidecar(
     ).run()
 
 
-__all__ = ["DEFAULT_METRICS_HOST", "Sidecar", "SidecarReport", "run_sidecar"]
+__all__ = [
+    "DEFAULT_METRICS_HOST",
+    "Sidecar",
+    "SidecarPlan",
+    "SidecarReport",
+    "TopicPlan",
+    "plan_sidecar",
+    "run_sidecar",
+]
