@@ -408,6 +408,9 @@ class RemoteLogManager:
         async with leader.lock:
             if not self.rlmm.is_ready(tp):
                 return result  # Kafka skips the run while the RLMM catches up
+            if leader.source.retention().remote_log_copy_disable:
+                self.metrics.set_copy_lag(tp, 0, 0)
+                return result  # KIP-950: nothing copied; expiration still runs
             self.metrics.partition_rounds.labels("copy").inc()
             view = await run_blocking(self._file_slots, _view, leader.source)
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
@@ -630,11 +633,12 @@ class RemoteLogManager:
 
     # ---- partition deletion ------------------------------------------------------------------
 
-    async def delete_partition(self, tp: TopicIdPartition) -> int:
+    async def delete_partition(self, tp: TopicIdPartition, *, only_if_tiered: bool = False) -> int:
         """Delete every remote segment of ``tp``, then mark the partition deleted (returns count).
 
         Goes DELETE_PARTITION_MARKED -> STARTED -> (segments) -> FINISHED; a rerun after
-        a crash resumes where the states say.
+        a crash resumes where the states say. ``only_if_tiered``: a partition with no
+        remote segment and no deletion begun gets no event at all.
         """
         self._check_open()
         leader = self._leaders.get(tp)
@@ -646,6 +650,8 @@ class RemoteLogManager:
         state = self.rlmm.remote_partition_delete_state(tp)
         current = None if state is None else state.state
         if current == P.DELETE_PARTITION_FINISHED:
+            return 0
+        if only_if_tiered and current is None and not self.rlmm.list_remote_log_segments(tp):
             return 0
         foreign = await self.foreign_segments(tp)
         if foreign:
