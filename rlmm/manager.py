@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from eventlog import EventLog, EventLogClosedError, EventLogError, OffsetBeforeLogStartError
 from eventlog.errors import EventLogAuthError
-from rlmm.cache import RemoteLogMetadataCache
+from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
 from rlmm.codec import decode, encode
 from rlmm.errors import (
     CodecError,
@@ -36,7 +36,6 @@ from rlmm.errors import (
     RemoteStorageTimeoutError,
     SnapshotBlockError,
 )
-from rlmm.metadata_store import RemotePartitionMetadataStore
 from rlmm.model import (
     RemoteLogMetadata,
     RemoteLogSegmentMetadata,
