@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rlmm", "eventlog", "snapshot", "remote")
 OUTER = ("rlmm.offload", "rlmm.spark", "rlmm.cli")
 # (importer, imported) pairs of the outer layer that are allowed.
-OUTER_ALLOWED = {("rlmm.cli", "rlmm.offload"), ("rlmm.demo", "rlmm.offload")}
+OUTER_ALLOWED = {("rlmm.cli", "rlmm.offload")}
 
 
 def imports_of(path: Path) -> set[str]:
