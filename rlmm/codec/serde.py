@@ -33,7 +33,7 @@ import struct
 from types import MappingProxyType
 from typing import Final, NoReturn
 
-from rlmm.codec import build
+import rlmm.codec.build as build
 from rlmm.codec._wire import (
     MAX_STRING_LENGTH,
     encode_uvarint,
