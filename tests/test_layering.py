@@ -86,7 +86,6 @@ def test_model_and_errors_import_nothing_of_the_project() -> None:
     assert loaded.split() == ["rlmm", "rlmm.errors", "rlmm.model"]
 
 
-MANAGER_ALSO = ("rlmm.snapshotting", "eventlog")  # the manager's snapshots and its event log
 CORE_MODULES = {
     # rlmm.base (the RemoteLogMetadataManager ABC) can be imported by anyone
     "base.py": LEAF,
@@ -99,7 +98,8 @@ CORE_MODULES = {
         "rlmm.codec",
         "rlmm.cache",
         "rlmm.partitioning",
-        *MANAGER_ALSO,
+        "rlmm.snapshotting",
+        "eventlog",
     ),
 }
 

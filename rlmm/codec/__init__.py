@@ -1,9 +1,9 @@
 """Kafka's RemoteLogMetadataSerde: ``encode(event)`` and ``decode(data)``, byte for byte.
 
 Invariant: this package imports nothing of the cache; its public surface is this
-module's ``__all__`` and the ``build`` module (trusted builders of model instances,
-which the cache shares). ``serde`` holds the record layouts, ``_wire`` the flexible-
-version primitives.
+module's ``__all__`` (``serde``'s names and the fast-path flags) and the ``build``
+module (trusted builders of model instances, which the cache shares). ``serde`` holds
+the record layouts, ``_wire`` the flexible-version primitives.
 """
 
 from __future__ import annotations

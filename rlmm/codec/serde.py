@@ -509,15 +509,3 @@ def _decode_delete(data: bytes, pos: int) -> tuple[RemotePartitionDeleteMetadata
     tp = build.topic_id_partition(uuid_from_int(topic_id), name, partition)
     return build.partition_delete(tp, state, event_ts, broker_id), pos
 
-
-__all__ = [
-    "FRAME_VERSION",
-    "HIGHEST_READ_VERSION",
-    "PARTITION_DELETE_METADATA_API_KEY",
-    "SEGMENT_METADATA_API_KEY",
-    "SEGMENT_METADATA_SNAPSHOT_API_KEY",
-    "SEGMENT_METADATA_UPDATE_API_KEY",
-    "WRITE_VERSION",
-    "decode",
-    "encode",
-]
