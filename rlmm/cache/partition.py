@@ -1,10 +1,10 @@
 """Per-partition remote log metadata cache (Kafka's RemoteLogMetadataCache), columnar.
 
 Invariant: the segments live as rows of one :class:`SegmentColumns`; each leader epoch
-has a :class:`RemoteLogLeaderEpochState` (its invariant: ``_state``), and
+has a :class:`RemoteLogLeaderEpochState` (its own invariant is in ``_state``), and
 ``total_size_bytes`` always equals the summed size of all segments, so size queries are
-O(1). State changes go through the two public writers, which check the
-transition first and change nothing when it is illegal. RemoteLogSegmentMetadata objects
+O(1). State changes go through the two public writers, which check the transition
+first and change nothing when it is illegal. RemoteLogSegmentMetadata objects
 exist only when a read returns one: a small per-partition memo hands back the same
 object for a segment read again (a consumer reads one segment many times) until the
 segment changes. A cache decoded from a block reads that block's bytes in place until
