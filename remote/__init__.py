@@ -1,5 +1,10 @@
 """Remote storage (KIP-405 RemoteStorageManager: local dir, S3) and Kafka segment files.
 
+Where things live: ``storage`` (the RSM ABC and Kafka's API types), ``naming``,
+``manifest`` and ``streams`` (what every backend shares), one module per backend
+(``local``, ``s3``), ``layouts/`` (the read side of every layout), ``registry`` (every
+``remote.type`` and the factories), ``segments/`` (Kafka's segment files).
+
 Invariant: ``remote`` imports no sibling package except ``rlmm.model`` / ``rlmm.errors``;
 backends (``LocalRemoteStorageManager``, ``S3RemoteStorageManager``, which loads boto3)
 and the ``remote.segments`` names load on first use, so ``import remote`` stays cheap.
@@ -21,13 +26,9 @@ from remote.errors import (
     RemoteStorageUnavailableError,
     SegmentFormatError,
 )
-from remote.storage import (
-    IndexType,
-    LogSegmentData,
-    RemoteStorageManager,
-    SegmentManifest,
-    load_remote_storage_manager,
-)
+from remote.manifest import SegmentManifest
+from remote.registry import load_remote_storage_manager
+from remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
 # Names of remote.segments re-exported here (resolved lazily by __getattr__ below).
 _SEGMENT_NAMES = (

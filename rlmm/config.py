@@ -22,11 +22,11 @@ from types import MappingProxyType
 from typing import Any
 
 from eventlog import EVENT_LOG_TYPES, EventLogConfigError, known_options
-from remote.layouts import check_remote_options
+from remote.registry import check_remote_options
 from rlmm.errors import ConfigError
 
 # Sections whose keys we validate ourselves; the [remote] keys are checked against the
-# configured backend's own (remote.layouts.check_remote_options), the [eventlog] keys
+# configured backend's own (remote.registry.check_remote_options), the [eventlog] keys
 # against its event log type's (eventlog.known_options), both in _validate.
 DEFAULTS: dict[str, Any] = {
     "broker_id": 0,
