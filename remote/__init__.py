@@ -27,7 +27,7 @@ from remote.errors import (
     SegmentFormatError,
 )
 from remote.manifest import SegmentManifest
-from remote.registry import load_remote_storage_manager
+from remote.registry import REMOTE_TYPES, load_remote_storage_manager
 from remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
 # Names of remote.segments re-exported here (resolved lazily by __getattr__ below).
@@ -74,14 +74,10 @@ _SEGMENT_NAMES = (
 
 
 def __getattr__(name: str) -> Any:
-    if name == "LocalRemoteStorageManager":
-        from remote.local import LocalRemoteStorageManager
-
-        return LocalRemoteStorageManager
-    if name == "S3RemoteStorageManager":
-        from remote.s3 import S3RemoteStorageManager
-
-        return S3RemoteStorageManager
+    # Backends load on first use (s3 pulls in boto3), through the registry.
+    for entry in REMOTE_TYPES.values():
+        if entry.storage_manager is not None and entry.storage_manager.endswith(f":{name}"):
+            return entry.storage_manager_class()
     if not name.startswith("_"):
         # Any public name of remote.segments, including ones added after this list.
         import remote.segments as segments

@@ -43,6 +43,9 @@ class RemoteType:
     # An object-name ending only this layout writes: tells a misconfigured type from a
     # store that is merely empty or foreign.
     signature: str = ""
+    # Settings that are local filesystem paths (made absolute before they travel to
+    # another process, such as a Spark executor).
+    paths: tuple[str, ...] = ()
 
     @property
     def read_only(self) -> bool:
@@ -83,6 +86,7 @@ REMOTE_TYPES: Mapping[str, RemoteType] = {
             "remote.layouts.rlmm:RlmmLayout",
             "remote.local:LocalRemoteStorageManager",
             ".leader-epoch-checkpoint",
+            paths=("root",),
         ),
         RemoteType(
             "s3",
@@ -94,6 +98,7 @@ REMOTE_TYPES: Mapping[str, RemoteType] = {
             "local-tiered-storage",
             "remote.layouts.local_tiered_storage:LocalTieredStorageLayout",
             signature=".leader_epoch_checkpoint",
+            paths=("dir",),
         ),
         RemoteType(
             "aiven-s3",
