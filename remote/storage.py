@@ -2,8 +2,10 @@
 
 ``IndexType``, ``LogSegmentData`` and ``RemoteStorageManager`` are Kafka's (in snake_case);
 ``RemoteObject`` and ``MultipartUpload`` are the inventory an operator's tools compare
-with the metadata. Backends are ``remote.local`` and ``remote.s3``; ``remote.registry``
-builds the configured one.
+with the metadata. ``RemoteReader`` is the read side that a RemoteStorageManager and a
+``remote.layouts.RemoteLayout`` (which reads a Kafka cluster's tier) both offer.
+Backends are ``remote.local`` and ``remote.s3``; ``remote.registry`` builds the
+configured one.
 
 Invariants:
 - this module imports no backend and nothing of rlmm but its model and errors (it is
@@ -26,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Self
 
 from remote.errors import RemoteStorageError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
@@ -110,10 +112,68 @@ class MultipartUpload:
     initiated_ms: int
 
 
-# --- the contract ----------------------------------------------------------------------
+# --- the contracts ---------------------------------------------------------------------
 
 
-class RemoteStorageManager(abc.ABC):
+class RemoteReader(abc.ABC):
+    """What every reader of stored segment copies offers, a RemoteStorageManager or a
+    RemoteLayout: ranged log fetches, whole indexes, and the inventory an operator's
+    tools compare with the metadata. Methods are synchronous and thread-safe."""
+
+    @abc.abstractmethod
+    def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        """Stream the segment's bytes from ``start_position`` to ``end_position`` (inclusive,
+        clamped to the end of the segment; None = to the end), as Kafka's fetchLogSegment.
+        The caller closes it."""
+
+    @abc.abstractmethod
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        """The whole index of ``index_type``, verified against what the writer recorded
+        (where it recorded something); RemoteResourceNotFoundError if absent."""
+
+    # --- inventory (not part of Kafka's interface: for verification and repair) ---------
+
+    @abc.abstractmethod
+    def list_objects(
+        self, topic_id_partition: TopicIdPartition | None = None
+    ) -> Iterator[RemoteObject]:
+        """Every object stored under one partition's directory, or under the whole root or
+        prefix, sorted by name (temp files of unpublished copies included)."""
+
+    @abc.abstractmethod
+    def open_object(self, name: str) -> BinaryIO:
+        """The stored bytes of object ``name`` as they are, unverified (the caller checks
+        them); RemoteResourceNotFoundError if absent. The caller closes the stream."""
+
+    def list_multipart_uploads(self) -> list[MultipartUpload]:
+        """Open multipart uploads under the prefix (object stores only; none by default)."""
+        return []
+
+    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
+        """Abort one open multipart upload (absent ones are fine)."""
+        raise RemoteStorageError(f"{self!r} has no multipart uploads to abort ({upload.name})")
+
+    def close(self) -> None:  # noqa: B027 - optional hook, backends override when they hold resources
+        """Release resources; idempotent."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class RemoteStorageManager(RemoteReader):
     """Kafka's RemoteStorageManager: copies segments to, and reads them from, remote storage.
 
     Methods are synchronous and thread-safe (the broker calls them from its copy,
@@ -132,62 +192,12 @@ class RemoteStorageManager(abc.ABC):
         """
 
     @abc.abstractmethod
-    def fetch_log_segment(
-        self,
-        metadata: RemoteLogSegmentMetadata,
-        start_position: int,
-        end_position: int | None = None,
-    ) -> BinaryIO:
-        """Stream the segment's bytes from ``start_position`` to ``end_position`` (inclusive,
-        clamped to the end of the segment; None = to the end). The caller closes it."""
-
-    @abc.abstractmethod
-    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        """The whole index of ``index_type``, verified; RemoteResourceNotFoundError if absent."""
-
-    @abc.abstractmethod
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Delete every object of the segment copy (idempotent: absent objects are fine)."""
-
-    # --- inventory (not part of Kafka's interface: for verification and repair) ---------
-
-    @abc.abstractmethod
-    def list_objects(
-        self, topic_id_partition: TopicIdPartition | None = None
-    ) -> Iterator[RemoteObject]:
-        """Every object stored under one partition's directory, or under the whole root or
-        prefix, sorted by name (temp files of unpublished copies included)."""
-
-    @abc.abstractmethod
-    def open_object(self, name: str) -> BinaryIO:
-        """The stored bytes of object ``name`` as they are, unverified (the caller checks
-        them); RemoteResourceNotFoundError if absent. The caller closes the stream."""
 
     @abc.abstractmethod
     def delete_objects(self, names: Iterable[str]) -> None:
         """Delete the named objects (absent ones are fine)."""
-
-    def list_multipart_uploads(self) -> list[MultipartUpload]:
-        """Open multipart uploads under the prefix (object stores only; none by default)."""
-        return []
-
-    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
-        """Abort one open multipart upload (absent ones are fine)."""
-        raise RemoteStorageError(f"{self!r} has no multipart uploads to abort ({upload.name})")
-
-    def close(self) -> None:  # noqa: B027 - optional hook, backends override when they hold resources
-        """Release resources; idempotent."""
-
-    def __enter__(self) -> RemoteStorageManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 # Names that lived here before object naming, the manifest, the verifying stream and
@@ -241,5 +251,6 @@ __all__ = [
     "LogSegmentData",
     "MultipartUpload",
     "RemoteObject",
+    "RemoteReader",
     "RemoteStorageManager",
 ]

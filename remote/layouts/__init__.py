@@ -25,14 +25,13 @@ configured one (``load_remote_layout``, also importable from here).
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any
 
-from remote.errors import InvalidRemotePathError, RemoteStorageError
+from remote.errors import InvalidRemotePathError
 from remote.naming import LOG_LABEL, ObjectName, index_label
-from remote.storage import IndexType, MultipartUpload, RemoteObject, RemoteStorageManager
+from remote.storage import IndexType, RemoteReader, RemoteStorageManager
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 
@@ -54,7 +53,7 @@ class SegmentObject:
     holds_log: bool = False
 
 
-class RemoteLayout(abc.ABC):
+class RemoteLayout(RemoteReader):
     """Reads one layout of segment copies: naming, fetching, inventory (thread-safe)."""
 
     type_name: str = ""  # the remote.type it reads
@@ -78,7 +77,7 @@ class RemoteLayout(abc.ABC):
         ``check_options`` checks them."""
         return frozenset()
 
-    @classmethod  # noqa: B027 - optional hook, only open-ended layouts check their own
+    @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
         """ConfigError, one line naming the key and the known ones, for a setting an
         open-ended layout does not take (``known_options`` is None)."""
@@ -108,33 +107,7 @@ class RemoteLayout(abc.ABC):
     def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
         """The name prefix of every object of one partition."""
 
-    # --- reading ------------------------------------------------------------------------
-
-    @abc.abstractmethod
-    def fetch_log_segment(
-        self,
-        metadata: RemoteLogSegmentMetadata,
-        start_position: int,
-        end_position: int | None = None,
-    ) -> BinaryIO:
-        """The segment's log bytes from ``start_position`` to ``end_position`` (inclusive,
-        clamped to the segment's end; None = to the end), as Kafka's fetchLogSegment."""
-
-    @abc.abstractmethod
-    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        """The whole index of ``index_type``; RemoteResourceNotFoundError if absent."""
-
-    # --- inventory ----------------------------------------------------------------------
-
-    @abc.abstractmethod
-    def list_objects(
-        self, topic_id_partition: TopicIdPartition | None = None
-    ) -> Iterator[RemoteObject]:
-        """Every object under the layout's root (or one partition's prefix), by name."""
-
-    @abc.abstractmethod
-    def open_object(self, name: str) -> BinaryIO:
-        """The stored bytes of ``name`` as they are; RemoteResourceNotFoundError if absent."""
+    # --- deleting (reading and the inventory: RemoteReader's) ---------------------------
 
     @abc.abstractmethod
     def _delete(self, names: list[str]) -> None:
@@ -159,27 +132,6 @@ class RemoteLayout(abc.ABC):
     def segment_object_names(self, metadata: RemoteLogSegmentMetadata) -> list[str]:
         """Every name a copy of ``metadata`` may have (no I/O: for deletes)."""
         return [self.log_object_name(metadata)]
-
-    def list_multipart_uploads(self) -> list[MultipartUpload]:
-        """Open multipart uploads under the root (object stores only; none by default)."""
-        return []
-
-    def abort_multipart_upload(self, upload: MultipartUpload) -> None:
-        raise RemoteStorageError(f"{self!r} has no multipart uploads to abort ({upload.name})")
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release resources; idempotent."""
-
-    def __enter__(self) -> RemoteLayout:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 # The registry's names, importable from here as they were before it existed; loaded on
