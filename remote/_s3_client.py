@@ -69,28 +69,23 @@ _TRANSIENT_BOTOCORE = (
 )
 
 
-# How a client talks to S3 unless the settings say otherwise.
-MAX_ATTEMPTS = 8
-RETRY_MODE = "adaptive"
-CONNECT_TIMEOUT = 10.0
-READ_TIMEOUT = 60.0
-
-
 @dataclass(frozen=True, slots=True)
 class S3ClientSettings:
     """How a client talks to S3 (validated by the backend that owns the client).
 
     The field names are the ``[remote]`` settings' names, so ``from_options`` reads
-    them from those settings or from a backend constructor's arguments alike.
+    them from those settings or from a backend constructor's arguments alike; the
+    defaults are how a client talks to S3 unless the settings say otherwise (``S3_DEFAULTS``,
+    which the backends' constructors take their defaults from).
     """
 
     endpoint_url: str | None = None
     region: str | None = None
     max_pool_connections: int = 4
-    max_attempts: int = MAX_ATTEMPTS
-    retry_mode: str = RETRY_MODE
-    connect_timeout: float = CONNECT_TIMEOUT
-    read_timeout: float = READ_TIMEOUT
+    max_attempts: int = 8
+    retry_mode: str = "adaptive"
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
     addressing_style: str | None = None
     # Explicit credentials or a named profile; None: boto3's default chain. Kept out of
     # repr so that no log or error message ever shows them.
@@ -114,6 +109,9 @@ class S3ClientSettings:
             connect_timeout=float(settings.connect_timeout),
             read_timeout=float(settings.read_timeout),
         )
+
+
+S3_DEFAULTS = S3ClientSettings()
 
 
 def make_client(settings: S3ClientSettings) -> S3Client:
@@ -297,10 +295,7 @@ class S3Calls:
 
 
 __all__ = [
-    "CONNECT_TIMEOUT",
-    "MAX_ATTEMPTS",
-    "READ_TIMEOUT",
-    "RETRY_MODE",
+    "S3_DEFAULTS",
     "S3Calls",
     "S3ClientSettings",
     "make_client",

@@ -2,7 +2,7 @@
 
 Invariants: an object appears under its final name only complete and fsynced (written
 to a temp file, fsynced, then hard-linked into place, which also refuses to replace an
-existing object: write-once); every path is built by ``remote.storage.object_name``
+existing object: write-once); every path is built by ``remote.naming.object_name``
 and checked to stay under the root; a failed copy removes what it created.
 """
 

@@ -19,15 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, BinaryIO
 
-from remote._s3_client import (
-    CONNECT_TIMEOUT,
-    MAX_ATTEMPTS,
-    READ_TIMEOUT,
-    RETRY_MODE,
-    S3Calls,
-    S3ClientSettings,
-    make_client,
-)
+from remote._s3_client import S3_DEFAULTS, S3Calls, S3ClientSettings, make_client
 from remote._s3_upload import CRC_METADATA_KEY, MIN_PART_SIZE, SegmentUploader, UploadSettings
 from remote.errors import RemoteIntegrityError, RemoteResourceNotFoundError, RemoteStorageError
 from remote.manifest import ObjectChecksum, SegmentManifest, verify_object
@@ -98,7 +90,7 @@ def encryption_args(
 
 
 class S3RemoteStorageManager(RemoteStorageManager):
-    """Stores segment copies under ``s3://<bucket>/<prefix>/`` (layout in remote.storage).
+    """Stores segment copies under ``s3://<bucket>/<prefix>/`` (names: remote.naming).
 
     ``multipart_threshold``: objects larger than this go as multipart uploads of
     ``part_size`` parts (>= 5 MiB, S3's minimum), up to ``max_concurrency`` in flight
@@ -124,10 +116,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
         sse: str | None = None,
         sse_kms_key_id: str | None = None,
         bucket_key_enabled: bool = False,
-        max_attempts: int = MAX_ATTEMPTS,
-        retry_mode: str = RETRY_MODE,
-        connect_timeout: float = CONNECT_TIMEOUT,
-        read_timeout: float = READ_TIMEOUT,
+        max_attempts: int = S3_DEFAULTS.max_attempts,
+        retry_mode: str = S3_DEFAULTS.retry_mode,
+        connect_timeout: float = S3_DEFAULTS.connect_timeout,
+        read_timeout: float = S3_DEFAULTS.read_timeout,
         addressing_style: str | None = None,
         aws_access_key_id: str | None = None,
         aws_secret_access_key: str | None = None,

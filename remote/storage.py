@@ -245,7 +245,6 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-# The moved names are not repeated here: ``import *`` gives this module's own.
 __all__ = [
     "IndexType",
     "LogSegmentData",
@@ -253,4 +252,5 @@ __all__ = [
     "RemoteObject",
     "RemoteReader",
     "RemoteStorageManager",
+    *_MOVED,
 ]

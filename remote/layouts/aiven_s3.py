@@ -24,15 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from remote._s3_client import (
-    CONNECT_TIMEOUT,
-    MAX_ATTEMPTS,
-    READ_TIMEOUT,
-    RETRY_MODE,
-    S3Calls,
-    S3ClientSettings,
-    make_client,
-)
+from remote._s3_client import S3_DEFAULTS, S3Calls, S3ClientSettings, make_client
 from remote.errors import (
     CorruptObjectError,
     MissingKeyMaterialError,
@@ -120,10 +112,10 @@ class AivenS3Layout(RemoteLayout):
         aws_secret_access_key: str | None = None,
         aws_session_token: str | None = None,
         profile: str | None = None,
-        max_attempts: int = MAX_ATTEMPTS,
-        retry_mode: str = RETRY_MODE,
-        connect_timeout: float = CONNECT_TIMEOUT,
-        read_timeout: float = READ_TIMEOUT,
+        max_attempts: int = S3_DEFAULTS.max_attempts,
+        retry_mode: str = S3_DEFAULTS.retry_mode,
+        connect_timeout: float = S3_DEFAULTS.connect_timeout,
+        read_timeout: float = S3_DEFAULTS.read_timeout,
     ) -> None:
         # The client's settings are this constructor's arguments of the same names.
         client = dict(locals())
