@@ -12,9 +12,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rlmm", "eventlog", "snapshot", "remote")
-OUTER = ("rlmm.offload", "rlmm.spark", "rlmm.cli")
+OUTER = ("rlmm.offload", "rlmm.spark", "rlmm.cli", "rlmm.restore")
 # (importer, imported) pairs of the outer layer that are allowed.
-OUTER_ALLOWED = {("rlmm.cli", "rlmm.offload"), ("rlmm.demo", "rlmm.offload")}
+OUTER_ALLOWED = {
+    ("rlmm.cli", "rlmm.offload"),
+    ("rlmm.cli", "rlmm.restore"),
+    ("rlmm.demo", "rlmm.offload"),
+}
 
 
 def imports_of(path: Path) -> set[str]:
