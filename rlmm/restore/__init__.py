@@ -80,7 +80,13 @@ def restore(
     try:
         layout = remote_storage_for(remote_options)
         if from_store:
-            view, _listing = store_metadata_view(layout, [selection.topic])
+            view, listing = store_metadata_view(layout, [selection.topic])
+            if selection.topic not in listing.topics:
+                known = ", ".join(sorted(listing.topics)[:20]) or "none"
+                raise UnknownSourceError(
+                    f"unknown topic {selection.topic!r}: no object of it in {layout!r}"
+                    f" (known: {known})"
+                )
             source = "store"
         else:
             view = open_metadata_view(config)

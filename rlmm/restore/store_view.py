@@ -54,10 +54,11 @@ class StoreListing:
 
     segments: list[RemoteLogSegmentMetadata] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # one line per copy left out
+    topics: set[str] = field(default_factory=set)  # every topic named in the store
 
 
 def _groups(
-    layout: RemoteLayout, topics: Iterable[str] | None
+    layout: RemoteLayout, topics: Iterable[str] | None, seen: set[str]
 ) -> dict[tuple[str, str, int, int, str], dict[str, RemoteObject]]:
     wanted = None if topics is None else set(topics)
     out: dict[tuple[str, str, int, int, str], dict[str, RemoteObject]] = {}
@@ -65,6 +66,7 @@ def _groups(
         name: ObjectName | None = layout.parse_object_name(obj.name)
         if name is None or name.temporary:
             continue
+        seen.add(name.topic)
         if wanted is not None and name.topic not in wanted:
             continue
         key = (name.topic, name.topic_id, name.partition, name.start_offset, name.segment_id)
@@ -143,7 +145,7 @@ def _rebuild(
 def list_store_segments(layout: RemoteLayout, topics: Iterable[str] | None = None) -> StoreListing:
     """Every finished-looking copy in the store (of ``topics``, None: all), rebuilt."""
     listing = StoreListing()
-    for key, objects in sorted(_groups(layout, topics).items()):
+    for key, objects in sorted(_groups(layout, topics, listing.topics).items()):
         found = _rebuild(layout, key, objects)
         if isinstance(found, str):
             log.warning("left out: %s", found)
