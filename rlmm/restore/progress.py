@@ -99,16 +99,18 @@ async def read_progress(
     """Source partition -> the newest committed progress into ``target_topic``, from
     the ``partitions`` partitions of the progress topic (0: it does not exist)."""
     prefix = f"{target_topic}:".encode()
+    out: dict[int, Progress] = {}
+    if partitions == 0:
+        return out
     consumer = AIOKafkaConsumer(
         **client,
         isolation_level="read_committed",
+        # No group, no committed offset: each assigned partition starts at its log start.
+        auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
         client_id="rlmm-restore-progress",
     )
-    out: dict[int, Progress] = {}
-    if partitions == 0:
-        return out
     try:
         async with asyncio.timeout(timeout_s):
             await consumer.start()
@@ -117,12 +119,12 @@ async def read_progress(
             # Under read_committed these are the last stable offsets: everything below
             # is decided, and an open transaction's records lie above.
             ends = await consumer.end_offsets(tps)
-            await consumer.seek_to_beginning(*tps)
             while True:
-                behind = [tp for tp in tps if await consumer.position(tp) < ends[tp]]
-                if not behind:
+                batches = await consumer.getmany(*tps, timeout_ms=500)
+                # The fetcher moves a position as it fetches, before getmany hands the
+                # records out: the end is reached when nothing is left to hand out.
+                if not batches and await _at(consumer, tps, ends):
                     break
-                batches = await consumer.getmany(*behind, timeout_ms=500)
                 for records in batches.values():
                     for record in records:
                         if record.key is None or not record.key.startswith(prefix):
@@ -144,6 +146,10 @@ async def read_progress(
     finally:
         await consumer.stop()
     return out
+
+
+async def _at(consumer: AIOKafkaConsumer, tps: list[TopicPartition], ends: Any) -> bool:
+    return all([await consumer.position(tp) >= ends[tp] for tp in tps])
 
 
 __all__ = ["PROGRESS_TOPIC", "Progress", "now_ms", "progress_key", "read_progress"]

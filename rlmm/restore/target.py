@@ -100,6 +100,8 @@ class TargetCluster:
         consumer = AIOKafkaConsumer(
             **self.client,
             isolation_level="read_committed",
+            # No group, no committed offset: each assigned partition starts at its log start.
+            auto_offset_reset="earliest",
             enable_auto_commit=False,
             group_id=None,
             client_id="rlmm-restore-check",
@@ -114,15 +116,18 @@ class TargetCluster:
                 todo = [tp for tp in tps if ends[tp] > starts[tp]]
                 if not todo:
                     return None
-                await consumer.seek_to_beginning(*todo)
-                while todo:
+                while True:
                     batches = await consumer.getmany(*todo, timeout_ms=500)
                     for tp, records in batches.items():
                         for record in records:
                             if record.offset < ends[tp]:
                                 return tp.partition, record.offset
-                    todo = [tp for tp in todo if await consumer.position(tp) < ends[tp]]
-                return None
+                    # Positions move as the fetcher fetches, ahead of getmany: the end
+                    # is reached when nothing is left to hand out.
+                    if not batches and all(
+                        [await consumer.position(tp) >= ends[tp] for tp in todo]
+                    ):
+                        return None
         except TimeoutError as e:
             raise TargetClusterError(
                 f"looking for committed records in {topic!r} took longer than {_SCAN_TIMEOUT_S}s"

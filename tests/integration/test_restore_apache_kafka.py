@@ -145,7 +145,11 @@ async def consume(
 ) -> dict[int, list[Row]]:
     """Every committed record below ``ends`` (default: the last stable offsets)."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        # No group, no committed offset: each assigned partition starts at its log start.
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
     )
     await consumer.start()
     try:
@@ -158,17 +162,20 @@ async def consume(
         consumer.assign(tps)
         last = await consumer.end_offsets(tps)
         stop = {tp: last[tp] if ends is None else min(last[tp], ends[tp.partition]) for tp in tps}
-        await consumer.seek_to_beginning(*tps)
         out: dict[int, list[Row]] = {tp.partition: [] for tp in tps}
         deadline = time.monotonic() + 120
-        while any([await consumer.position(tp) < stop[tp] for tp in tps]):
+        while True:
             assert time.monotonic() < deadline, "consumer did not reach the end in 120 s"
-            for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+            batches = await consumer.getmany(timeout_ms=500)
+            for tp, records in batches.items():
                 out[tp.partition] += [
                     (r.key, r.value, tuple(r.headers), r.timestamp, r.timestamp_type)
                     for r in records
                     if r.offset < stop[tp]
                 ]
+            # Positions run ahead of getmany (the fetcher's): done when nothing is left.
+            if not batches and all([await consumer.position(tp) >= stop[tp] for tp in tps]):
+                break
         return out
     finally:
         await consumer.stop()
@@ -245,7 +252,9 @@ def source(apache_kafka_libs: Path, tmp_path_factory: pytest.TempPathFactory) ->
             time.sleep(0.5)
         ends = {t: {p: local[(t, p)][0] for p in rolls[t]} for t in rolls}
         capture = {t: asyncio.run(consume(broker.bootstrap, t, ends[t])) for t in rolls}
-        assert sum(map(len, capture[TOPIC].values())) == 5 * 1200 + 10
+        # Everything below the one local segment left: the roll records too, when a
+        # marker written after them rolled again.
+        assert sum(map(len, capture[TOPIC].values())) >= 5 * 1200 + 10
         config = root / "rlmm.toml"
         config.write_text(
             f'data_dir = "{root / "rlmm"}"\n[eventlog]\ntype = "kafka"\n'
@@ -327,7 +336,7 @@ def test_disaster_recovery_from_the_remote_dir_alone(
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["done"] and summary["created_target"] and not summary["resumed"]
-    assert summary["records"] == 5 * 1200 + 10
+    assert summary["records"] == sum(map(len, source.capture[TOPIC].values()))
     got = asyncio.run(consume(target.bootstrap, TOPIC))
     assert got == source.capture[TOPIC]
     assert all(r[4] == 0 for rows in got.values() for r in rows)  # CreateTime
@@ -460,7 +469,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     )
     assert done.returncode == 0, done.stderr
     got = asyncio.run(consume(target.bootstrap, "three"))
-    assert sum(map(len, got.values())) == 5 * 1200 + 10
+    assert sum(map(len, got.values())) == sum(map(len, source.capture[TOPIC].values()))
     for p, rows in got.items():
         assert all(murmur2_partition(r[0], 3, -1) == p for r in rows if r[0] is not None)
     for key in {r[0] for rows in source.capture[TOPIC].values() for r in rows if r[0]}:
