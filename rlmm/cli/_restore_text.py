@@ -25,6 +25,12 @@ def _targets(partitions: list[int], count: int) -> str:
     return ",".join(map(str, partitions))
 
 
+def _created(report: RestoreReport) -> str:
+    if report.target_exists:
+        return ""
+    return ", to be created" if report.dry_run else ", created"
+
+
 def restore_lines(
     report: RestoreReport, new_table: Callable[..., Table]
 ) -> tuple[Table, list[str]]:
@@ -58,7 +64,7 @@ def restore_lines(
         f"source: {source['topic']} (topic id {source['topic_id']}, {source['partition_count']}"
         f" partitions; segments from the {source['metadata']}) in {source['store']}",
         f"target: {target['topic']} ({target['partition_count']} partitions, partitioner"
-        f" {target['partitioner']}{'' if report.target_exists else ', to be created'});"
+        f" {target['partitioner']}{_created(report)});"
         f" progress in {report.progress_topic}, transactional id {report.transactional_id}",
     ]
     for p in plan["partitions"]:

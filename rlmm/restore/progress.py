@@ -119,14 +119,15 @@ async def read_progress(
             # Under read_committed these are the last stable offsets: everything below
             # is decided, and an open transaction's records lie above.
             ends = await consumer.end_offsets(tps)
-            while True:
-                batches = await consumer.getmany(*tps, timeout_ms=500)
-                # The fetcher moves a position as it fetches, before getmany hands the
-                # records out: the end is reached when nothing is left to hand out.
-                if not batches and await _at(consumer, tps, ends):
-                    break
+            # A position moves as getmany hands records out (and past the markers and
+            # aborted records read_committed skips): the scan ends at the stable end,
+            # whatever a running restore commits meanwhile.
+            while behind := [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+                batches = await consumer.getmany(*behind, timeout_ms=500)
                 for records in batches.values():
                     for record in records:
+                        if record.offset >= ends[TopicPartition(topic, record.partition)]:
+                            continue
                         if record.key is None or not record.key.startswith(prefix):
                             continue
                         try:
@@ -146,10 +147,6 @@ async def read_progress(
     finally:
         await consumer.stop()
     return out
-
-
-async def _at(consumer: AIOKafkaConsumer, tps: list[TopicPartition], ends: Any) -> bool:
-    return all([await consumer.position(tp) >= ends[tp] for tp in tps])
 
 
 __all__ = ["PROGRESS_TOPIC", "Progress", "now_ms", "progress_key", "read_progress"]
