@@ -1,0 +1,79 @@
+"""`rlmm restore` from rlmm's own layout on S3 (moto's HTTP server) into Apache Kafka 4.1.1:
+once with the metadata (rlmm's file event log), once from the bucket alone after the
+metadata is deleted. Both targets equal the archive's committed records, partition by
+partition, in order, with keys, values, headers and timestamps."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+
+from remote import PartitionDir
+from rlmm.restore import RestoreOptions, RestoreSelection, restore
+from tests.fixtures.apache_kafka import ApacheKafkaBroker
+from tests.integration.test_restore_apache_kafka import consume, create_topic
+from tests.rlmm.archive.archive_data import archived, make_config, offload, write_history
+
+pytestmark = [pytest.mark.s3, pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow]
+
+
+@pytest.mark.timeout(300)
+def test_restore_from_rlmms_s3_layout_with_and_without_metadata(
+    s3_endpoint: str, apache_kafka_broker: ApacheKafkaBroker, tmp_path: Path
+) -> None:
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="restore")
+    config = make_config(
+        tmp_path / "rlmm",
+        **{"remote.type": "s3", "remote.bucket": "restore", "remote.endpoint_url": s3_endpoint},
+    )
+    topic = f"s3r-{uuid.uuid4().hex[:6]}"
+    topic_id = uuid.uuid4()
+    want = {}
+    for p, codec in ((0, "none"), (1, "lz4")):
+        pdir, written = write_history(tmp_path / "logs", topic, p, codec, topic_id=topic_id)
+        want[p] = [
+            (e.key, e.value, tuple(e.headers), e.timestamp, 0)
+            for e in archived(pdir, written)
+            if not e.aborted
+        ]
+    dirs = [PartitionDir(d) for d in sorted((tmp_path / "logs").iterdir())]
+    asyncio.run(offload(config, dirs))
+    client = {"bootstrap_servers": apache_kafka_broker.bootstrap}
+    for how in ("metadata", "store"):
+        if how == "store":
+            # The disaster: the metadata log and its snapshots are gone, the bucket is left.
+            shutil.rmtree(tmp_path / "rlmm")
+        target = f"{topic}-{how}"
+        # The archive's timestamps are from 2023: keep the broker's retention off them.
+        asyncio.run(create_topic(apache_kafka_broker.bootstrap, target, 2, tiered=False))
+        asyncio.run(_no_retention(apache_kafka_broker.bootstrap, target))
+        report = restore(
+            config,
+            RestoreSelection(topic, target_topic=target),
+            client,
+            from_store=how == "store",
+            options=RestoreOptions(transaction_records=100),
+        )
+        assert report.plan.metadata_source == how
+        assert report.records == sum(map(len, want.values()))
+        assert all(r.done for r in report.results)
+        got = asyncio.run(consume(apache_kafka_broker.bootstrap, target))
+        assert got == want, how
+
+
+async def _no_retention(bootstrap: str, topic: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, ConfigResource, ConfigResourceType
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, {"retention.ms": "-1"})]
+        )
+    finally:
+        await admin.close()
