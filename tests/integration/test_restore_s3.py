@@ -12,11 +12,12 @@ from pathlib import Path
 
 import boto3
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from remote import PartitionDir
 from rlmm.restore import RestoreOptions, RestoreSelection, restore
 from tests.fixtures.apache_kafka import ApacheKafkaBroker
-from tests.integration.test_restore_apache_kafka import consume, create_topic
+from tests.integration.test_restore_apache_kafka import consume
 from tests.rlmm.archive.archive_data import archived, make_config, offload, write_history
 
 pytestmark = [pytest.mark.s3, pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow]
@@ -50,8 +51,7 @@ def test_restore_from_rlmms_s3_layout_with_and_without_metadata(
             shutil.rmtree(tmp_path / "rlmm")
         target = f"{topic}-{how}"
         # The archive's timestamps are from 2023: keep the broker's retention off them.
-        asyncio.run(create_topic(apache_kafka_broker.bootstrap, target, 2, tiered=False))
-        asyncio.run(_no_retention(apache_kafka_broker.bootstrap, target))
+        asyncio.run(_create(apache_kafka_broker.bootstrap, target))
         report = restore(
             config,
             RestoreSelection(topic, target_topic=target),
@@ -66,14 +66,10 @@ def test_restore_from_rlmms_s3_layout_with_and_without_metadata(
         assert got == want, how
 
 
-async def _no_retention(bootstrap: str, topic: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, ConfigResource, ConfigResourceType
-
+async def _create(bootstrap: str, topic: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.alter_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic, {"retention.ms": "-1"})]
-        )
+        await admin.create_topics([NewTopic(topic, 2, 1, topic_configs={"retention.ms": "-1"})])
     finally:
         await admin.close()
