@@ -80,6 +80,19 @@ class Progress:
             raise RestoreError(f"unreadable restore progress record {fields!r}: {e}") from e
 
 
+def committed_reader(client: Mapping[str, Any], client_id: str) -> AIOKafkaConsumer:
+    """A read_committed consumer of assigned partitions (not started), reading each
+    from its log start: no group, no committed offset."""
+    return AIOKafkaConsumer(
+        **client,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+        client_id=client_id,
+    )
+
+
 def progress_key(target_topic: str, source_partition: int) -> bytes:
     return f"{target_topic}:{source_partition}".encode()
 
@@ -102,15 +115,7 @@ async def read_progress(
     out: dict[int, Progress] = {}
     if partitions == 0:
         return out
-    consumer = AIOKafkaConsumer(
-        **client,
-        isolation_level="read_committed",
-        # No group, no committed offset: each assigned partition starts at its log start.
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        group_id=None,
-        client_id="rlmm-restore-progress",
-    )
+    consumer = committed_reader(client, "rlmm-restore-progress")
     try:
         async with asyncio.timeout(timeout_s):
             await consumer.start()
@@ -149,4 +154,11 @@ async def read_progress(
     return out
 
 
-__all__ = ["PROGRESS_TOPIC", "Progress", "now_ms", "progress_key", "read_progress"]
+__all__ = [
+    "PROGRESS_TOPIC",
+    "Progress",
+    "committed_reader",
+    "now_ms",
+    "progress_key",
+    "read_progress",
+]

@@ -17,11 +17,12 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
 from rlmm.restore.errors import TargetClusterError
+from rlmm.restore.progress import committed_reader
 
 _TOPIC_ALREADY_EXISTS = 36
 _SCAN_TIMEOUT_S = 60.0
@@ -97,15 +98,7 @@ class TargetCluster:
     async def committed_record(self, topic: str, partitions: int) -> tuple[int, int] | None:
         """(partition, offset) of a committed record of ``topic``, or None when it has
         none (aborted records and transaction markers are not data)."""
-        consumer = AIOKafkaConsumer(
-            **self.client,
-            isolation_level="read_committed",
-            # No group, no committed offset: each assigned partition starts at its log start.
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            group_id=None,
-            client_id="rlmm-restore-check",
-        )
+        consumer = committed_reader(self.client, "rlmm-restore-check")
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         try:
             async with asyncio.timeout(_SCAN_TIMEOUT_S):
