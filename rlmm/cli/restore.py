@@ -7,12 +7,21 @@ with exit 2 like every error. Progress goes to stderr (a rich bar on a terminal 
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from rlmm.cli.session import common_options, session
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+    from rlmm.restore import ProgressCallback
 
 
 def _partitions(value: str | None) -> tuple[int, ...]:
@@ -66,6 +75,38 @@ def _properties(path: Path | None, pairs: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="-X")
         props[key.strip()] = value.strip()
     return props
+
+
+@contextmanager
+def _partition_bars(topic: str) -> Iterator[ProgressCallback | None]:
+    """One rich bar per source partition on stderr when it is a terminal (offsets done,
+    records written, bytes read, time left); None (no reporting) otherwise."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from rlmm.cli.output import human_bytes
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}% {task.fields[records]} records {task.fields[read]}"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[int, TaskID] = {}
+
+        def on_progress(partition: int, offsets: int, total: int, records: int, read: int) -> None:
+            if partition not in tasks:
+                tasks[partition] = bar.add_task(
+                    f"{topic}-{partition}", total=total, records=0, read=""
+                )
+            bar.update(tasks[partition], completed=offsets, total=total, records=records,
+                       read=human_bytes(read))  # fmt: skip
+
+        yield on_progress
 
 
 @click.command("restore")
@@ -153,15 +194,7 @@ def restore(
         transaction_records=transaction_records,
     )  # fmt: skip
     s = session()
-    with s.progress(f"restoring {topic}") as report:
-        on_progress = None
-        if report is not None:
-            done: dict[int, tuple[int, int]] = {}
-
-            def on_progress(partition: int, offsets: int, total: int, records: int) -> None:
-                done[partition] = (offsets, total)
-                report(sum(d for d, _ in done.values()), sum(t for _, t in done.values()))
-
+    with _partition_bars(topic) as on_progress:
         result = run(
             s.config, selection, client, from_store=from_store, options=options,
             on_progress=on_progress,

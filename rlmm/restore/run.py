@@ -53,7 +53,8 @@ _LOG_APPEND_TIME = 1
 # What the progress topic keeps: the newest record per key.
 _PROGRESS_CONFIGS = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
 
-ProgressCallback = Callable[[int, int, int, int], None]  # partition, offsets done, of, records
+# partition, offsets done, offsets in this run, records written, bytes read
+ProgressCallback = Callable[[int, int, int, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -339,6 +340,7 @@ class _Writer:
         pending: list[asyncio.Future[Any]] = []
         total = max(1, p.run_end - p.start_offset)
         await self.producer.begin_transaction()
+        self._report(result, total)
         try:
             for piece in p.slices:
                 result.bytes_read += piece.size_in_bytes
@@ -419,7 +421,7 @@ class _Writer:
     def _report(self, result: PartitionResult, total: int) -> None:
         if self.on_progress is not None:
             done = min(total, result.next_offset - result.start_offset)
-            self.on_progress(result.partition, done, total, result.records)
+            self.on_progress(result.partition, done, total, result.records, result.bytes_read)
 
 
 Row = tuple[int, bytes | None, bytes | None, int, int, list[tuple[str, bytes | None]]]

@@ -328,6 +328,21 @@ def test_plans_from_the_metadata_and_from_the_store_agree(source: Source) -> Non
 def test_disaster_recovery_from_the_remote_dir_alone(
     source: Source, target: ApacheKafkaBroker
 ) -> None:
+    dry = restore(source, target, "--topic", TOPIC, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert lines[0].split() == [
+        "partition",
+        "offsets",
+        "from",
+        "segments",
+        "bytes",
+        "offsets_left",
+        "target",
+    ]
+    assert "segments from the store" in dry.stdout and "to be created" in dry.stdout
+    assert lines[-1].endswith("; nothing written")
+    assert TOPIC not in asyncio.run(topics(target.bootstrap))
     done = restore(source, target, "--topic", TOPIC, "--json")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
