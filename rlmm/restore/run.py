@@ -45,7 +45,13 @@ from rlmm.restore.errors import (
 )
 from rlmm.restore.partitioner import murmur2_partition
 from rlmm.restore.plan import IDENTITY, PartitionPlan, RestorePlan
-from rlmm.restore.progress import PROGRESS_TOPIC, Progress, now_ms, read_progress
+from rlmm.restore.progress import (
+    PROGRESS_TOPIC,
+    Progress,
+    now_ms,
+    progress_key,
+    read_progress,
+)
 from rlmm.restore.target import TargetCluster
 
 log = logging.getLogger(__name__)
@@ -110,6 +116,9 @@ class RestoreReport:
     dry_run: bool = False
     resumed: bool = False
     created_target: bool = False
+    # Source partitions whose void progress (a target deleted or emptied since) is
+    # cleared before this run writes.
+    cleared_progress: list[int] = field(default_factory=list)
     results: list[PartitionResult] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -133,6 +142,7 @@ class RestoreReport:
             out |= {
                 "resumed": self.resumed,
                 "created_target": self.created_target,
+                "cleared_progress": self.cleared_progress,
                 "records": self.records,
                 "log_append_time_records": self.log_append_time_records,
                 "elapsed_s": round(self.elapsed_s, 3),
@@ -212,20 +222,27 @@ async def _prepare(
             " to spread the records by key, or restore into a new topic"
         )
     saved: dict[int, Progress] = {}
-    if target_count is not None:
-        saved = await read_progress(
-            cluster.client, target, counts.get(options.progress_topic, 0),
-            topic=options.progress_topic,
-        )  # fmt: skip
-        if saved:
+    stale: dict[int, Progress] = {}
+    size = counts.get(options.progress_topic, 0)
+    if target_count is None:
+        # Progress into a topic that is gone (deleted since): void, cleared before
+        # the first record, so that a crash of this run cannot resume from it.
+        stale = await read_progress(cluster.client, target, size, topic=options.progress_topic)
+    else:
+        saved = await read_progress(cluster.client, target, size, topic=options.progress_topic)
+        found = await cluster.committed_record(target, target_count)
+        if saved and found is None:
+            # Progress, but no committed record in the target: it was deleted and
+            # recreated (or only aborted records were restored). Nothing can be doubled
+            # by starting over, and resuming would skip what the progress claims.
+            stale, saved = saved, {}
+        elif saved:
             _check_saved(plan, saved, options)
-        else:
-            found = await cluster.committed_record(target, target_count)
-            if found is not None:
-                raise TargetNotEmptyError(
-                    f"target topic {target!r} already holds data (partition {found[0]} offset"
-                    f" {found[1]}) that no restore wrote: restore into a new or empty topic"
-                )
+        elif found is not None:
+            raise TargetNotEmptyError(
+                f"target topic {target!r} already holds data (partition {found[0]} offset"
+                f" {found[1]}) that no restore wrote: restore into a new or empty topic"
+            )
     if saved:
         plan = await asyncio.to_thread(plan_for, {p: s.next_offset for p, s in saved.items()})
     report = RestoreReport(
@@ -236,6 +253,7 @@ async def _prepare(
         progress_topic=options.progress_topic,
         dry_run=options.dry_run,
         resumed=bool(saved),
+        cleared_progress=sorted(stale),
     )
     return report, saved
 
@@ -321,6 +339,8 @@ class _Writer:
                 f"cannot start the transactional producer {self.report.transactional_id!r}: {e}"
             ) from e
         try:
+            if self.report.cleared_progress:
+                await self._clear(self.report.cleared_progress)
             for p in self.plan.partitions:
                 await self._partition(p)
         except KafkaError as e:
@@ -363,6 +383,21 @@ class _Writer:
             for future in pending:
                 future.cancel()
             raise
+
+    async def _clear(self, partitions: list[int]) -> None:
+        """Tombstones for void progress, committed before any record is written."""
+        await self.producer.begin_transaction()
+        pending = [
+            await self.producer.send(
+                self.options.progress_topic,
+                None,
+                key=progress_key(self.plan.target_topic, partition),
+                partition=0,
+            )
+            for partition in partitions
+        ]
+        await asyncio.gather(*pending)
+        await self.producer.commit_transaction()
 
     async def _send_rows(
         self,

@@ -78,6 +78,18 @@ def test_restore_from_rlmms_s3_layout_with_and_without_metadata(
         assert all(r.done for r in report.results)
         got = asyncio.run(consume(apache_kafka_broker.bootstrap, target))
         assert got == want, how
+        if how == "metadata":
+            # The target deleted and recreated empty: its saved progress is void; a
+            # --resume starts over (clearing it first) rather than skip what it claims.
+            asyncio.run(_recreate(apache_kafka_broker.bootstrap, target))
+            again = restore(
+                config,
+                RestoreSelection(topic, target_topic=target),
+                client,
+                options=RestoreOptions(resume=True),
+            )
+            assert again.cleared_progress == [0, 1] and not again.resumed
+            assert asyncio.run(consume(apache_kafka_broker.bootstrap, target)) == want
 
     # A segment lost from the bucket: the restore stops at the gap and names it, with
     # everything before it committed; --resume --skip-missing goes on past it.
@@ -107,6 +119,27 @@ def test_restore_from_rlmms_s3_layout_with_and_without_metadata(
     assert report.resumed and all(r.done for r in report.results)
     got = asyncio.run(consume(apache_kafka_broker.bootstrap, target))
     assert got[0] == [e[:5] for e in archived_0 if not lost.start_offset <= e[5] <= lost.end_offset]
+
+
+async def _recreate(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+        for _ in range(100):
+            if topic not in await admin.list_topics():
+                break
+            await asyncio.sleep(0.2)
+        for _ in range(50):  # the controller may still be finishing the delete
+            response = await admin.create_topics(
+                [NewTopic(topic, 2, 1, topic_configs={"retention.ms": "-1"})]
+            )
+            if response.topic_errors[0][1] == 0:
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"cannot recreate {topic}: {response.topic_errors}")
+    finally:
+        await admin.close()
 
 
 async def _create(bootstrap: str, topic: str) -> None:
