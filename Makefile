@@ -22,7 +22,7 @@ test: lint
 # The offloader over Kafka log dirs, the ops CLI on what it archived, then a Spark
 # read of the archive (Spark's workers must run this venv's python).
 demo: $(STAMP)
-	$(BIN)/python -m rlmm.demo
+	$(BIN)/python -m rlmm.cli.demo
 	$(BIN)/rlmm --config demo-data/demo.toml segments list
 	$(BIN)/rlmm --config demo-data/demo.toml verify --deep
 	PYSPARK_PYTHON=$(abspath $(BIN))/python PYSPARK_DRIVER_PYTHON=$(abspath $(BIN))/python \

@@ -26,8 +26,7 @@ from typing import Any
 
 import msgpack
 
-from rlmm import _codec_build, _codec_wire
-from rlmm.codec import decode, encode
+from rlmm.codec import FAST_BUILD, FAST_UUID, decode, encode
 from rlmm.model import (
     RemoteLogMetadata,
     RemoteLogSegmentId,
@@ -260,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "threads_used": 1,
         },
         "params": {"events": args.events, "repeat": args.repeat, "seed": args.seed},
-        "fast_paths": {"build": _codec_build.FAST_BUILD, "uuid": _codec_wire.FAST_UUID},
+        "fast_paths": {"build": FAST_BUILD, "uuid": FAST_UUID},
         "segment_add": seg,
         "segment_update": upd,
         "target": {

@@ -34,10 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._machine import machine
 from eventlog.memory import MemoryEventLog
-from rlmm._segment_columns import WIDTH
-from rlmm.cache import RemoteLogLeaderEpochState, RemoteLogMetadataCache
+from rlmm.cache import (
+    RemoteLogLeaderEpochState,
+    RemoteLogMetadataCache,
+    RemotePartitionMetadataStore,
+)
+from rlmm.cache._columns import WIDTH
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
-from rlmm.metadata_store import RemotePartitionMetadataStore
 from rlmm.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,

@@ -243,6 +243,8 @@ read_timeout = 3.0
 "remote.storage.enable" = true
 "retention.ms" = -1
 "remote.log.manager.task.interval.ms" = 1000
+# leadership asked twice a task interval, as the intervals are shortened across the board
+"leadership.poll.ms" = 500
 {topics}"""
     )
     return path

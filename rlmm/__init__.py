@@ -29,6 +29,7 @@ from rlmm.model import (
 # The manager and its parts load on first use: ``remote`` imports rlmm.model, and
 # must not pull the event log and snapshot stack in with it.
 _LAZY = {
+    "RemoteLogMetadataManager": "rlmm.base",
     "TopicBasedRemoteLogMetadataManager": "rlmm.manager",
     "ManagerStats": "rlmm.manager",
     "NotReadyRlmm": "rlmm.facade",
@@ -58,6 +59,7 @@ __all__ = [
     "ManagerStats",
     "NotReadyRlmm",
     "RemoteLogMetadata",
+    "RemoteLogMetadataManager",
     "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata",
     "RemoteLogSegmentMetadataUpdate",

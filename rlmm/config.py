@@ -53,6 +53,14 @@ DEFAULTS: dict[str, Any] = {
         "remote.log.manager.task.interval.ms": 30_000,
         "remote.log.manager.copier.thread.pool.size": 4,
         "verify.crc": True,
+        # KIP-950: stop copying (remote data stays readable, retention runs); with
+        # remote.storage.enable = false, delete the topic's remote data.
+        "remote.log.copy.disable": False,
+        "remote.log.delete.on.disable": False,
+        # KIP-956: one copy budget for the whole sidecar (Kafka's default: unlimited).
+        "remote.log.manager.copy.max.bytes.per.second": (1 << 63) - 1,
+        "remote.log.manager.copy.quota.window.num": 11,
+        "remote.log.manager.copy.quota.window.size.seconds": 1,
         # How often leadership is asked of the cluster between rounds (ours, not Kafka's).
         "leadership.poll.ms": 5_000,
     },
@@ -63,6 +71,14 @@ OFFLOAD_TOPIC_SETTINGS = (
     "retention.bytes",
     "local.retention.ms",
     "local.retention.bytes",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+)
+BOOLEAN_OFFLOAD_SETTINGS = (
+    "remote.storage.enable",
+    "verify.crc",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
 )
 _OPEN_SECTIONS = ("eventlog", "remote")
 # Kafka client settings of the sidecar's cluster connection (leadership, topic configs)
@@ -221,7 +237,9 @@ def _merge_offload(target: dict[str, Any], name: str, value: Any, origin: str) -
         target.setdefault("cluster", {})[name] = str(value)
         return
     if name.startswith("topics."):
-        for setting in OFFLOAD_TOPIC_SETTINGS:
+        # Longest first: "topics.t.local.retention.ms" is t's local.retention.ms, not
+        # the retention.ms of a topic "t.local".
+        for setting in sorted(OFFLOAD_TOPIC_SETTINGS, key=len, reverse=True):
             topic = name[len("topics.") : -len(setting) - 1]
             if name.endswith("." + setting) and topic:
                 target.setdefault("topics", {}).setdefault(topic, {})[setting] = value
@@ -238,7 +256,7 @@ def _check_offload(offload: dict[str, Any]) -> None:
         for key, value in values.items():
             if key in ("topics", "cluster"):
                 continue
-            wants_bool = key in ("remote.storage.enable", "verify.crc")
+            wants_bool = key in BOOLEAN_OFFLOAD_SETTINGS
             ok = (
                 isinstance(value, bool)
                 if wants_bool
@@ -251,6 +269,9 @@ def _check_offload(offload: dict[str, Any]) -> None:
         "remote.log.manager.task.interval.ms",
         "remote.log.manager.copier.thread.pool.size",
         "leadership.poll.ms",
+        "remote.log.manager.copy.max.bytes.per.second",
+        "remote.log.manager.copy.quota.window.num",
+        "remote.log.manager.copy.quota.window.size.seconds",
     ):
         if offload[key] <= 0:
             raise ConfigError(f"offload.{key} must be positive, got {offload[key]!r}")

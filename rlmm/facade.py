@@ -3,80 +3,167 @@
 Invariant: SwappableRlmm reads its target once per call, so every call runs wholly
 against the old or wholly against the new target, never a mix, and a swap never
 makes a call fail; NotReadyRlmm raises RemoteStorageNotReadyError for everything.
+Both implement the RemoteLogMetadataManager interface method by method, so mypy checks
+every call made through them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from rlmm.base import RemoteLogMetadataManager
 from rlmm.errors import RemoteStorageNotReadyError
-
-_READS = (
-    "remote_log_segment_metadata",
-    "highest_offset_for_epoch",
-    "list_remote_log_segments",
-    "remote_log_size",
-    "next_segment_with_txn_index",
-    "remote_partition_delete_state",
-)
-_ASYNC = (
-    "add_remote_log_segment_metadata",
-    "update_remote_log_segment_metadata",
-    "put_remote_partition_delete_metadata",
-    "on_partition_leadership_changes",
-    "on_stop_partitions",
+from rlmm.model import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    TopicIdPartition,
 )
 
 
-class NotReadyRlmm:
+class NotReadyRlmm(RemoteLogMetadataManager):
     """The RLMM a broker starts with: every call fails closed, retriably."""
 
     def __init__(self, reason: str = "the remote log metadata manager is starting") -> None:
         self.reason = reason
 
-    def _fail(self, *args: Any, **kwargs: Any) -> Any:
-        raise RemoteStorageNotReadyError(message=self.reason)
+    def _not_ready(self) -> RemoteStorageNotReadyError:
+        return RemoteStorageNotReadyError(message=self.reason)
 
-    async def _fail_async(self, *args: Any, **kwargs: Any) -> Any:
-        raise RemoteStorageNotReadyError(message=self.reason)
+    async def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
+        raise self._not_ready()
 
-    def is_ready(self, tp: Any) -> bool:
+    async def update_remote_log_segment_metadata(
+        self, update: RemoteLogSegmentMetadataUpdate
+    ) -> None:
+        raise self._not_ready()
+
+    async def put_remote_partition_delete_metadata(
+        self, metadata: RemotePartitionDeleteMetadata
+    ) -> None:
+        raise self._not_ready()
+
+    def remote_log_segment_metadata(
+        self, tp: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        raise self._not_ready()
+
+    def highest_offset_for_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> int | None:
+        raise self._not_ready()
+
+    def list_remote_log_segments(
+        self, tp: TopicIdPartition, leader_epoch: int | None = None
+    ) -> list[RemoteLogSegmentMetadata]:
+        raise self._not_ready()
+
+    def remote_log_size(self, tp: TopicIdPartition, leader_epoch: int | None = None) -> int:
+        raise self._not_ready()
+
+    def next_segment_with_txn_index(
+        self, tp: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        raise self._not_ready()
+
+    def remote_partition_delete_state(
+        self, tp: TopicIdPartition
+    ) -> RemotePartitionDeleteMetadata | None:
+        raise self._not_ready()
+
+    async def on_partition_leadership_changes(
+        self,
+        leader_partitions: Iterable[TopicIdPartition],
+        follower_partitions: Iterable[TopicIdPartition],
+    ) -> None:
+        raise self._not_ready()
+
+    async def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        raise self._not_ready()
+
+    def is_ready(self, tp: TopicIdPartition) -> bool:
         return False
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _READS:
-            return self._fail
-        if name in _ASYNC:
-            return self._fail_async
-        raise AttributeError(name)
 
     async def close(self) -> None:
         return None
 
 
-class SwappableRlmm:
-    """Delegates every call to the current target; ``swap`` replaces it atomically."""
+class SwappableRlmm(RemoteLogMetadataManager):
+    """Delegates every call to the current target; ``swap`` replaces it atomically.
 
-    def __init__(self, initial: Any | None = None) -> None:
-        self._target: Any = initial if initial is not None else NotReadyRlmm()
+    The writes are plain methods that return the target's coroutine: the target is
+    chosen when the call is made, as for the reads, not when it is first awaited.
+    """
+
+    def __init__(self, initial: RemoteLogMetadataManager | None = None) -> None:
+        self._target: RemoteLogMetadataManager = initial if initial is not None else NotReadyRlmm()
 
     @property
-    def target(self) -> Any:
+    def target(self) -> RemoteLogMetadataManager:
         return self._target
 
-    def swap(self, new: Any) -> Any:
+    def swap(self, new: RemoteLogMetadataManager) -> RemoteLogMetadataManager:
         """Install ``new``; returns the previous target (the caller closes it)."""
         old, self._target = self._target, new
         return old
 
-    def is_ready(self, tp: Any) -> bool:
-        return bool(self._target.is_ready(tp))
+    def add_remote_log_segment_metadata(
+        self, metadata: RemoteLogSegmentMetadata
+    ) -> Coroutine[Any, Any, None]:
+        return self._target.add_remote_log_segment_metadata(metadata)
 
-    def __getattr__(self, name: str) -> Any:
-        if name in _READS or name in _ASYNC:
-            # Bound method of the target captured now: one call, one target.
-            return getattr(self._target, name)
-        raise AttributeError(name)
+    def update_remote_log_segment_metadata(
+        self, update: RemoteLogSegmentMetadataUpdate
+    ) -> Coroutine[Any, Any, None]:
+        return self._target.update_remote_log_segment_metadata(update)
+
+    def put_remote_partition_delete_metadata(
+        self, metadata: RemotePartitionDeleteMetadata
+    ) -> Coroutine[Any, Any, None]:
+        return self._target.put_remote_partition_delete_metadata(metadata)
+
+    def remote_log_segment_metadata(
+        self, tp: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        return self._target.remote_log_segment_metadata(tp, leader_epoch, offset)
+
+    def highest_offset_for_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> int | None:
+        return self._target.highest_offset_for_epoch(tp, leader_epoch)
+
+    def list_remote_log_segments(
+        self, tp: TopicIdPartition, leader_epoch: int | None = None
+    ) -> list[RemoteLogSegmentMetadata]:
+        return self._target.list_remote_log_segments(tp, leader_epoch)
+
+    def remote_log_size(self, tp: TopicIdPartition, leader_epoch: int | None = None) -> int:
+        return self._target.remote_log_size(tp, leader_epoch)
+
+    def next_segment_with_txn_index(
+        self, tp: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        return self._target.next_segment_with_txn_index(tp, leader_epoch, offset)
+
+    def remote_partition_delete_state(
+        self, tp: TopicIdPartition
+    ) -> RemotePartitionDeleteMetadata | None:
+        return self._target.remote_partition_delete_state(tp)
+
+    def on_partition_leadership_changes(
+        self,
+        leader_partitions: Iterable[TopicIdPartition],
+        follower_partitions: Iterable[TopicIdPartition],
+    ) -> Coroutine[Any, Any, None]:
+        return self._target.on_partition_leadership_changes(leader_partitions, follower_partitions)
+
+    def on_stop_partitions(
+        self, partitions: Iterable[TopicIdPartition]
+    ) -> Coroutine[Any, Any, None]:
+        return self._target.on_stop_partitions(partitions)
+
+    def is_ready(self, tp: TopicIdPartition) -> bool:
+        return bool(self._target.is_ready(tp))
 
     async def close(self) -> None:
         await self._target.close()
+
+
+__all__ = ["NotReadyRlmm", "SwappableRlmm"]

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from eventlog import EventLog, EventLogClosedError, EventLogError, OffsetBeforeLogStartError
 from eventlog.errors import EventLogAuthError
-from rlmm.cache import RemoteLogMetadataCache
+from rlmm.base import RemoteLogMetadataManager
+from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
 from rlmm.codec import decode, encode
 from rlmm.errors import (
     CodecError,
@@ -36,7 +37,6 @@ from rlmm.errors import (
     RemoteStorageTimeoutError,
     SnapshotBlockError,
 )
-from rlmm.metadata_store import RemotePartitionMetadataStore
 from rlmm.model import (
     RemoteLogMetadata,
     RemoteLogSegmentMetadata,
@@ -82,7 +82,7 @@ class _Assignment:
     ready_offset: int  # applied offset at which the partition is caught up
 
 
-class TopicBasedRemoteLogMetadataManager:
+class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     """KIP-405 RemoteLogMetadataManager whose source of truth is an EventLog."""
 
     def __init__(

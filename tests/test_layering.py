@@ -1,11 +1,15 @@
 """Import direction of ARCHITECTURE section 2: eventlog and snapshot are leaves, remote
 uses only rlmm.model / rlmm.errors of the project, and nothing imports the outer layer
 (rlmm.offload, rlmm.spark, rlmm.cli) except itself; the CLI may import the offloader
-(the `rlmm offload` sidecar command is a CLI command over it)."""
+(the `rlmm offload` sidecar command is a CLI command over it). Inside the core:
+rlmm.model and rlmm.errors are a leaf, the codec imports nothing of the cache, the
+cache only the codec's public surface, and no one else the private modules of either."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rlmm", "eventlog", "snapshot", "remote")
 OUTER = ("rlmm.offload", "rlmm.spark", "rlmm.cli", "rlmm.restore")
 # (importer, imported) pairs of the outer layer that are allowed.
-OUTER_ALLOWED = {
-    ("rlmm.cli", "rlmm.offload"),
-    ("rlmm.cli", "rlmm.restore"),
-    ("rlmm.demo", "rlmm.offload"),
-}
+OUTER_ALLOWED = {("rlmm.cli", "rlmm.offload"), ("rlmm.cli", "rlmm.restore")}
+LEAF = ("rlmm.model", "rlmm.errors")  # the KIP-405 API types
+FAST_PATHS = "rlmm._fast_paths"  # the RLMM_NO_FAST_PATHS switch, a leaf too
 
 
 def imports_of(path: Path) -> set[str]:
@@ -29,6 +31,29 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
     return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+def names_imported_by(path: Path) -> set[str]:
+    """Like :func:`imports_of`, with what ``from X import a`` takes as ``X.a``: the
+    private parts of a package show whichever way they are imported."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+def within(name: str, *prefixes: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def private_part(name: str, package: str) -> bool:
+    """``name`` reaches into a ``_``-prefixed module (or name) of ``package``."""
+    return within(name, package) and any(
+        part.startswith("_") for part in name[len(package) + 1 :].split(".") if part
+    )
 
 
 def modules(package: str) -> list[Path]:
@@ -50,9 +75,67 @@ def test_remote_uses_only_the_model_of_rlmm() -> None:
 
 
 def test_model_and_errors_import_nothing_of_the_project() -> None:
-    for name in ("model.py", "errors.py"):
-        bad = {m for m in imports_of(ROOT / "rlmm" / name) if m not in ("rlmm.errors",)}
+    """The KIP-405 API types are a leaf: the model imports the errors, and that is all."""
+    for name, allowed in (("model.py", ("rlmm.errors",)), ("errors.py", ())):
+        bad = {m for m in names_imported_by(ROOT / "rlmm" / name) if not within(m, *allowed)}
         assert not bad, f"rlmm/{name} imports {sorted(bad)}"
+    # rlmm/__init__ runs first: importing the model must not load anything more
+    code = "import sys, rlmm.model\nprint(*sorted(m for m in sys.modules if m.split('.')[0] in %r))"
+    run = [sys.executable, "-c", code % (PACKAGES,)]
+    loaded = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert loaded.split() == ["rlmm", "rlmm.errors", "rlmm.model"]
+
+
+CORE_MODULES = {
+    # rlmm.base (the RemoteLogMetadataManager ABC) can be imported by anyone
+    "base.py": LEAF,
+    "facade.py": (*LEAF, "rlmm.base"),
+    "partitioning.py": LEAF,
+    "_fast_paths.py": (),
+    "manager.py": (
+        *LEAF,
+        "rlmm.base",
+        "rlmm.codec",
+        "rlmm.cache",
+        "rlmm.partitioning",
+        "rlmm.snapshotting",
+        "eventlog",
+    ),
+}
+
+
+@pytest.mark.parametrize(("name", "allowed"), CORE_MODULES.items())
+def test_core_modules_import_only(name: str, allowed: tuple[str, ...]) -> None:
+    bad = {m for m in names_imported_by(ROOT / "rlmm" / name) if not within(m, *allowed)}
+    assert not bad, f"rlmm/{name} imports {sorted(bad)}"
+
+
+def test_the_codec_imports_nothing_of_the_cache() -> None:
+    for path in modules("rlmm/codec"):
+        bad = {m for m in names_imported_by(path) if not within(m, *LEAF, FAST_PATHS, "rlmm.codec")}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_the_cache_imports_only_the_codec_s_public_surface() -> None:
+    for path in modules("rlmm/cache"):
+        bad = {
+            m
+            for m in names_imported_by(path)
+            if not within(m, *LEAF, FAST_PATHS, "rlmm.cache", "rlmm.codec")
+            or private_part(m, "rlmm.codec")
+        }
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("package", ["rlmm.codec", "rlmm.cache"])
+def test_nothing_else_imports_the_private_modules_of(package: str) -> None:
+    for top in PACKAGES:
+        for path in modules(top):
+            own = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            if within(own, package):
+                continue
+            bad = {m for m in names_imported_by(path) if private_part(m, package)}
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
 def test_nothing_imports_the_outer_layer() -> None:
@@ -68,7 +151,8 @@ def test_nothing_imports_the_outer_layer() -> None:
 
 def test_the_core_and_the_archive_do_not_import_the_ops_library() -> None:
     """rlmm.ops sits above the core and the archive, below the users."""
-    below = [p for p in modules("rlmm") if p.parent == ROOT / "rlmm" or "archive" in p.parts]
+    core = (ROOT / "rlmm", ROOT / "rlmm" / "codec", ROOT / "rlmm" / "cache")
+    below = [p for p in modules("rlmm") if p.parent in core or "archive" in p.parts]
     for path in below:
         bad = {m for m in imports_of(path) if m == "rlmm.ops" or m.startswith("rlmm.ops.")}
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"

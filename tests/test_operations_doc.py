@@ -1,5 +1,5 @@
 """docs/operations.md shows what the current demo prints: every `$ command` in its
-transcripts is run on a fresh `python -m rlmm.demo` store and its output and exit code
+transcripts is run on a fresh `python -m rlmm.cli.demo` store and its output and exit code
 must match the document's.
 
 What legitimately differs between two runs is normalised, nothing else: wall-clock
@@ -162,7 +162,7 @@ def run(command: str, cwd: Path) -> tuple[list[str], int]:
 def replay(workdir: Path, write: bool = False) -> list[str]:
     """Runs every transcript; returns the mismatches (write: rewrites the document)."""
     subprocess.run(
-        [sys.executable, "-m", "rlmm.demo", "--data-dir", str(workdir / "demo-data")],
+        [sys.executable, "-m", "rlmm.cli.demo", "--data-dir", str(workdir / "demo-data")],
         cwd=workdir,
         check=True,
         capture_output=True,

@@ -33,11 +33,11 @@ from eventlog import EventLog, EventLogError
 from eventlog.file import stored_start_offsets
 from rlmm.archive.errors import ArchiveError
 from rlmm.archive.lineage import Gap, LineageRange, gaps, lineage_ranges
+from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.codec import decode
 from rlmm.config import RlmmConfig
 from rlmm.errors import CodecError, RemoteStorageError
 from rlmm.factory import open_event_log
-from rlmm.metadata_store import RemotePartitionMetadataStore
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemotePartitionDeleteMetadata,

@@ -148,9 +148,9 @@ def show_config() -> None:
 @main.command()
 def demo() -> None:
     """Run the end-to-end demo (what `make demo` runs)."""
-    from rlmm.demo import main as run_demo
+    from rlmm.cli.demo import main as run_demo
 
-    sys.exit(run_demo())
+    sys.exit(run_demo([]))  # its own options are not the command line's
 
 
 # --- command groups, one module each ----------------------------------------------------

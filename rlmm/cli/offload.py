@@ -13,11 +13,15 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from rlmm.cli.session import common_options, session
 from rlmm.errors import RemoteStorageError
+
+if TYPE_CHECKING:
+    from rlmm.offload.sidecar import SidecarPlan
 
 
 @click.command("offload")
@@ -30,6 +34,12 @@ from rlmm.errors import RemoteStorageError
     type=click.Path(path_type=Path, file_okay=False),
     help="a Kafka log dir (repeat for several)",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="change nothing: show each topic's partitions, leadership and effective settings,"
+    " with where each setting came from",
+)
 @click.option("--metrics-port", type=int, help="serve Prometheus metrics on PORT")
 @click.option(
     "--metrics-host",
@@ -39,12 +49,19 @@ from rlmm.errors import RemoteStorageError
 )
 @common_options
 def offload(
-    once: bool, log_dirs: tuple[Path, ...], metrics_port: int | None, metrics_host: str
+    once: bool,
+    log_dirs: tuple[Path, ...],
+    dry_run: bool,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Copy rolled segments of Kafka log dirs to remote storage and apply remote retention."""
-    from rlmm.offload.sidecar import run_sidecar
+    from rlmm.offload.sidecar import plan_sidecar, run_sidecar
 
     s = session()
+    if dry_run:
+        show_plan(asyncio.run(plan_sidecar(s.config, log_dirs)), s.json)
+        return
     if not s.debug:
         # one line per segment (or the progress bar on a terminal), warnings, errors
         logging.getLogger("rlmm.offload").setLevel(logging.INFO)
@@ -89,6 +106,32 @@ def offload(
         raise RemoteStorageError(report.denied)
     if once and (t.errors or report.warnings) and not report.stopped_by_signal:
         sys.exit(1)
+
+
+def show_plan(plan: SidecarPlan, as_json: bool) -> None:
+    """Print a dry run's plan (``rlmm offload --dry-run``)."""
+    if as_json:
+        click.echo(json.dumps({
+            "node_id": plan.node_id,
+            "leadership": plan.leadership,
+            "leadership_unknown": plan.leadership_unknown,
+            "topics": [{
+                "topic": t.topic, "partitions": t.partitions, "partitions_led": t.led,
+                "offloaded": t.offloaded, "skipped": t.skipped,
+                "settings": {n: {"value": v, "from": o} for n, (v, o) in t.settings.items()},
+            } for t in plan.topics],
+        }, indent=2))  # fmt: skip
+        return
+    click.echo(f"node {plan.node_id}; leadership {plan.leadership} (dry run: nothing changed)")
+    if plan.leadership_unknown:
+        click.echo(f"leadership unknown, nothing would be led: {plan.leadership_unknown}")
+    for t in plan.topics:
+        state = (f"never touched: {t.skipped}" if t.skipped
+                 else "offloaded" if t.offloaded else "not offloaded")  # fmt: skip
+        click.echo(f"topic {t.topic}: {t.partitions} partitions here, {t.led} led; {state}")
+        if not t.skipped:
+            for name, (value, origin) in t.settings.items():
+                click.echo(f"  {name} = {value}  ({origin})")
 
 
 def register(main: click.Group) -> None:

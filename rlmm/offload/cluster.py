@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import errors as kafka_errors
@@ -36,6 +36,17 @@ NO_LEADER = -1
 _TOPIC, _BROKER = 2, 4  # DescribeConfigs resource types
 SYSTEM_ENABLE = "remote.log.storage.system.enable"
 REMOTE_STORAGE_ENABLE = "remote.storage.enable"
+# The topic configs the sidecar follows (KIP-405's retention, KIP-950's switches).
+TOPIC_CONFIGS = (
+    REMOTE_STORAGE_ENABLE,
+    "retention.ms",
+    "retention.bytes",
+    "local.retention.ms",
+    "local.retention.bytes",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+)
+_DEFAULT_CONFIG = 5  # DescribeConfigs v1+ config_source: Kafka's built-in default
 
 
 class MetadataResponse_v7(Response):
@@ -102,6 +113,9 @@ class ClusterView:
     kafka_tiered: frozenset[str]
     brokers: frozenset[int]
     configs_seen: bool = True  # False: DescribeConfigs was denied (kafka_tiered is empty)
+    # per topic, the TOPIC_CONFIGS the cluster sets (on the topic or as a broker's
+    # default; never Kafka's built-in defaults), as Kafka sends them
+    topic_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 class ClusterClient:
@@ -128,7 +142,11 @@ class ClusterClient:
         if self._closed:
             raise LeadershipError("the cluster client is closed")
         try:
-            return await asyncio.wait_for(self._view(sorted(topics)), self.timeout_s)
+            view = await asyncio.wait_for(self._view(sorted(topics)), self.timeout_s)
+            # Python 3.11's wait_for returns the result, swallowing a cancellation that
+            # came as the answer did: the caller's cancellation still wins.
+            _raise_if_cancelling(None)
+            return view
         except LeadershipError as e:
             _raise_if_cancelling(e)
             raise
@@ -158,6 +176,9 @@ class ClusterClient:
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+        # aiokafka's close() suppresses a CancelledError that reaches it while it waits
+        # for its metadata task: a cancellation that came meanwhile is raised here.
+        _raise_if_cancelling(None)
 
     async def _view(self, topics: list[str]) -> ClusterView:
         client = await self._connected()
@@ -198,31 +219,34 @@ class ClusterClient:
                     partitions[(topic, partition)] = PartitionLeadership(
                         leader if not p_error else NO_LEADER, epoch, tuple(replicas), tuple(isr)
                     )
-        tiered = await self._kafka_tiered(client, node, topics)
-        if tiered is None:
+        configs = await self._configs(client, node, topics)
+        if configs is None:
             return ClusterView(partitions, frozenset(), brokers, configs_seen=False)
-        return ClusterView(partitions, tiered, brokers)
+        tiered, topic_configs = configs
+        return ClusterView(partitions, tiered, brokers, topic_configs=topic_configs)
 
-    async def _kafka_tiered(
+    async def _configs(
         self, client: AIOKafkaClient, node: int, topics: list[str]
-    ) -> frozenset[str] | None:
-        """Topics with remote.storage.enable=true on a cluster whose brokers tier; None
-        when the cluster denies this principal DescribeConfigs (then the sidecar knows
-        such topics by their segments in the metadata only).
+    ) -> tuple[frozenset[str], dict[str, dict[str, str]]] | None:
+        """The topics with remote.storage.enable=true on a cluster whose brokers tier,
+        and each topic's TOPIC_CONFIGS the cluster sets; None when the cluster denies
+        this principal DescribeConfigs (then the sidecar knows Kafka's tiered topics by
+        their segments in the metadata only, and follows its own config alone).
 
         A broker's own configs are answered by that broker only: asked only when
         ``node`` is ours. Kafka refuses remote.storage.enable=true on a topic while
         the system is off, so the topic's flag alone still says enough without it."""
         if not topics:
-            return frozenset()
+            return frozenset(), {}
         resources: list[tuple[int, str, list[str] | None]] = [
-            (_TOPIC, t, [REMOTE_STORAGE_ENABLE]) for t in topics
+            (_TOPIC, t, list(TOPIC_CONFIGS)) for t in topics
         ]
         if node == self.node_id:
             resources.append((_BROKER, str(node), [SYSTEM_ENABLE]))
         response = await client.send(node, DescribeConfigsRequest(resources))
         system = True
         enabled: set[str] = set()
+        topic_configs: dict[str, dict[str, str]] = {}
         for resource in response.resources:
             error_code, _message, kind, name, entries = resource[:5]
             if kind == _TOPIC and error_code == kafka_errors.UnknownTopicOrPartitionError.errno:
@@ -234,9 +258,15 @@ class ClusterClient:
             values = {entry[0]: entry[1] for entry in entries}
             if kind == _BROKER:
                 system = str(values.get(SYSTEM_ENABLE, "false")).lower() == "true"
-            elif str(values.get(REMOTE_STORAGE_ENABLE, "false")).lower() == "true":
+                continue
+            if str(values.get(REMOTE_STORAGE_ENABLE, "false")).lower() == "true":
                 enabled.add(name)
-        return frozenset(enabled) if system else frozenset()
+            topic_configs[name] = {
+                entry[0]: entry[1]
+                for entry in entries
+                if entry[1] is not None and not _built_in(entry, response.API_VERSION)
+            }
+        return (frozenset(enabled) if system else frozenset()), topic_configs
 
     async def close(self) -> None:
         """Close the connection; idempotent."""
@@ -244,7 +274,13 @@ class ClusterClient:
         await self._reset()
 
 
-def _raise_if_cancelling(exc: BaseException) -> None:
+def _built_in(entry: Any, version: int) -> bool:
+    """A DescribeConfigs entry holding Kafka's built-in default (v0: is_default; v1 on:
+    config_source DEFAULT_CONFIG)."""
+    return bool(entry[3]) if version == 0 else entry[3] == _DEFAULT_CONFIG
+
+
+def _raise_if_cancelling(exc: BaseException | None) -> None:
     """aiokafka raises its own errors in place of CancelledError: a task being cancelled
     re-raises the cancellation instead of reading them as a failure of the cluster."""
     task = asyncio.current_task()
@@ -299,6 +335,7 @@ def _why(
 
 __all__ = [
     "NO_LEADER",
+    "TOPIC_CONFIGS",
     "ClusterClient",
     "ClusterView",
     "LeaderMetadataRequest",

@@ -28,7 +28,7 @@ from remote.segment_data import log_segment_data
 from remote.segments import LogSegmentFiles, parse_partition_dir_name
 from rlmm.model import TopicIdPartition
 from rlmm.offload.errors import LogDirError, SegmentCopyError
-from rlmm.offload.settings import OffloadSettings
+from rlmm.offload.settings import INTERNAL_TOPICS, OffloadSettings
 from rlmm.offload.source import (
     EpochStart,
     LocalSegment,
@@ -161,6 +161,10 @@ class LogDirSource(LogSource):
     def retention(self) -> RetentionSettings:
         return self._retention
 
+    def set_retention(self, retention: RetentionSettings) -> None:
+        """The topic's settings as this round resolved them (the cluster's configs)."""
+        self._retention = retention
+
     def describe(self, segment: LocalSegment) -> SegmentDescription:
         files = self._files.get(segment.base_offset)
         if files is None:
@@ -232,9 +236,14 @@ def log_dir_problem(log_dir: Path) -> str | None:
 
 
 def scan_log_dirs(
-    log_dirs: Iterable[Path], settings: OffloadSettings, warned: set[str] | None = None
+    log_dirs: Iterable[Path],
+    settings: OffloadSettings,
+    warned: set[str] | None = None,
+    disabled: list[LogDirSource] | None = None,
 ) -> list[LogDirSource]:
-    """A source per offloadable partition dir; dirs without a topic id warn once (``warned``)."""
+    """A source per offloadable partition dir; dirs without a topic id warn once
+    (``warned``); ``disabled`` gets those of topics with remote.storage.enable false
+    (whose remote data KIP-950 may delete)."""
     warned = set() if warned is None else warned
     sources: list[LogDirSource] = []
     for log_dir in log_dirs:
@@ -245,9 +254,15 @@ def scan_log_dirs(
         for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
             if not entry.is_dir():
                 continue
-            source = _source(Path(entry.path), settings, starts, watermarks, warned)
-            if source is not None:
+            source = _source(
+                Path(entry.path), settings, starts, watermarks, warned, disabled is not None
+            )
+            if source is None:
+                continue
+            if settings.offloads(source.topic_id_partition.topic):
                 sources.append(source)
+            elif disabled is not None:
+                disabled.append(source)
     return sources
 
 
@@ -257,6 +272,7 @@ def _source(
     starts: dict[tuple[str, int], int],
     watermarks: dict[tuple[str, int], int],
     warned: set[str],
+    include_disabled: bool = False,
 ) -> LogDirSource | None:
     def warn_once(why: str) -> None:
         if str(path) not in warned:
@@ -269,7 +285,7 @@ def _source(
         pdir = PartitionDir(path)
     except SegmentFormatError:
         return None  # not a partition dir (e.g. the KRaft metadata's siblings)
-    if not settings.offloads(pdir.topic):
+    if pdir.topic in INTERNAL_TOPICS or not (include_disabled or settings.offloads(pdir.topic)):
         return None
     try:
         if pdir.topic_id is None:

@@ -53,6 +53,7 @@ from rlmm.offload.expiry import Victim, off_lineage, plan_expiry
 from rlmm.offload.faults import KillPoints
 from rlmm.offload.metrics import OffloadMetrics
 from rlmm.offload.ownership import Ownership
+from rlmm.offload.quota import CopyQuota
 from rlmm.offload.segment_ops import OffloadEvent, SegmentOps
 from rlmm.offload.source import EpochStart, LocalSegment, LogSource, epoch_end_offsets
 
@@ -144,6 +145,7 @@ class RemoteLogManager:
         clock_ms: Callable[[], int] | None = None,
         kill_points: KillPoints | None = None,
         leftover_grace_s: float | None = None,
+        copy_quota: CopyQuota | None = None,
     ) -> None:
         if copier_concurrency <= 0:
             raise OffloadError(f"copier concurrency must be positive, got {copier_concurrency}")
@@ -165,6 +167,7 @@ class RemoteLogManager:
             self._clock_ms,
         )
         self._copy_slots = asyncio.Semaphore(copier_concurrency)
+        self.copy_quota = copy_quota if copy_quota is not None else CopyQuota()
         self._file_slots = asyncio.Semaphore(copier_concurrency + 2)
         self._task_interval_s = task_interval_s
         # Long enough for an old leader to learn it lost leadership and abandon its copy.
@@ -405,6 +408,9 @@ class RemoteLogManager:
         async with leader.lock:
             if not self.rlmm.is_ready(tp):
                 return result  # Kafka skips the run while the RLMM catches up
+            if leader.source.retention().remote_log_copy_disable:
+                self.metrics.set_copy_lag(tp, 0, 0)
+                return result  # KIP-950: nothing copied; expiration still runs
             self.metrics.partition_rounds.labels("copy").inc()
             view = await run_blocking(self._file_slots, _view, leader.source)
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
@@ -468,6 +474,10 @@ class RemoteLogManager:
                         tp, segment.name, desc.max_timestamp_ms,
                     )  # fmt: skip
                     return None
+                # As Kafka's copier thread does, a throttled copy waits holding its slot.
+                await self.copy_quota.reserve(
+                    segment.size_in_bytes, self.metrics.record_copy_throttle
+                )
                 try:
                     return await self._ops.copy(tp, desc)
                 except SegmentCopyError as e:
@@ -623,11 +633,12 @@ class RemoteLogManager:
 
     # ---- partition deletion ------------------------------------------------------------------
 
-    async def delete_partition(self, tp: TopicIdPartition) -> int:
+    async def delete_partition(self, tp: TopicIdPartition, *, only_if_tiered: bool = False) -> int:
         """Delete every remote segment of ``tp``, then mark the partition deleted (returns count).
 
         Goes DELETE_PARTITION_MARKED -> STARTED -> (segments) -> FINISHED; a rerun after
-        a crash resumes where the states say.
+        a crash resumes where the states say. ``only_if_tiered``: a partition with no
+        remote segment and no deletion begun gets no event at all.
         """
         self._check_open()
         leader = self._leaders.get(tp)
@@ -639,6 +650,8 @@ class RemoteLogManager:
         state = self.rlmm.remote_partition_delete_state(tp)
         current = None if state is None else state.state
         if current == P.DELETE_PARTITION_FINISHED:
+            return 0
+        if only_if_tiered and current is None and not self.rlmm.list_remote_log_segments(tp):
             return 0
         foreign = await self.foreign_segments(tp)
         if foreign:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
+from collections import deque
 from typing import Any
 from wsgiref.simple_server import make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from rlmm.model import TopicIdPartition
@@ -23,6 +25,8 @@ from rlmm.offload.health import QuietHandler, Readiness, health_app
 
 _TOPIC = ("topic",)
 _PARTITION = ("topic", "partition")
+# Kafka's sensors keep two samples of 30 s by default: its -max looks about this far back.
+THROTTLE_MAX_WINDOW_S = 60.0
 
 
 class MetricsServer:
@@ -205,7 +209,36 @@ class OffloadMetrics:
         )
         for reason in ("kafka-tiered", "foreign-segments"):
             self.topics_skipped.labels(reason)
+        self.copy_throttle_time = Summary(
+            "rlmm_remote_copy_throttle_time_ms",
+            "Throttle times copies found over the copy quota, ms (RemoteLogManager"
+            " remote-copy-throttle-time-avg is _sum / _count)",
+            registry=r,
+        )
+        self.copy_throttle_time_max = Gauge(
+            "rlmm_remote_copy_throttle_time_max_ms",
+            "The largest throttle time found over the last minute, ms (RemoteLogManager"
+            " remote-copy-throttle-time-max)",
+            registry=r,
+        )
+        self._throttles: deque[tuple[float, float]] = deque()
+        self._throttles_lock = threading.Lock()  # the scrape runs on the server's thread
+        self.copy_throttle_time_max.set_function(self._throttle_max)
         self.readiness = Readiness(r)
+
+    def record_copy_throttle(self, seconds: float) -> None:
+        """A copy found the quota exceeded and waits ``seconds`` (Kafka's sensor)."""
+        ms = seconds * 1000
+        self.copy_throttle_time.observe(ms)
+        with self._throttles_lock:
+            self._throttles.append((time.monotonic(), ms))
+
+    def _throttle_max(self) -> float:
+        horizon = time.monotonic() - THROTTLE_MAX_WINDOW_S
+        with self._throttles_lock:
+            while self._throttles and self._throttles[0][0] < horizon:
+                self._throttles.popleft()
+            return max((ms for _, ms in self._throttles), default=0.0)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> MetricsServer:
         """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr:port`` (0: a free

@@ -35,14 +35,14 @@ from typing import Any
 
 from eventlog import EventLog
 from eventlog.errors import EventLogAuthError, EventLogConfigError
-from rlmm.config import RlmmConfig
+from rlmm.config import OFFLOAD_TOPIC_SETTINGS, RlmmConfig
 from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.manager import AUTH_RETRY_S, TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
-from rlmm.offload.cluster import ClusterClient
+from rlmm.offload.cluster import ClusterClient, ClusterView
 from rlmm.offload.display import Display, Tally
-from rlmm.offload.errors import LeadershipError, OffloadError
+from rlmm.offload.errors import ForeignSegmentError, LeadershipError, OffloadError
 from rlmm.offload.health import NOT_STARTED, round_problem
 from rlmm.offload.leadership import (
     Assignment,
@@ -56,6 +56,7 @@ from rlmm.offload.logdir import LogDirSource, log_dir_problem, scan_log_dirs
 from rlmm.offload.manager import CopyResult, RemoteLogManager
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
 from rlmm.offload.settings import OffloadSettings
+from rlmm.offload.source import RetentionSettings
 
 log = logging.getLogger(__name__)
 # Loopback unless told otherwise: a scrape from another host needs --metrics-host.
@@ -113,6 +114,15 @@ class Sidecar:
         # led partition -> the cluster's leader epoch (-1: no cluster)
         self._led: dict[TopicIdPartition, int] = {}
         self._wake = asyncio.Event()  # the poll found a partition to lead: start a round now
+        # Partitions gained during a round do not wait for it: the poll leads them and
+        # starts a round of their own at once (Kafka's RLM runs each partition on its
+        # own); the round ends when these have ended too.
+        self._side: list[asyncio.Task[dict[TopicIdPartition, tuple[CopyResult, Any]]]] = []
+        self._gaining: set[TopicIdPartition] = set()
+        self._sources: dict[TopicIdPartition, LogDirSource] = {}
+        # topic -> its settings and where each came from (as last resolved and logged)
+        self._effective: dict[str, tuple[RetentionSettings, dict[str, str]]] = {}
+        self._deleted_on_disable: set[TopicIdPartition] = set()
         self._skipped: dict[str, str] = {}
         self._configs_warned = False
         self._said_waiting: set[tuple[TopicIdPartition, str]] = set()
@@ -160,7 +170,8 @@ class Sidecar:
     def _cluster_client(self, event_log: EventLog) -> ClusterClient | None:
         """The client that asks the cluster for leadership, or None without a cluster."""
         poll_s = self.settings.leadership_poll_ms / 1000
-        timeout_s = max(2.0, min(10.0, poll_s * 2))
+        # a loaded cluster may take seconds to answer; a poll waits at most this long
+        timeout_s = max(5.0, min(10.0, poll_s * 2))
         settings = getattr(event_log, "client_settings", None)
         if settings is not None:
             return ClusterClient(settings(), self.config.broker_id, timeout_s=timeout_s)
@@ -222,6 +233,7 @@ class Sidecar:
             ready_timeout_s=float(self.config.manager["ready_timeout_s"]),
             metrics=self.metrics,
             listener=self.display.event,
+            copy_quota=self.settings.copy_quota(),
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -284,7 +296,10 @@ class Sidecar:
         warned: set[str] = set()
         found: set[TopicIdPartition] = set()
         while not self._stop.is_set():
-            sources = await asyncio.to_thread(scan_log_dirs, self.log_dirs, self.settings, warned)
+            disabled: list[LogDirSource] = []
+            sources = await asyncio.to_thread(
+                scan_log_dirs, self.log_dirs, self.settings, warned, disabled
+            )
             now_found = {s.topic_id_partition for s in sources}
             gone = found - now_found
             if gone:
@@ -294,7 +309,14 @@ class Sidecar:
             found = now_found
             report.partitions = len(found)
             self._wake.clear()
-            assignment = await self._assignment(sources, report)
+            view = await self._view([*sources, *disabled], report)
+            assignment = None
+            if not isinstance(view, _Unknown):
+                sources = self._settle(sources, disabled, view)
+                assignment = self._assignment(sources, view)
+                await self._delete_disabled(rlm, disabled, view)
+            # what the poll may lead before the next round: the topics still offloaded
+            self._sources = {s.topic_id_partition: s for s in sources}
             results: dict[TopicIdPartition, tuple[CopyResult, Any]] = {}
             if assignment is None and self._led:
                 await rlm.abandon(list(self._led))
@@ -304,8 +326,10 @@ class Sidecar:
                 self.metrics.partitions_led.set(0)
             if assignment is not None:
                 await self._lead(rlm, assignment, report)
-                self._round = asyncio.create_task(rlm.run_round(list(self._led)))
-                poll = asyncio.create_task(self._poll(rlm), name="rlmm-leadership-poll")
+                self._round = asyncio.create_task(self._run_round(rlm, report))
+                poll = asyncio.create_task(
+                    self._poll(rlm, report, in_round=True), name="rlmm-leadership-poll"
+                )
                 try:
                     results = await self._round
                 except asyncio.CancelledError:
@@ -327,23 +351,72 @@ class Sidecar:
             interval = self.settings.task_interval_ms / 1000
             if report.leadership_unknown is not None:
                 interval = min(interval, self.settings.leadership_poll_ms / 1000)
-            poll = asyncio.create_task(self._poll(rlm), name="rlmm-leadership-poll")
+            poll = asyncio.create_task(self._poll(rlm, report), name="rlmm-leadership-poll")
             try:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(_first(self._stop.wait(), self._wake.wait()), interval)
             finally:
                 await _cancel(poll)
 
-    async def _assignment(
+    async def _run_round(
+        self, rlm: RemoteLogManager, report: SidecarReport
+    ) -> dict[TopicIdPartition, tuple[CopyResult, Any]]:
+        """A round of the partitions led, and of those the poll gains meanwhile: it ends
+        when all have ended. Cancelled (a second signal), it abandons them all."""
+        results: dict[TopicIdPartition, tuple[CopyResult, Any]] = {}
+        self._side = [asyncio.create_task(rlm.run_round(list(self._led)), name="rlmm-round")]
+        try:
+            while self._side:
+                results.update(await self._side[0])
+                self._side.pop(0)
+        finally:
+            for task in self._side:
+                await _cancel(task)
+            self._side = []
+        return results
+
+    async def _gain(
+        self,
+        rlm: RemoteLogManager,
+        report: SidecarReport,
+        view: ClusterView,
+        gained: Sequence[TopicIdPartition],
+    ) -> dict[TopicIdPartition, tuple[CopyResult, Any]]:
+        """Lead ``gained`` (found by the poll during a round) and run their round now."""
+        try:
+            sources = [self._sources[tp] for tp in gained if tp in self._sources]
+            assignment = assign(sources, view, self.config.broker_id)
+            lead = [
+                s for s in assignment.lead if s.topic_id_partition.topic not in self._skipped
+            ]
+            self._say_waiting(assignment.waiting, keep=True)
+            if not lead:
+                return {}
+            try:
+                await rlm.on_leadership_changes(lead, [], start_tasks=False)
+                wanted = await self._drop_foreign(rlm, {s.topic_id_partition for s in lead})
+            except Exception as e:  # the next round's assignment leads them again
+                log.error("leading %s failed (tried again next round): %s",
+                          ", ".join(map(str, gained)), e)  # fmt: skip
+                return {}
+            led = {tp: assignment.epochs.get(tp, -1) for tp in wanted}
+            self._changed(led, dict(self._led))
+            self._led.update(led)
+            report.led = len(self._led)
+            self.metrics.partitions_led.set(len(self._led))
+            return await rlm.run_round(list(led))
+        finally:
+            self._gaining -= set(gained)
+
+    async def _view(
         self, sources: Sequence[LogDirSource], report: SidecarReport
-    ) -> Assignment | None:
-        """This round's split of ``sources``; None (and nothing led) when leadership
-        cannot be learned. A replicated partition over a metadata log other brokers
-        cannot share raises LeadershipError (the sidecar stops)."""
+    ) -> ClusterView | _Unknown | None:
+        """The cluster's view of ``sources``' topics; None without a cluster; _UNKNOWN
+        (nothing is led this round) when leadership cannot be learned."""
         if self._cluster is None:
             report.leadership_unknown = None
             self.metrics.leadership_known.set(1)
-            return lead_all(sources)
+            return None
         try:
             view = await self._cluster.view({s.topic_id_partition.topic for s in sources})
         except LeadershipError as e:
@@ -351,7 +424,7 @@ class Sidecar:
                 log.error("leadership unknown, nothing is copied or expired: %s", e)
             report.leadership_unknown = str(e)
             self.metrics.leadership_known.set(0)
-            return None
+            return _UNKNOWN
         if report.leadership_unknown is not None:
             log.info("leadership learned again from the cluster at %s", self._cluster.bootstrap)
         report.leadership_unknown = None
@@ -361,9 +434,104 @@ class Sidecar:
             log.warning(
                 "the cluster at %s denies DescribeConfigs to this sidecar: topics the cluster"
                 " tiers itself are known only by segments rlmm did not write in their"
-                " metadata (grant DESCRIBE_CONFIGS on the topics and the cluster)",
+                " metadata, and the topics' configs are rlmm's alone (grant"
+                " DESCRIBE_CONFIGS on the topics and the cluster)",
                 self._cluster.bootstrap,
             )
+        return view
+
+    def _settle(
+        self,
+        sources: Sequence[LogDirSource],
+        disabled: list[LogDirSource],
+        view: ClusterView | None,
+    ) -> list[LogDirSource]:
+        """Give each source its topic's settings this round (rlmm's config and the
+        cluster's topic configs, ``OffloadSettings.effective``), saying each change;
+        the sources of topics the cluster turned off (``remote.storage.enable=false``
+        set on the topic) move to ``disabled``. The sources still offloaded."""
+        settled: dict[str, RetentionSettings] = {}
+        quiet = {s.topic_id_partition.topic for s in disabled}
+        for source in [*sources, *disabled]:
+            topic = source.topic_id_partition.topic
+            if view is not None and topic in view.kafka_tiered:
+                continue  # never touched: assign() says so
+            if topic not in settled:
+                configs = view.topic_configs.get(topic) if view is not None else None
+                settled[topic] = self._resolve(topic, configs, quiet=topic in quiet)
+            source.set_retention(settled[topic])
+        kept = [s for s in sources if s.retention().remote_storage_enable]
+        disabled += [s for s in sources if not s.retention().remote_storage_enable]
+        return kept
+
+    def _resolve(
+        self, topic: str, configs: Mapping[str, str] | None, *, quiet: bool = False
+    ) -> RetentionSettings:
+        """``topic``'s effective settings; a change from the last round is logged
+        (``quiet``: a topic rlmm does not offload, only its first sight is not)."""
+        try:
+            effective, origins = self.settings.effective(topic, configs)
+        except ConfigError as e:
+            log.error("topic %s: %s; following rlmm's config alone", topic, e)
+            effective, origins = self.settings.effective(topic, None)
+        before = self._effective.get(topic)
+        self._effective[topic] = (effective, origins)
+        if before is None and quiet:
+            return effective
+        if before is None:
+            from_cluster = [n for n, o in origins.items() if o == "cluster"]
+            if from_cluster:
+                log.info("topic %s follows the cluster's %s", topic, ", ".join(
+                    f"{n}={_kafka_value(effective, n)}" for n in from_cluster))  # fmt: skip
+            return effective
+        changed = [n for n in origins if _kafka_value(effective, n) != _kafka_value(before[0], n)]
+        for name in changed:
+            log.info(
+                "topic %s: %s = %s (was %s), from %s%s", topic, name,
+                _kafka_value(effective, name), _kafka_value(before[0], name),
+                "the cluster's topic config" if origins[name] == "cluster" else origins[name],
+                _CONSEQUENCE.get((name, _kafka_value(effective, name)), ""),
+            )  # fmt: skip
+        return effective
+
+    async def _delete_disabled(
+        self, rlm: RemoteLogManager, disabled: Sequence[LogDirSource], view: ClusterView | None
+    ) -> None:
+        """KIP-950: a topic with remote.storage.enable=false and
+        remote.log.delete.on.disable=true loses its remote data: the partitions this
+        broker leads are deleted (segments, then the partition's metadata), once."""
+        wanted = [s for s in disabled if s.retention().remote_log_delete_on_disable]
+        if not wanted:
+            return
+        led = lead_all(wanted) if view is None else assign(wanted, view, self.config.broker_id)
+        for source in led.lead:
+            tp = source.topic_id_partition
+            if tp in self._deleted_on_disable or tp.topic in self._skipped:
+                continue
+            try:
+                deleted = await rlm.delete_partition(tp, only_if_tiered=True)
+            except ForeignSegmentError as e:
+                self._skip(tp.topic, "foreign-segments", str(e))
+                continue
+            except Exception as e:  # tried again next round
+                log.error("%s: deleting its remote data failed: %s", tp, e)
+                continue
+            self._deleted_on_disable.add(tp)
+            if deleted:
+                log.info(
+                    "%s: deleted its %d remote segments and their metadata"
+                    " (remote.storage.enable=false, remote.log.delete.on.disable=true)",
+                    tp, deleted,
+                )  # fmt: skip
+
+    def _assignment(
+        self, sources: Sequence[LogDirSource], view: ClusterView | None
+    ) -> Assignment:
+        """This round's split of ``sources`` by ``view`` (None: no cluster, lead all). A
+        replicated partition over a metadata log other brokers cannot share raises
+        LeadershipError (the sidecar stops)."""
+        if view is None:
+            return lead_all(sources)
         assignment = assign(sources, view, self.config.broker_id)
         kind = self.config.event_log_options().get("type", "file")
         if assignment.replicated and kind != "kafka":
@@ -408,6 +576,20 @@ class Sidecar:
         follow = [*assignment.follow, *assignment.waiting]
         follow += [tp for tp in self._led if tp not in wanted]
         await rlm.on_leadership_changes(lead, follow, start_tasks=False)
+        wanted = await self._drop_foreign(rlm, wanted)
+        led = {tp: assignment.epochs.get(tp, -1) for tp in wanted}
+        self._changed(led, self._led, with_released=True)
+        self._say_waiting(assignment.waiting)
+        self._led = led
+        report.led = len(led)
+        self.metrics.partitions_led.set(len(led))
+        self.metrics.partitions_waiting.set(len(assignment.waiting))
+
+    async def _drop_foreign(
+        self, rlm: RemoteLogManager, wanted: set[TopicIdPartition]
+    ) -> set[TopicIdPartition]:
+        """``wanted`` minus the topics whose metadata holds segments rlmm did not write
+        (those are skipped for good, and abandoned)."""
         for tp in wanted:
             foreign = await rlm.foreign_segments(tp)
             if foreign:
@@ -422,44 +604,57 @@ class Sidecar:
         dropped = [tp for tp in wanted if tp.topic in self._skipped]
         if dropped:
             await rlm.abandon(dropped)
-        led = {
-            tp: assignment.epochs.get(tp, -1) for tp in wanted if tp.topic not in self._skipped
-        }
-        changes = len(set(led) ^ set(self._led)) + sum(
-            1 for tp in led if tp in self._led and led[tp] != self._led[tp]
-        )
+        return {tp for tp in wanted if tp.topic not in self._skipped}
+
+    def _changed(
+        self,
+        led: Mapping[TopicIdPartition, int],
+        before: Mapping[TopicIdPartition, int],
+        *,
+        with_released: bool = False,
+    ) -> None:
+        """Count and say the leadership changes from ``before`` to ``led`` (partitions
+        gained, or led at a new epoch; released too, when ``led`` is the whole set)."""
+        gained = sorted(str(tp) for tp in set(led) - set(before))
+        released = sorted(str(tp) for tp in set(before) - set(led)) if with_released else []
+        changes = len(gained) + len(released)
+        changes += sum(1 for tp in led if tp in before and led[tp] != before[tp])
         if changes:
             self.metrics.leadership_changes.inc(changes)
-            gained = sorted(str(tp) for tp in set(led) - set(self._led))
-            released = sorted(str(tp) for tp in set(self._led) - set(led))
-            if self._cluster is not None and (gained or released):
-                log.info(
-                    "leading %d partitions%s%s", len(led),
-                    f"; now leading {', '.join(gained)}" if gained else "",
-                    f"; no longer leading {', '.join(released)}" if released else "",
-                )  # fmt: skip
-        for tp, why in assignment.waiting.items():
-            if (tp, why) not in self._said_waiting:  # once per partition and epoch
-                log.info("%s: waiting to lead: %s", tp, why)
-        self._said_waiting = set(assignment.waiting.items())
-        self._led = led
-        report.led = len(led)
-        self.metrics.partitions_led.set(len(led))
-        self.metrics.partitions_waiting.set(len(assignment.waiting))
+        if self._cluster is not None and (gained or released):
+            total = len(led) if with_released else len(set(led) | set(before))
+            log.info(
+                "leading %d partitions%s%s", total,
+                f"; now leading {', '.join(gained)}" if gained else "",
+                f"; no longer leading {', '.join(released)}" if released else "",
+            )  # fmt: skip
 
-    async def _poll(self, rlm: RemoteLogManager) -> None:
+    def _say_waiting(self, waiting: Mapping[TopicIdPartition, str], *, keep: bool = False) -> None:
+        """Say once per partition and epoch why a partition led is not led yet."""
+        for tp, why in waiting.items():
+            if (tp, why) not in self._said_waiting:
+                log.info("%s: waiting to lead: %s", tp, why)
+        said = set(waiting.items())
+        self._said_waiting = self._said_waiting | said if keep else said
+
+    async def _poll(
+        self, rlm: RemoteLogManager, report: SidecarReport, *, in_round: bool = False
+    ) -> None:
         """Ask the cluster for leadership every leadership.poll.ms: a partition led by
         another broker now is abandoned at once (its copy in flight deleted); one this
-        broker now leads wakes the sidecar for a round; unknown leadership stops all."""
+        broker now leads is led at once and gets its own round when ``in_round`` (else it
+        wakes the sidecar for a round); unknown leadership stops all."""
         if self._cluster is None:
             return
         interval = self.settings.leadership_poll_ms / 1000
         while True:
             await asyncio.sleep(interval)
+            _raise_if_cancelling()  # a cancellation a library swallowed ends the poll
             topics = {tp.topic for tp in self._led} | {tp.topic for tp in rlm.followers}
             try:
                 view = await self._cluster.view(topics)
             except LeadershipError as e:
+                _raise_if_cancelling()
                 if self._led:
                     log.error("leadership unknown: abandoning every partition: %s", e)
                     self.metrics.leadership_known.set(0)
@@ -483,8 +678,17 @@ class Sidecar:
                 and state.leader == self.config.broker_id
                 and tp.topic not in view.kafka_tiered
                 and tp.topic not in self._skipped
+                and tp not in self._gaining
+                and tp in self._sources
             ]
-            if gained:
+            if gained and in_round and not self._stop.is_set() and self._side:
+                # Its own task, never the poll's: cancelling the poll at the round's end
+                # must not cut a gain in half; the round awaits it.
+                self._gaining |= set(gained)
+                self._side.append(
+                    asyncio.create_task(self._gain(rlm, report, view, gained), name="rlmm-gain")
+                )
+            elif gained:
                 self._wake.set()
 
     def _count_failures(
@@ -519,6 +723,101 @@ class Sidecar:
         return self.metrics.readiness.metadata_problem(applied, ends)
 
 
+def _raise_if_cancelling() -> None:
+    """Raise CancelledError if this task is being cancelled: aiokafka and Python 3.11's
+    wait_for can swallow a cancellation, and a loop that goes on after that never ends."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError()
+
+
+class _Unknown:
+    """Leadership could not be learned this round."""
+
+
+_UNKNOWN = _Unknown()
+# What a KIP-950 change means, said with it.
+_CONSEQUENCE = {
+    ("remote.log.copy.disable", "true"): ": copying stops; the remote data stays readable"
+    " and keeps expiring",
+    ("remote.log.copy.disable", "false"): ": copying resumes",
+    ("remote.storage.enable", "false"): ": no longer offloaded (remote data deleted only with"
+    " remote.log.delete.on.disable=true)",
+}
+
+
+def _kafka_value(settings: RetentionSettings, name: str) -> str:
+    """``settings``' value of the Kafka setting ``name``, as Kafka writes it."""
+    value = getattr(settings, name.replace(".", "_"))
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@dataclass
+class TopicPlan:
+    """One topic of a dry run: its partitions here, how many this broker leads, and
+    each setting's effective value with where it came from."""
+
+    topic: str
+    partitions: int
+    led: int
+    offloaded: bool
+    settings: dict[str, tuple[str, str]]  # Kafka name -> (value, origin)
+    skipped: str | None = None  # why the sidecar never touches it
+
+
+@dataclass
+class SidecarPlan:
+    """What a round would do with which settings (``rlmm offload --dry-run``)."""
+
+    node_id: int
+    leadership: str
+    topics: list[TopicPlan] = field(default_factory=list)
+    leadership_unknown: str | None = None
+
+
+async def plan_sidecar(config: RlmmConfig, log_dirs: Sequence[Path]) -> SidecarPlan:
+    """Scan ``log_dirs``, ask the cluster (leadership, topic configs) and resolve each
+    topic's settings, changing nothing: no metadata is read or written, nothing is
+    copied or deleted."""
+    sidecar = Sidecar(config, log_dirs, once=True, display=Display(rich=False))
+    plan = SidecarPlan(sidecar.config.broker_id, sidecar.leadership_source())
+    event_log = open_event_log(sidecar.config)
+    cluster = sidecar._cluster_client(event_log)
+    sidecar._cluster = cluster
+    try:
+        disabled: list[LogDirSource] = []
+        sources = await asyncio.to_thread(
+            scan_log_dirs, sidecar.log_dirs, sidecar.settings, set(), disabled
+        )
+        report = SidecarReport()
+        view = await sidecar._view([*sources, *disabled], report)
+        if isinstance(view, _Unknown):
+            plan.leadership_unknown = report.leadership_unknown
+            view = None
+        kept = sidecar._settle(sources, disabled, view)
+        assignment = sidecar._assignment(kept, view) if view is not None else lead_all(kept)
+        led = {s.topic_id_partition for s in assignment.lead}
+        if plan.leadership_unknown is not None:
+            led = set()
+        by_topic: dict[str, list[LogDirSource]] = {}
+        for source in [*kept, *disabled]:
+            by_topic.setdefault(source.topic_id_partition.topic, []).append(source)
+        for topic, group in sorted(by_topic.items()):
+            effective, origins = sidecar._effective.get(topic, (group[0].retention(), {}))
+            plan.topics.append(TopicPlan(
+                topic, len(group), sum(1 for s in group if s.topic_id_partition in led),
+                offloaded=any(s in kept for s in group),
+                settings={n: (_kafka_value(effective, n), origins.get(n, "offload"))
+                          for n in OFFLOAD_TOPIC_SETTINGS},
+                skipped=sidecar._skipped.get(topic),
+            ))  # fmt: skip
+        return plan
+    finally:
+        if cluster is not None:
+            await cluster.close()
+        await event_log.close()
+
+
 def dump_tasks() -> None:
     """Log where every asyncio task of the process waits (SIGUSR1: a stuck sidecar says
     what it is stuck on, without a debugger)."""
@@ -537,7 +836,12 @@ async def _cancel(task: asyncio.Task[Any], timeout_s: float = 60.0) -> None:
     task.cancel()
     done, _ = await asyncio.wait([task], timeout=timeout_s)
     if not done:
-        log.error("task %s did not end within %gs of its cancellation", task.get_name(), timeout_s)
+        import io
+
+        where = io.StringIO()
+        task.print_stack(file=where)
+        log.error("task %s did not end within %gs of its cancellation; it waits at:\n%s",
+                  task.get_name(), timeout_s, where.getvalue())  # fmt: skip
 
 
 async def _first(*aws: Any) -> None:
@@ -580,4 +884,12 @@ async def run_sidecar(
     ).run()
 
 
-__all__ = ["DEFAULT_METRICS_HOST", "Sidecar", "SidecarReport", "run_sidecar"]
+__all__ = [
+    "DEFAULT_METRICS_HOST",
+    "Sidecar",
+    "SidecarPlan",
+    "SidecarReport",
+    "TopicPlan",
+    "plan_sidecar",
+    "run_sidecar",
+]

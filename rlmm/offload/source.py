@@ -23,13 +23,18 @@ USE_RETENTION = -2
 
 @dataclass(frozen=True, slots=True)
 class RetentionSettings:
-    """A topic's retention, with Kafka's names and meanings (-1 unlimited, -2 inherit)."""
+    """A topic's tiering settings (retention and KIP-950's switches), with Kafka's names
+    and meanings (-1 unlimited, -2 inherit)."""
 
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = UNLIMITED
     local_retention_ms: int = USE_RETENTION
     local_retention_bytes: int = USE_RETENTION
     remote_storage_enable: bool = True
+    # KIP-950: copying stopped (remote data stays readable and expires), and, with
+    # remote_storage_enable false, the remote data deleted.
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
 
     def effective_local_retention_ms(self) -> int:
         return (

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.errors import RemoteStorageError, SnapshotBlockError
-from rlmm.metadata_store import RemotePartitionMetadataStore
 from snapshot import MAGIC, SnapshotError, decode_snapshot
 
 _HEADER = struct.Struct(">8sHQ")

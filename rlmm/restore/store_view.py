@@ -33,8 +33,8 @@ from remote.segments import (
 from remote.storage import IndexType, RemoteObject
 from rlmm.archive import MetadataView, ViewStats
 from rlmm.archive.batches import iter_batches
+from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.errors import RemoteStorageError
-from rlmm.metadata_store import RemotePartitionMetadataStore
 from rlmm.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,

@@ -26,9 +26,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.codec import decode
 from rlmm.errors import RemoteStorageError
-from rlmm.metadata_store import RemotePartitionMetadataStore
 from rlmm.model import (
     RemoteLogMetadata,
     RemoteLogSegmentId,

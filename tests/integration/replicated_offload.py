@@ -39,7 +39,7 @@ TOPIC_CONFIGS = {"segment.ms": str(SEGMENT_MS), "min.insync.replicas": "2"}
 TASK_INTERVAL_MS = 1000
 
 
-def config_text(work: Path, data_dir: Path, bootstrap: str) -> str:
+def config_text(work: Path, data_dir: Path, bootstrap: str, offload: str = "") -> str:
     return f"""
 data_dir = "{data_dir}"
 [eventlog]
@@ -55,15 +55,16 @@ root = "{work / "remote"}"
 "remote.log.manager.task.interval.ms" = {TASK_INTERVAL_MS}
 "leadership.poll.ms" = 500
 "verify.crc" = true
-"""
+{offload}"""
 
 
 class Sidecars:
     """One `rlmm offload` process per node of ``cluster``, over ``work``."""
 
-    def __init__(self, cluster: ApacheKafkaCluster, work: Path) -> None:
+    def __init__(self, cluster: ApacheKafkaCluster, work: Path, offload: str = "") -> None:
         self.cluster = cluster
         self.work = work
+        self.offload = offload  # more [offload] settings of the sidecars (TOML lines)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
@@ -78,7 +79,7 @@ class Sidecars:
     def config(self, node: int) -> Path:
         path = self.work / f"sidecar-{node}.toml"
         data_dir = self.work / f"sidecar-{node}"
-        path.write_text(config_text(self.work, data_dir, self.cluster.bootstrap))
+        path.write_text(config_text(self.work, data_dir, self.cluster.bootstrap, self.offload))
         return path
 
     def log(self, node: int) -> Path:

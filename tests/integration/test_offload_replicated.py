@@ -14,15 +14,18 @@ the same offsets; no sidecar logged an error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 from uuid import uuid4
 
 import pytest
 
+from rlmm.archive.errors import ArchiveError
 from tests.fixtures.apache_kafka_cluster import ApacheKafkaCluster
 from tests.integration.replicated_offload import (
     TOPIC_CONFIGS,
+    Sidecars,
     check_archive,
     produce_waves,
     segments,
@@ -174,6 +177,49 @@ async def test_unclean_election_the_archive_equals_what_the_cluster_serves(
         # only that, is an error line (leadership unknown until it answered again)
         assert all("leadership unknown" in line for line in errors[stale]), errors[stale]
         assert errors[3] == []
+
+
+async def test_a_partition_gained_mid_round_is_copied_before_that_round_ends(
+    kafka_cluster: ApacheKafkaCluster, tmp_path: Path
+) -> None:
+    """Node 1's sidecar is in a long round (a backlog, throttled by a small copy quota)
+    when node 1 gains a partition whose rolled segments nobody copied yet (node 2, its
+    leader, runs no sidecar). The gained partition is copied at once, beside the round,
+    not after it."""
+    cluster, a, b = kafka_cluster, 1, 2
+    busy, moved = f"busy-{uuid4().hex[:6]}", f"moved-{uuid4().hex[:6]}"
+    cluster.create_topic(busy, configs=TOPIC_CONFIGS, assignments={0: [a, b, 3]})
+    cluster.create_topic(moved, configs=TOPIC_CONFIGS, assignments={0: [b, a, 3]})
+    await produce_waves(cluster, busy, 16, tag="busy")
+    await produce_waves(cluster, moved, 2, tag="moved")
+    _, busy_ends = await served(cluster, busy)
+    _, moved_ends = await served(cluster, moved)
+    # about 1.7 kB per segment at 1 kB/s: node 1's first round lasts about 25 s
+    quota = ('"remote.log.manager.copy.max.bytes.per.second" = 1000\n'
+             '"remote.log.manager.copy.quota.window.num" = 2\n')  # fmt: skip
+    group = Sidecars(cluster, tmp_path, offload=quota)
+    try:
+        group.start(a)
+        deadline = time.monotonic() + 120
+        while True:  # until node 1 is well into its round
+            with contextlib.suppress(ArchiveError):  # no metadata topic yet
+                if len(segments(group.observer, busy).get(0, [])) >= 3:
+                    break
+            assert time.monotonic() < deadline, group.text(a)[-3000:]
+            await asyncio.sleep(0.5)
+        await asyncio.to_thread(cluster.stop, b)  # controlled: node 1 leads `moved` now
+        cluster.wait_for_leader(moved, 0, expect=a, timeout=30)
+        await wait_archived(group, moved, moved_ends)
+        await wait_archived(group, busy, busy_ends)
+    finally:
+        group.close()
+    busy_done = max(m.event_timestamp_ms for m in segments(group.observer, busy)[0])
+    copies = segments(group.observer, moved)[0]
+    assert {m.broker_id for m in copies} == {a}
+    first_moved = min(m.event_timestamp_ms for m in copies)
+    # before the fix the gained partition waited for the round: copied after busy_done
+    assert first_moved < busy_done - 5000, (first_moved, busy_done)
+    assert group.errors()[a] == []
 
 
 def test_a_file_event_log_on_a_replicated_cluster_stops_the_sidecar(

@@ -7,9 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable, Sequence
 
 from eventlog import EventLog
+from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.codec import decode
 from rlmm.errors import RemoteStorageError
-from rlmm.metadata_store import RemotePartitionMetadataStore
 
 
 class GatedEventLog(EventLog):

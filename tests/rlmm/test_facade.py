@@ -1,4 +1,5 @@
-"""NotReadyRlmm fails closed; SwappableRlmm swaps atomically under concurrent calls."""
+"""NotReadyRlmm fails closed; SwappableRlmm swaps atomically under concurrent calls; both,
+and the manager, implement the RemoteLogMetadataManager interface method by method."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import asyncio
 import pytest
 
 from eventlog.memory import MemoryEventLog
+from rlmm import RemoteLogMetadataManager
 from rlmm.errors import RemoteStorageNotReadyError
 from rlmm.facade import NotReadyRlmm, SwappableRlmm
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.model import RemotePartitionDeleteMetadata, RemotePartitionDeleteState
 from tests.rlmm.factories import S, segment, tp, update
 
 TP0 = tp(0)
@@ -23,14 +26,25 @@ async def test_not_ready_fails_every_call_retriably() -> None:
         lambda: rlmm.list_remote_log_segments(TP0),
         lambda: rlmm.remote_log_size(TP0, 0),
         lambda: rlmm.next_segment_with_txn_index(TP0, 0, 0),
+        lambda: rlmm.remote_partition_delete_state(TP0),
     ):
         with pytest.raises(RemoteStorageNotReadyError) as err:
             call()
         assert err.value.retriable
-    with pytest.raises(RemoteStorageNotReadyError):
-        await rlmm.add_remote_log_segment_metadata(segment(TP0, 0, 1, {0: 0}))
-    with pytest.raises(RemoteStorageNotReadyError):
-        await rlmm.on_partition_leadership_changes([TP0], [])
+    m = segment(TP0, 0, 1, {0: 0})
+    delete = RemotePartitionDeleteMetadata(
+        TP0, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 1, 0
+    )
+    for write in (
+        lambda: rlmm.add_remote_log_segment_metadata(m),
+        lambda: rlmm.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED)),
+        lambda: rlmm.put_remote_partition_delete_metadata(delete),
+        lambda: rlmm.on_partition_leadership_changes([TP0], []),
+        lambda: rlmm.on_stop_partitions([TP0]),
+    ):
+        with pytest.raises(RemoteStorageNotReadyError) as err:
+            await write()
+        assert err.value.retriable
     assert rlmm.is_ready(TP0) is False
     with pytest.raises(AttributeError):
         rlmm.no_such_method  # noqa: B018
@@ -93,3 +107,31 @@ async def test_concurrent_calls_during_swaps_never_fail_for_the_swap() -> None:
         await m.close()
     for log in logs:
         await log.close()
+
+
+def test_every_implementation_defines_every_call_of_the_interface() -> None:
+    """No name dispatch: each call is a typed method of the class itself."""
+    calls = RemoteLogMetadataManager.__abstractmethods__
+    assert "remote_log_segment_metadata" in calls and "close" in calls
+    for cls in (NotReadyRlmm, SwappableRlmm, TopicBasedRemoteLogMetadataManager):
+        assert issubclass(cls, RemoteLogMetadataManager)
+        assert not cls.__abstractmethods__
+        assert not hasattr(cls, "__getattr__")
+        missing = {name for name in calls if name not in vars(cls)}
+        assert not missing, f"{cls.__name__} inherits {sorted(missing)}"
+
+
+async def test_a_write_goes_to_the_target_of_when_it_was_called() -> None:
+    first, second = MemoryEventLog(3), MemoryEventLog(3)
+    managers = [TopicBasedRemoteLogMetadataManager(log) for log in (first, second)]
+    for m in managers:
+        await m.start()
+        await m.on_partition_leadership_changes([TP0], [])
+        await m.wait_until_ready([TP0], 5)
+    facade = SwappableRlmm(managers[0])
+    write = facade.add_remote_log_segment_metadata(segment(TP0, 0, 10, {0: 0}))
+    facade.swap(managers[1])
+    await write
+    assert [len(m.list_remote_log_segments(TP0)) for m in managers] == [1, 0]
+    for m in managers:
+        await m.close()

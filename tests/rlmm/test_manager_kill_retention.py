@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from eventlog.file import FileEventLog
+from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.codec import decode
 from rlmm.errors import RemoteStorageError
-from rlmm.metadata_store import RemotePartitionMetadataStore
 from tests.rlmm.kill_worker import PARTITIONS, TPS, open_manager
 from tests.rlmm.test_manager_kill import run_and_kill
 

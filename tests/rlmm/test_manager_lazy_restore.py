@@ -14,7 +14,7 @@ import pytest
 
 from eventlog import EventLogError
 from eventlog.memory import MemoryEventLog
-from rlmm import metadata_store
+from rlmm.cache import metadata_store
 from rlmm.codec import encode
 from rlmm.errors import RemoteStorageNotReadyError, SnapshotBlockError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager

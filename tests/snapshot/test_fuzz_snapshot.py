@@ -122,7 +122,7 @@ def test_fuzz_under_a_1_gib_cap() -> None:
         run_fuzz(
             [
                 (f"{HERE}:fuzz_snapshot_file", ["snapshot.errors.SnapshotError"]),
-                (f"{HERE}:fuzz_cache_block", ["rlmm._cache_block.BlockError"]),
+                (f"{HERE}:fuzz_cache_block", ["rlmm.cache.BlockError"]),
             ]
         )
     )

@@ -1,7 +1,7 @@
 """Builders for the archive tests: real partition dirs, offloaded through the manager.
 
 Segments are written by remote.PartitionDirWriter and copied the way Kafka's
-RemoteLogManager (and rlmm/demo.py) does: COPY_SEGMENT_STARTED, RSM copy,
+RemoteLogManager (and rlmm/cli/demo.py) does: COPY_SEGMENT_STARTED, RSM copy,
 COPY_SEGMENT_FINISHED, all through a real TopicBasedRemoteLogMetadataManager.
 """
 

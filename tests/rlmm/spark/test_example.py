@@ -79,7 +79,7 @@ def test_the_spark_doc_shows_what_the_demo_s_spark_step_prints(
 
     data = tmp_path / "demo-data"
     subprocess.run(
-        [sys.executable, "-m", "rlmm.demo", "--data-dir", str(data)],
+        [sys.executable, "-m", "rlmm.cli.demo", "--data-dir", str(data)],
         cwd=tmp_path, check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     module = example()

@@ -44,7 +44,7 @@ from rlmm.offload import OffloadSettings, RemoteLogManager, scan_log_dirs
 from rlmm.offload.display import Display
 from rlmm.offload.sidecar import run_sidecar
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Piped (make demo | tee): wide enough that no state or epoch is cut with an ellipsis.
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -295,7 +295,7 @@ async def offload(config_path: Path, logs: Path, pdirs: list[PartitionDir]) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlmm.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rlmm.cli.demo", description=__doc__)
     parser.add_argument(
         "--data-dir", type=Path, default=ROOT / "demo-data", help="(default: %(default)s)"
     )

@@ -24,8 +24,10 @@ read returns one (:meth:`metadata`, on the fast path below).
 
 The fast path builds the frozen model objects through mutable "shadow" classes with the
 same slot layout and then switches their ``__class__``: plain slot stores instead of
-~15 ``object.__setattr__`` calls, 5x faster. It is used only if a probe object built
-both ways is equal (``FAST_OBJECTS``); otherwise the model's constructors are.
+~15 ``object.__setattr__`` calls, 5x faster. It is used only if probe rows read through
+both copies of :meth:`SegmentColumns.metadata` (and of the segment id builder) give
+equal objects and ``RLMM_NO_FAST_PATHS`` is unset (``FAST_OBJECTS``); otherwise the
+model's constructors are.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ import struct
 import sys
 import uuid
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
-from rlmm import _codec_build as _build
-from rlmm._codec_wire import FAST_UUID, uuid_from_int
+from rlmm import _fast_paths
+from rlmm.codec import build as _build
+from rlmm.codec import uuid_from_int
 from rlmm.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -99,7 +102,8 @@ _PROXY = MappingProxyType
 
 
 def _fast_segment_id(tp: TopicIdPartition, n: int) -> RemoteLogSegmentId:
-    # uuid.UUID built as _codec_wire's fast path does (FAST_UUID is part of the check).
+    # uuid.UUID(int=n) without its argument parsing: its two slots set through their
+    # descriptors; the probe compares the result with the constructor's.
     u = _new(uuid.UUID)
     _set_uuid_int(u, n)
     _set_uuid_safe(u, _UNKNOWN)
@@ -115,73 +119,12 @@ def _slow_segment_id(tp: TopicIdPartition, n: int) -> RemoteLogSegmentId:
     return _build.segment_id(tp, uuid_from_int(n))
 
 
-def _fast_metadata(
-    sid: RemoteLogSegmentId,
-    start: int,
-    end: int,
-    max_ts: int,
-    broker: int,
-    event_ts: int,
-    size: int,
-    epochs: dict[int, int],
-    state: RemoteLogSegmentState,
-    custom: bytes | None,
-    txn: bool,
-) -> RemoteLogSegmentMetadata:
-    m = _SegmentShadow()
-    m.remote_log_segment_id = sid  # type: ignore[attr-defined]
-    m.start_offset = start  # type: ignore[attr-defined]
-    m.end_offset = end  # type: ignore[attr-defined]
-    m.max_timestamp_ms = max_ts  # type: ignore[attr-defined]
-    m.broker_id = broker  # type: ignore[attr-defined]
-    m.event_timestamp_ms = event_ts  # type: ignore[attr-defined]
-    m.segment_size_in_bytes = size  # type: ignore[attr-defined]
-    m.segment_leader_epochs = MappingProxyType(epochs)  # type: ignore[attr-defined]
-    m.state = state  # type: ignore[attr-defined]
-    m.custom_metadata = custom  # type: ignore[attr-defined]
-    m.txn_index_empty = txn  # type: ignore[attr-defined]
-    m.__class__ = RemoteLogSegmentMetadata  # type: ignore[assignment]
-    return m  # type: ignore[return-value]
-
-
-def _fast_path_works() -> bool:
-    """The shadow classes share the model's layout and build equal objects."""
-    if (
-        _SegmentIdShadow.__slots__ != RemoteLogSegmentId.__slots__
-        or _SegmentShadow.__slots__ != RemoteLogSegmentMetadata.__slots__
-        or not _build.FAST_BUILD
-        or not FAST_UUID
-    ):
-        return False
-    tp = TopicIdPartition(uuid_from_int(1 << 100), "probe", 3)
-    n = 7 << 64 | 9
-    args = (5, 9, 11, 2, 13, 17, {0: 5, 4: 7}, STATES[1], b"x", True)
-    try:
-        fast_sid = _fast_segment_id(tp, n)
-        fast = _fast_metadata(fast_sid, *args)
-    except TypeError:  # __class__ assignment refused: the layouts differ
-        return False
-    slow_sid = _slow_segment_id(tp, n)
-    slow = RemoteLogSegmentMetadata(slow_sid, *args)
-    return (
-        type(fast) is RemoteLogSegmentMetadata
-        and type(fast_sid) is RemoteLogSegmentId
-        and fast == slow
-        and hash(fast_sid) == hash(slow_sid)
-        and fast_sid == slow_sid
-        and dict(fast.segment_leader_epochs) == {0: 5, 4: 7}
-    )
-
-
-FAST_OBJECTS: Final = _fast_path_works()
-make_segment_id: Final = _fast_segment_id if FAST_OBJECTS else _slow_segment_id
-_make_metadata: Final = _fast_metadata if FAST_OBJECTS else _build.segment_metadata
-
-
 # ---- the columns ---------------------------------------------------------------------------
 
 _unpack_record = RECORD.unpack_from
 _FIRST_TAIL: Final = struct.Struct("<iI")
+_KEY: Final = struct.Struct("<16sqq")
+_START_FIRST: Final = struct.Struct("<16xq32xi")  # (start offset, first field)
 
 
 class SegmentColumns:
@@ -360,7 +303,7 @@ class SegmentColumns:
         for r in keep:
             record = recs[r << 6 : (r + 1) << 6]
             if _I32.unpack_from(record, _FIRST)[0] >= 0:
-                a, b = self._pair_bounds(r)
+                a, b = self.pair_bounds(r)
                 _I32.pack_into(record, _FIRST, len(new_eps) >> 1)
                 new_eps += eps[2 * a : 2 * b]
             out += record
@@ -455,7 +398,7 @@ class SegmentColumns:
             if not recs[(row << 6) + TAIL] & DEAD:
                 yield row
 
-    def _pair_bounds(self, row: int) -> tuple[int, int]:
+    def pair_bounds(self, row: int) -> tuple[int, int]:
         """Pairs ``[a, b)`` of ``eps`` of a row whose epochs are not inline."""
         first, tail = _FIRST_TAIL.unpack_from(self.recs, (row << 6) + _FIRST)
         count = tail >> 8
@@ -472,7 +415,7 @@ class SegmentColumns:
         start, first = _START_FIRST.unpack_from(self.recs, row << 6)
         if first < 0:
             return [(-first - 1, start)]
-        a, b = self._pair_bounds(row)
+        a, b = self.pair_bounds(row)
         eps = self.eps
         return list(zip(eps[2 * a : 2 * b : 2], eps[2 * a + 1 : 2 * b : 2], strict=True))
 
@@ -497,7 +440,11 @@ class SegmentColumns:
         return make_segment_id(tp, self.uuid_int(row))
 
     def metadata(self, tp: TopicIdPartition, row: int) -> RemoteLogSegmentMetadata:
-        """A new RemoteLogSegmentMetadata of ``row`` (the hot path of every point lookup)."""
+        """A new RemoteLogSegmentMetadata of ``row`` (the hot path of every point lookup).
+
+        The fast copy; :meth:`metadata_by_constructors` replaces it when the probe at
+        import finds the two unequal (or ``RLMM_NO_FAST_PATHS`` is set).
+        """
         # One unpack of one record (one cache line), which usually holds the epoch too.
         raw, start, end, max_ts, event_ts, size, broker, first, tail = _unpack_record(
             self.recs, row << 6
@@ -510,21 +457,8 @@ class SegmentColumns:
         else:
             epochs = dict(self.epoch_items(row))
         n = int.from_bytes(raw, "big")
-        if not FAST_OBJECTS:
-            return _build.segment_metadata(
-                _slow_segment_id(tp, n),
-                start,
-                end,
-                max_ts,
-                broker,
-                event_ts,
-                size,
-                epochs,
-                STATES[tail & STATE_MASK],
-                self.custom.get(row),
-                bool(tail & TXN_EMPTY),
-            )
-        # _fast_segment_id and _fast_metadata inlined: this is most of a lookup's cost.
+        # _fast_segment_id inlined, and the metadata built the same way: this is most of
+        # a lookup's cost.
         u = _new(_UUID)
         _set_uuid_int(u, n)
         _set_uuid_safe(u, _UNKNOWN)
@@ -548,9 +482,78 @@ class SegmentColumns:
         m.__class__ = RemoteLogSegmentMetadata  # type: ignore[assignment]
         return m  # type: ignore[return-value]
 
+    def metadata_by_constructors(self, tp: TopicIdPartition, row: int) -> RemoteLogSegmentMetadata:
+        """:meth:`metadata` through the codec's builders (the model's constructors when
+        those are not safe): the slow copy, and the reference the probe checks against."""
+        raw, start, end, max_ts, event_ts, size, broker, _first, tail = _unpack_record(
+            self.recs, row << 6
+        )
+        return _build.segment_metadata(
+            _slow_segment_id(tp, int.from_bytes(raw, "big")),
+            start,
+            end,
+            max_ts,
+            broker,
+            event_ts,
+            size,
+            dict(self.epoch_items(row)),
+            STATES[tail & STATE_MASK],
+            self.custom.get(row),
+            bool(tail & TXN_EMPTY),
+        )
 
-_KEY: Final = struct.Struct("<16sqq")
-_START_FIRST: Final = struct.Struct("<16xq32xi")  # (start offset, first field)
+
+_Metadata = Callable[[SegmentColumns, TopicIdPartition, int], RemoteLogSegmentMetadata]
+
+
+def _fast_path_works(fast: _Metadata) -> bool:
+    """``fast`` (the fast copy of :meth:`SegmentColumns.metadata`) and the fast segment id
+    builder give the objects the constructors give, on rows that take each branch
+    (inline epoch, one pair, many pairs; with and without custom metadata)."""
+    if (
+        _SegmentIdShadow.__slots__ != RemoteLogSegmentId.__slots__
+        or _SegmentShadow.__slots__ != RemoteLogSegmentMetadata.__slots__
+        # the two slots _fast_segment_id fills are all a uuid.UUID has
+        or set(getattr(uuid.UUID, "__slots__", ())) != {"int", "is_safe", "__weakref__"}
+    ):
+        return False
+    tp = TopicIdPartition(uuid_from_int(1 << 100), "probe", 3)
+    cols = SegmentColumns()
+    for i, (epochs, custom) in enumerate(
+        [({4: 5}, None), ({2: 7}, b"x"), ({0: 5, 4: 7}, None), ({1: 5, 2: 6, 3: 8}, b"")]
+    ):
+        n = (7 + i) << 64 | 9
+        segment = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId(tp, uuid_from_int(n)),
+            5, 9, 11, 2, 13, 17, epochs, STATES[i], custom, bool(i % 2),
+        )  # fmt: skip
+        cols.append(segment)
+    try:
+        for row in range(len(cols)):
+            fast_m, slow = fast(cols, tp, row), cols.metadata_by_constructors(tp, row)
+            fast_sid = _fast_segment_id(tp, cols.uuid_int(row))
+            slow_sid = _slow_segment_id(tp, cols.uuid_int(row))
+            if not (
+                type(fast_m) is RemoteLogSegmentMetadata
+                and type(fast_sid) is RemoteLogSegmentId
+                and fast_m == slow
+                and repr(fast_m) == repr(slow)
+                and hash(fast_m.remote_log_segment_id) == hash(slow.remote_log_segment_id)
+                and fast_sid == slow_sid
+                and hash(fast_sid) == hash(slow_sid)
+                and dict(fast_m.segment_leader_epochs) == dict(slow.segment_leader_epochs)
+            ):
+                return False
+    except TypeError:  # __class__ assignment refused: the layouts differ
+        return False
+    return True
+
+
+FAST_METADATA: Final[_Metadata] = SegmentColumns.metadata
+FAST_OBJECTS: Final = _fast_paths.ALLOWED and _fast_path_works(FAST_METADATA)
+make_segment_id: Final = _fast_segment_id if FAST_OBJECTS else _slow_segment_id
+if not FAST_OBJECTS:
+    SegmentColumns.metadata = SegmentColumns.metadata_by_constructors  # type: ignore[method-assign]
 
 
 def packed_rows(values: Iterable[int]) -> array[int]:

@@ -6,10 +6,10 @@ assemble the frozen instances. That halves the cost of a decode (model validatio
 ~13 us per segment event, the whole budget is 10 us per round trip).
 
 Safety net: the fast builders are used only if each model class still has exactly the
-fields listed here (checked at import); otherwise every builder calls the public
-constructor, which validates again. ``FAST_BUILD`` says which path loaded; the test
-suite fails if the fast path silently did not load, and a property test checks that
-decode accepts exactly what the model constructors accept.
+fields listed here (checked at import) and ``RLMM_NO_FAST_PATHS`` is not set; otherwise
+every builder calls the public constructor, which validates again. ``FAST_BUILD`` says
+which path loaded; the test suite fails if the fast path silently did not load, and a
+property test checks that decode accepts exactly what the model constructors accept.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from rlmm import _fast_paths
 from rlmm.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -71,7 +72,7 @@ def _model_unchanged() -> bool:
     return True
 
 
-FAST_BUILD: Final = _model_unchanged()
+FAST_BUILD: Final = _fast_paths.ALLOWED and _model_unchanged()
 
 _new = object.__new__
 _set = object.__setattr__

@@ -14,7 +14,7 @@ import random
 from rlmm.codec import decode
 from tests.fuzzing import DATA, assert_clean, mutate_bytes, run_fuzz
 
-HERE = "tests.rlmm.test_fuzz_codec"
+HERE = "tests.rlmm.codec.test_fuzz_codec"
 
 
 @functools.cache

@@ -1,13 +1,10 @@
 """Per-partition remote log metadata cache (Kafka's RemoteLogMetadataCache), columnar.
 
-Invariant: the segments live as rows of one :class:`SegmentColumns`; for every leader
-epoch, ``starts``/``ends``/``rows`` are the packed, start-sorted index of the
-COPY_SEGMENT_FINISHED segments that serve reads in that epoch (a point lookup is one
-bisect); every other segment that carries the epoch (STARTED, DELETE_STARTED,
-superseded) is in ``unreferenced_rows``; ``size_bytes`` always equals the summed size of
-the segments listed for the epoch, and ``total_size_bytes`` that of all segments, so
-size queries are O(1). State changes go through the two public writers, which check the
-transition first and change nothing when it is illegal. RemoteLogSegmentMetadata objects
+Invariant: the segments live as rows of one :class:`SegmentColumns`; each leader epoch
+has a :class:`RemoteLogLeaderEpochState` (its own invariant is in ``_state``), and
+``total_size_bytes`` always equals the summed size of all segments, so size queries are
+O(1). State changes go through the two public writers, which check the transition
+first and change nothing when it is illegal. RemoteLogSegmentMetadata objects
 exist only when a read returns one: a small per-partition memo hands back the same
 object for a segment read again (a consumer reads one segment many times) until the
 segment changes. A cache decoded from a block reads that block's bytes in place until
@@ -18,11 +15,13 @@ columns at the new block, so a cache never holds both its arrays and their encod
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rlmm._segment_columns import DEAD, TXN_EMPTY, SegmentColumns
+from rlmm.cache._block import decode_block, decode_v4, encode_block, load_rows, segment_to_state
+from rlmm.cache._columns import TXN_EMPTY, SegmentColumns
+from rlmm.cache._state import CacheState, RemoteLogLeaderEpochState
 from rlmm.errors import InvalidStateTransitionError, RemoteResourceNotFoundError
 from rlmm.model import (
     RemoteLogSegmentId,
@@ -43,117 +42,6 @@ _DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
 MEMO_SIZE = 8
 # Dead rows are dropped once they are this many and at least as many as the live ones.
 COMPACT_MIN = 64
-
-
-class RemoteLogLeaderEpochState:
-    """Segments (rows) of one leader epoch of one partition (Kafka's RemoteLogLeaderEpochState).
-
-    ``starts``/``ends``/``rows`` are parallel packed columns: ``rows[i]`` is a FINISHED
-    segment serving this epoch from ``starts[i]`` to ``ends[i]``.
-    """
-
-    __slots__ = (
-        "_cache",
-        "ends",
-        "highest_offset",
-        "rows",
-        "size_bytes",
-        "starts",
-        "unreferenced_rows",
-    )
-
-    def __init__(self, cache: RemoteLogMetadataCache | None = None) -> None:
-        self._cache = cache  # to build objects for the compatibility views
-        self.starts: Any = array("q")
-        self.ends: Any = array("q")  # last offset of this epoch inside rows[i]
-        self.rows: Any = array("i")
-        self.unreferenced_rows: set[int] = set()
-        self.highest_offset: int | None = None
-        self.size_bytes = 0
-
-    def thaw(self) -> None:
-        if not isinstance(self.rows, array):
-            self.starts = _owned("q", self.starts)
-            self.ends = _owned("q", self.ends)
-            self.rows = _owned("i", self.rows)
-
-    def is_empty(self) -> bool:
-        return not self.starts and not self.unreferenced_rows
-
-    def floor(self, offset: int) -> int:
-        """Row of the FINISHED segment with the greatest start <= ``offset``, or -1."""
-        i = bisect_right(self.starts, offset)
-        return self.rows[i - 1] if i else -1
-
-    def lookup(self, offset: int) -> int:
-        """Row whose range of this epoch holds ``offset`` (bisect + bound check), or -1."""
-        i = bisect_right(self.starts, offset)
-        return self.rows[i - 1] if i and offset <= self.ends[i - 1] else -1
-
-    def all_rows(self) -> Iterator[int]:
-        yield from self.rows
-        yield from self.unreferenced_rows
-
-    def add_started(self, row: int) -> None:
-        self.unreferenced_rows.add(row)
-
-    def add_finished(self, start: int, row: int, epoch_end: int) -> None:
-        # A leader that re-uploads a range (after a leader change) supersedes every
-        # mapping that starts at or after its start, as long as it reaches at least as
-        # far as what this epoch already had: those segments stay listed, unreferenced.
-        starts, ends, rows = self.starts, self.ends, self.rows
-        while (
-            starts
-            and starts[-1] >= start
-            and self.highest_offset is not None
-            and self.highest_offset <= epoch_end
-        ):
-            starts.pop()
-            ends.pop()
-            self.unreferenced_rows.add(rows.pop())
-        i = bisect_left(starts, start)
-        if i < len(starts) and starts[i] == start:
-            self.unreferenced_rows.add(rows[i])
-            rows[i] = row
-            ends[i] = epoch_end
-        else:
-            starts.insert(i, start)
-            ends.insert(i, epoch_end)
-            rows.insert(i, row)
-        self.unreferenced_rows.discard(row)
-        if self.highest_offset is None or epoch_end > self.highest_offset:
-            self.highest_offset = epoch_end
-
-    def mark_deleting(self, start: int, row: int) -> None:
-        i = bisect_left(self.starts, start)
-        if i < len(self.starts) and self.starts[i] == start and self.rows[i] == row:
-            del self.starts[i]
-            del self.ends[i]
-            del self.rows[i]
-        self.unreferenced_rows.add(row)
-
-    def remove(self, row: int) -> None:
-        self.unreferenced_rows.discard(row)
-
-    def renumber(self, remap: list[int]) -> None:
-        self.rows = array("i", [remap[r] for r in self.rows])
-        self.unreferenced_rows = {remap[r] for r in self.unreferenced_rows}
-
-    # ---- object views (tools and the archive's lineage; not on the hot path) ------------
-
-    @property
-    def metas(self) -> list[RemoteLogSegmentMetadata]:
-        """The FINISHED segments of ``rows``, as objects."""
-        assert self._cache is not None
-        return [self._cache.segment_at(r) for r in self.rows]
-
-    @property
-    def unreferenced(self) -> set[RemoteLogSegmentId]:
-        assert self._cache is not None
-        cache = self._cache
-        return {
-            cache.columns.segment_id(cache.topic_id_partition, r) for r in self.unreferenced_rows
-        }
 
 
 class SegmentsView(Mapping[RemoteLogSegmentId, RemoteLogSegmentMetadata]):
@@ -415,28 +303,32 @@ class RemoteLogMetadataCache:
         The cache then reads the block in place (its arrays are released).
         """
         if self._block is None:
-            from rlmm._cache_block import decode_into, encode_block
-
             table = self.columns.table  # row numbers survive encoding: keep the id index
-            block = encode_block(self)
-            decode_into(self, block, check=False)
+            block = encode_block(
+                self.topic_id_partition, self.columns, self.epochs, self.total_size_bytes
+            )
+            self._adopt(decode_v4(self, block, check=False))
             self.columns.table = table
         assert self._block is not None
         return self._block
 
     @classmethod
     def from_block(cls, tp: TopicIdPartition, data: bytes) -> RemoteLogMetadataCache:
-        """Rebuild from :meth:`to_block` bytes; ``rlmm._cache_block.BlockError`` if bad."""
-        from rlmm._cache_block import decode_block
-
+        """Rebuild from :meth:`to_block` bytes; ``rlmm.cache.BlockError`` if bad."""
         cache = cls(tp)
-        decode_block(tp, data, cache)
+        cache._adopt(decode_block(cache, data))
         return cache
+
+    def _adopt(self, state: CacheState) -> None:
+        """Replace this cache's state by a decoded one."""
+        self.columns = state.columns
+        self.epochs = state.epochs
+        self.total_size_bytes = state.total_size_bytes
+        self._memo.clear()
+        self._block = state.block
 
     def to_state(self) -> list[Any]:
         """Snapshot format 1: segments, then per epoch the exact index and sets."""
-        from rlmm._cache_block import segment_to_state
-
         cols = self.columns
         segments = [segment_to_state(self.segment_at(r, memo=False)) for r in cols.live_rows()]
         epochs = [
@@ -453,8 +345,6 @@ class RemoteLogMetadataCache:
     @classmethod
     def from_state(cls, tp: TopicIdPartition, state: list[Any]) -> RemoteLogMetadataCache:
         """Rebuild from format-1 :meth:`to_state` output (trusted: from a CRC-checked file)."""
-        from rlmm._cache_block import load_rows
-
         segments_state, epochs_state = state
         cache = cls(tp)
         load_rows(cache.columns, segments_state)
@@ -473,8 +363,6 @@ class RemoteLogMetadataCache:
 
     def fingerprint(self) -> Any:
         """Order-independent view of the whole state, for equality checks in tests/tools."""
-        from rlmm._cache_block import segment_to_state
-
         cols = self.columns
         return (
             sorted(
@@ -500,12 +388,6 @@ class RemoteLogMetadataCache:
         )
 
 
-def _owned(code: str, view: Any) -> array[Any]:
-    owned = array(code)
-    owned.frombytes(view.cast("B"))
-    return owned
-
-
 def _epoch_end(cols: SegmentColumns, row: int, leader_epoch: int) -> int:
     """Last offset of ``leader_epoch`` inside the segment: the next epoch bounds it."""
     for epoch, start in cols.epoch_items(row):
@@ -514,4 +396,4 @@ def _epoch_end(cols: SegmentColumns, row: int, leader_epoch: int) -> int:
     return cols.end_of(row)
 
 
-__all__ = ["DEAD", "RemoteLogLeaderEpochState", "RemoteLogMetadataCache", "SegmentsView"]
+__all__ = ["RemoteLogMetadataCache", "SegmentsView"]

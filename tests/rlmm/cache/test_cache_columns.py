@@ -13,11 +13,11 @@ from typing import Any
 import msgpack
 import pytest
 
-from rlmm import _segment_columns as columns_module
-from rlmm import cache as cache_module
-from rlmm._cache_block import BlockError, segment_to_state, split_block
-from rlmm._segment_columns import RECORD
-from rlmm.cache import RemoteLogMetadataCache
+from rlmm.cache import BlockError, RemoteLogMetadataCache
+from rlmm.cache import _columns as columns_module
+from rlmm.cache import partition as cache_module
+from rlmm.cache._block import segment_to_state, split_block
+from rlmm.cache._columns import RECORD
 from rlmm.model import RemoteLogSegmentMetadata
 from tests.rlmm.factories import S, segment, tp, update
 

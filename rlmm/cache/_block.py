@@ -16,8 +16,10 @@ microseconds, whatever its size. Older blocks still decode, into the same record
 version 3 (one column per field, written before the records; same header) and version
 2 (msgpack lists of segments, written before the cache was columnar).
 
-Invariant: ``decode_block(tp, encode_block(cache))`` has the fingerprint of ``cache``;
-a block that is not a consistent cache of ``tp`` raises BlockError and builds nothing.
+Invariant: the state ``decode_block`` returns for ``encode_block``'s bytes of a cache has
+that cache's fingerprint; a block that is not a consistent cache of the partition raises
+BlockError and builds nothing. This module reads a cache's public state and returns a
+new :class:`CacheState`; it never writes a cache (the cache adopts what it returns).
 Blocks come from CRC-checked snapshot files, but a shared bucket lets anyone write one:
 every length and index a read follows (columns, epoch pairs, per-epoch rows, custom
 metadata rows) is checked against the block before it is used, so reads stay in range;
@@ -29,11 +31,11 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import msgpack
 
-from rlmm._segment_columns import (
+from rlmm.cache._columns import (
     DEAD,
     FAST_OBJECTS,
     NATIVE,
@@ -42,10 +44,8 @@ from rlmm._segment_columns import (
     TXN_EMPTY,
     SegmentColumns,
 )
+from rlmm.cache._state import CacheState, RemoteLogLeaderEpochState, SegmentSource
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
-
-if TYPE_CHECKING:
-    from rlmm.cache import RemoteLogMetadataCache
 
 BLOCK_VERSION: Final = 4
 MAGIC: Final = b"RLC4"
@@ -92,17 +92,21 @@ def _pad(n: int) -> int:
     return -n % 8
 
 
-def encode_block(cache: RemoteLogMetadataCache) -> bytes:
-    tp = cache.topic_id_partition
-    cols = cache.columns
-    epochs = list(cache.epochs.items())
+def encode_block(
+    tp: TopicIdPartition,
+    cols: SegmentColumns,
+    epoch_states: dict[int, RemoteLogLeaderEpochState],
+    total_size_bytes: int,
+) -> bytes:
+    """The version-4 block of a partition's state (a cache's public fields)."""
+    epochs = list(epoch_states.items())
     header = [
         tp.topic_id.bytes,
         tp.partition,
         len(cols),
         cols.pairs,
         cols.dead,
-        cache.total_size_bytes,
+        total_size_bytes,
         NATIVE,
         sorted(cols.custom.items()),
         [
@@ -141,13 +145,13 @@ def join_block(header: list[Any], columns: bytes) -> bytes:
     return _PREFIX.pack(MAGIC, len(head)) + head + bytes(_pad(end)) + columns
 
 
-def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) -> None:
-    """Point ``cache`` at version-4 ``data`` (replacing its state); ValueError-family if bad.
+def decode_v4(owner: SegmentSource, data: bytes, check: bool = True) -> CacheState:
+    """The state of version-4 ``data``, as views of it; ValueError-family if bad.
 
     A version-3 block is read into owned records instead (the cache re-encodes it).
+    ``owner`` is the cache that will adopt the state: its partition, and what its epoch
+    states build objects through.
     """
-    from rlmm.cache import RemoteLogLeaderEpochState
-
     magic, length = _PREFIX.unpack_from(data)
     if magic not in (MAGIC, MAGIC_V3):
         raise BlockError("not a cache block")
@@ -164,7 +168,7 @@ def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) 
         max_ext_len=0,
     )
     topic_id, partition, rows, flat, dead, total, order, custom, epochs_state = header
-    tp = cache.topic_id_partition
+    tp = owner.topic_id_partition
     if topic_id != tp.topic_id.bytes or partition != tp.partition:
         raise BlockError(f"the block holds another partition (partition {partition!r})")
     swap = order != NATIVE
@@ -192,7 +196,7 @@ def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) 
     for (epoch, n, highest, size, unreferenced), (starts, ends) in zip(
         epochs_state, starts_ends, strict=True
     ):
-        st = RemoteLogLeaderEpochState(cache)
+        st = RemoteLogLeaderEpochState(owner)
         st.starts, st.ends = starts, ends
         st.rows = _column(view[pos : pos + 4 * n], "i", copy, swap)
         pos += 4 * n
@@ -213,15 +217,11 @@ def decode_into(cache: RemoteLogMetadataCache, data: bytes, check: bool = True) 
         firsts = cols.firsts()
         if rows and max(firsts) >= flat:
             for row, first in enumerate(firsts):
-                if first >= flat and cols._pair_bounds(row) != (first, first):
+                if first >= flat and cols.pair_bounds(row) != (first, first):
                     raise BlockError(f"segment {row}: leader epoch index {first} out of range")
         if custom and not 0 <= min(r for r, _ in custom) <= max(r for r, _ in custom) < rows:
             raise BlockError("custom metadata of a segment out of range")
-    cache.columns = cols
-    cache.epochs = epochs
-    cache.total_size_bytes = total
-    cache._memo.clear()
-    cache._block = None if v3 else data
+    return CacheState(cols, epochs, total, None if v3 else data)
 
 
 def _column(view: memoryview, code: str, copy: bool, swap: bool) -> Any:
@@ -290,9 +290,8 @@ def _v3_columns(
 # ---- version 2 (msgpack lists) --------------------------------------------------------------
 
 
-def _decode_legacy(tp: TopicIdPartition, data: bytes, cache: RemoteLogMetadataCache) -> None:
-    from rlmm.cache import RemoteLogLeaderEpochState
-
+def _decode_legacy(owner: SegmentSource, data: bytes) -> CacheState:
+    tp = owner.topic_id_partition
     limit = len(data)
     try:
         body = msgpack.unpackb(
@@ -325,7 +324,7 @@ def _decode_legacy(tp: TopicIdPartition, data: bytes, cache: RemoteLogMetadataCa
         every = [*indexes, *unreferenced]
         if every and not 0 <= min(every) <= max(every) < rows:
             raise BlockError(f"epoch {epoch}: a segment index out of range")
-        st = RemoteLogLeaderEpochState(cache)
+        st = RemoteLogLeaderEpochState(owner)
         st.starts = array("q", starts)
         st.ends = array("q", ends)
         st.rows = array("i", indexes)
@@ -333,18 +332,15 @@ def _decode_legacy(tp: TopicIdPartition, data: bytes, cache: RemoteLogMetadataCa
         st.highest_offset = highest
         st.size_bytes = size
         epochs[epoch] = st
-    cache.columns = cols
-    cache.epochs = epochs
-    cache.total_size_bytes = total
+    return CacheState(cols, epochs, total, None)
 
 
-def decode_block(tp: TopicIdPartition, data: bytes, cache: RemoteLogMetadataCache) -> None:
-    """Fill the empty ``cache`` of ``tp`` from ``data``; BlockError if it is not consistent."""
+def decode_block(owner: SegmentSource, data: bytes) -> CacheState:
+    """The state of any block version of ``owner``'s partition; BlockError if inconsistent."""
     try:
         if data[:4] in (MAGIC, MAGIC_V3):
-            decode_into(cache, data)
-        else:
-            _decode_legacy(tp, data, cache)
+            return decode_v4(owner, data)
+        return _decode_legacy(owner, data)
     except BlockError:
         raise
     except (ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError) as exc:

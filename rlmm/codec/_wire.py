@@ -1,4 +1,4 @@
-"""Primitives of Kafka's flexible-version wire encoding, for rlmm.codec.
+"""Primitives of Kafka's flexible-version wire encoding, for rlmm.codec.serde.
 
 Invariant: every reader takes ``(data, pos)`` and returns the value and the position just
 after it, or raises :class:`CodecError` naming the field and the byte position; none reads
@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Final
 
+from rlmm import _fast_paths
 from rlmm.errors import CodecError
 
 MAX_UVARINT_BYTES: Final = 5
@@ -156,8 +157,8 @@ def _fast_uuid_factory() -> tuple[Callable[[int], uuid.UUID], bool]:
 
     uuid.UUID is immutable and stores only ``int`` and ``is_safe`` (CPython's __slots__);
     filling those two slots is what ``UUID(int=...)`` ends with. If a Python version
-    stores anything else, fall back to the public constructor (the test suite asserts
-    which one loaded).
+    stores anything else, or ``RLMM_NO_FAST_PATHS`` is set, fall back to the public
+    constructor (the test suite asserts which one loaded).
     """
     new = object.__new__
     set_slot = object.__setattr__
@@ -173,6 +174,8 @@ def _fast_uuid_factory() -> tuple[Callable[[int], uuid.UUID], bool]:
     def public(value: int) -> uuid.UUID:
         return cls(int=value)
 
+    if not _fast_paths.ALLOWED:
+        return public, False
     try:
         if set(getattr(cls, "__slots__", ())) == {"int", "is_safe", "__weakref__"}:
             probe = 0x0123456789ABCDEF_FEDCBA9876543210

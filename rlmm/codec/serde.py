@@ -24,7 +24,7 @@ storage) and read versions 0 and 1, skipping the tagged fields the model has no 
 apiKey 3 is Kafka's ``RemoteLogSegmentMetadataSnapshotRecord``, which rlmm never writes.
 
 Decoding validates every value the way the model's ``__post_init__`` does, at the byte
-where it was read, then assembles the frozen instances through rlmm._codec_build.
+where it was read, then assembles the frozen instances through rlmm.codec.build.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import struct
 from types import MappingProxyType
 from typing import Final, NoReturn
 
-from rlmm import _codec_build as build
-from rlmm._codec_wire import (
+import rlmm.codec.build as build
+from rlmm.codec._wire import (
     MAX_STRING_LENGTH,
     encode_uvarint,
     read_compact_nullable_bytes,
@@ -509,15 +509,3 @@ def _decode_delete(data: bytes, pos: int) -> tuple[RemotePartitionDeleteMetadata
     tp = build.topic_id_partition(uuid_from_int(topic_id), name, partition)
     return build.partition_delete(tp, state, event_ts, broker_id), pos
 
-
-__all__ = [
-    "FRAME_VERSION",
-    "HIGHEST_READ_VERSION",
-    "PARTITION_DELETE_METADATA_API_KEY",
-    "SEGMENT_METADATA_API_KEY",
-    "SEGMENT_METADATA_SNAPSHOT_API_KEY",
-    "SEGMENT_METADATA_UPDATE_API_KEY",
-    "WRITE_VERSION",
-    "decode",
-    "encode",
-]

@@ -10,11 +10,15 @@ from collections.abc import Iterator
 import msgpack
 import pytest
 
-from rlmm import _cache_block, metadata_store
-from rlmm._cache_block import BlockError
-from rlmm.cache import RemoteLogMetadataCache
+from rlmm import _fast_paths
+from rlmm.cache import (
+    BlockError,
+    RemoteLogMetadataCache,
+    RemotePartitionMetadataStore,
+    metadata_store,
+)
+from rlmm.cache import _block as _cache_block
 from rlmm.errors import RemoteStorageError, SnapshotBlockError
-from rlmm.metadata_store import RemotePartitionMetadataStore
 from rlmm.model import (
     RemoteLogMetadata,
     RemoteLogSegmentMetadata,
@@ -90,7 +94,7 @@ def restored(store: RemotePartitionMetadataStore) -> RemotePartitionMetadataStor
 
 
 def test_fast_block_builders_loaded() -> None:
-    assert _cache_block.FAST_BLOCKS
+    assert _cache_block.FAST_BLOCKS is _fast_paths.ALLOWED  # RLMM_NO_FAST_PATHS: the slow ones
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -27,8 +27,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any
 
-from rlmm._cache_block import BlockError
-from rlmm.cache import RemoteLogMetadataCache
+from rlmm.cache._block import BlockError
+from rlmm.cache.partition import RemoteLogMetadataCache
 from rlmm.codec import decode, encode
 from rlmm.errors import (
     CodecError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlmm.demo import offload, write_config, write_logs
+from rlmm.cli.demo import offload, write_config, write_logs
 
 
 async def test_demo_offloads_restarts_expires_and_writes_expectations(tmp_path: Path) -> None:

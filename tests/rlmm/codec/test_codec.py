@@ -14,7 +14,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from rlmm import _codec_build, _codec_wire
+from rlmm import _fast_paths
+from rlmm.codec import _wire as _codec_wire
+from rlmm.codec import build as _codec_build
 from rlmm.codec import decode, encode
 from rlmm.errors import CodecError, InvalidStateTransitionError
 from rlmm.model import (
@@ -189,9 +191,10 @@ def test_decode_golden_bytes(event: RemoteLogMetadata, golden: bytes) -> None:
 
 
 def test_fast_paths_loaded() -> None:
-    # If either is False the codec still works, but ~2x slower: fail loudly instead.
-    assert _codec_build.FAST_BUILD
-    assert _codec_wire.FAST_UUID
+    # If either is False the codec still works, but ~2x slower: fail loudly instead
+    # (unless RLMM_NO_FAST_PATHS asked for the slow paths: then neither may load).
+    assert _codec_build.FAST_BUILD is _fast_paths.ALLOWED
+    assert _codec_wire.FAST_UUID is _fast_paths.ALLOWED
 
 
 def test_decoded_segment_behaves_like_a_constructed_one() -> None:
@@ -487,7 +490,7 @@ def test_mutated_and_truncated_encodings_only_raise_codec_error(
     _decode_or_codec_error(bytes(raw))
 
 
-# Decoding validates values itself (rlmm._codec_build skips __post_init__); this checks it
+# Decoding validates values itself (rlmm.codec.build skips __post_init__); this checks it
 # accepts exactly what the model accepts, over the whole range of each wire type.
 
 
