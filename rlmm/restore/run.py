@@ -3,9 +3,10 @@
 Job: check the target against the plan (partition count, data already there, saved
 progress and whose it is), create the target and the progress topic when absent, then
 read the plan's slices (the archive's read_committed reader: aborted records and
-control batches never come out) and produce each record with its key, value, headers
-and CreateTime timestamp into its partition, through one transactional producer whose
-``transactional_id`` is derived from the restore's identity.
+control batches never come out) and append each record, with its key, value, headers
+and CreateTime timestamp, to a batch of its target partition, sent through one
+transactional producer whose ``transactional_id`` is derived from the restore's
+identity.
 
 Invariants:
 - every transaction holds records of one source partition and, last, that partition's
@@ -34,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from aiokafka.producer.message_accumulator import BatchBuilder
 
 from rlmm.archive import read_slice
 from rlmm.restore.errors import (
@@ -320,6 +322,8 @@ class _Writer:
         self.options = options
         self.saved = saved
         self.on_progress = on_progress
+        self._builders: dict[int, BatchBuilder] = {}  # target partition -> open batch
+        self._in_txn = 0  # records in the open transaction
         self.producer = AIOKafkaProducer(
             **client,
             client_id="rlmm-restore",
@@ -407,27 +411,45 @@ class _Writer:
         pending: list[asyncio.Future[Any]],
         total: int,
     ) -> None:
-        target = self.plan.target_topic
         count = self.report.target_partition_count
         identity = self.plan.selection.partitioner == IDENTITY
         source = p.source.partition
         for offset, key, value, ts, ts_type, headers in rows:
             partition = source if identity else murmur2_partition(key, count, source)
-            pending.append(
-                await self.producer.send(
-                    target, value, key=key, partition=partition,
-                    timestamp_ms=ts if ts >= 0 else None, headers=headers,
-                )
-            )  # fmt: skip
+            builder = self._builders.get(partition)
+            if builder is None:
+                builder = self._builders[partition] = self.producer.create_batch()
+            # Appending to a batch of our own costs a fraction of a send() per record
+            # (no future, no accumulator lookup); the builder takes Kafka's ms.
+            timestamp = ts if ts >= 0 else None
+            if builder.append(timestamp=timestamp, key=key, value=value, headers=headers) is None:
+                await self._flush(partition, pending)
+                builder = self._builders[partition] = self.producer.create_batch()
+                if (
+                    builder.append(timestamp=timestamp, key=key, value=value, headers=headers)
+                    is None
+                ):
+                    raise TargetClusterError(
+                        f"{self.plan.source_topic}-{source} offset {offset}: the record does"
+                        " not fit in one batch of the producer (max_batch_size)"
+                    )
+            self._in_txn += 1
             result.records += 1
             result.records_total += 1
             result.log_append_time_records += ts_type == _LOG_APPEND_TIME
             result.next_offset = offset + 1
-            if len(pending) >= self.options.transaction_records:
+            if self._in_txn >= self.options.transaction_records:
                 await self._commit(p, result, pending)
                 pending.clear()
                 await self.producer.begin_transaction()
                 self._report(result, total)
+
+    async def _flush(self, partition: int, pending: list[asyncio.Future[Any]]) -> None:
+        builder = self._builders.pop(partition, None)
+        if builder is not None and builder.record_count():
+            pending.append(
+                await self.producer.send_batch(builder, self.plan.target_topic, partition=partition)
+            )
 
     async def _commit(
         self, p: PartitionPlan, result: PartitionResult, pending: list[asyncio.Future[Any]]
@@ -444,6 +466,8 @@ class _Writer:
             records=result.records_total,
             updated_ms=now_ms(),
         )
+        for partition in list(self._builders):
+            await self._flush(partition, pending)
         pending.append(
             await self.producer.send(
                 self.options.progress_topic, progress.value(), key=progress.key, partition=0
@@ -451,6 +475,7 @@ class _Writer:
         )
         await asyncio.gather(*pending)
         await self.producer.commit_transaction()
+        self._in_txn = 0
         result.transactions += 1
 
     def _report(self, result: PartitionResult, total: int) -> None:
