@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -43,6 +43,7 @@ from eventlog.log import EventLog
 log = logging.getLogger(__name__)
 
 DEFAULT_TOPIC = "__remote_log_metadata"
+BOOTSTRAP_PROPERTY = "remote.log.metadata.common.client.bootstrap.servers"
 # RecordBatch attribute bits per producer compression.type (as aiokafka's producer).
 _COMPRESSION_ATTRS: dict[Any, int] = {None: 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -169,6 +170,30 @@ class KafkaEventLog(EventLog):
         self._started = False
         self._closed = False
         self.topic_created = False
+
+    # Kafka's own RLMM property names (``remote.log.metadata.*``), as a mapping.
+    extra_options: ClassVar[frozenset[str]] = frozenset({"properties"})
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> KafkaEventLog:
+        """From settings: the constructor's arguments and, under ``properties``, Kafka's
+        RLMM property names (mapped by ``from_properties``; the arguments win)."""
+        kwargs = dict(options)
+        properties = kwargs.pop("properties", None)
+        if "bootstrap_servers" not in kwargs:
+            raise EventLogConfigError(
+                "eventlog.type = 'kafka' needs eventlog.bootstrap_servers (or Kafka's"
+                f" {BOOTSTRAP_PROPERTY})"
+            )
+        if not properties:
+            return cls(**kwargs)
+        props = dict(properties)
+        servers = kwargs["bootstrap_servers"]
+        # from_properties wants Kafka's bootstrap property even when ours names it.
+        props.setdefault(
+            BOOTSTRAP_PROPERTY, servers if isinstance(servers, str) else ",".join(servers)
+        )
+        return cls.from_properties(props, **kwargs)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], **overrides: Any) -> KafkaEventLog:

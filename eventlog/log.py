@@ -1,5 +1,8 @@
 """The EventLog ABC: a partitioned, durable, append-only log of opaque byte records.
 
+This is the event log's base module: every backend (``file``, ``kafka``, ``memory``)
+subclasses it, and it imports none of them.
+
 Invariant: offsets are per partition, dense and start at 0; an offset returned by
 ``append``/``append_batch`` is durable (per the backend's policy) and will be
 delivered by ``read`` with identical bytes, in offset order, to every reader.
@@ -8,12 +11,26 @@ delivered by ``read`` with identical bytes, in offset order, to every reader.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
+from typing import Any, ClassVar
 
 
 class EventLog(ABC):
-    """A partitioned event log. Backends: file (embedded), kafka, memory."""
+    """A partitioned event log. Backends: file (embedded), kafka, memory.
+
+    ``eventlog.registry`` names each backend's class and builds the configured one with
+    ``from_options``.
+    """
+
+    # Settings ``from_options`` takes besides the constructor's arguments.
+    extra_options: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> EventLog:
+        """A log from configuration settings (``type`` removed): by default the
+        constructor's keyword arguments."""
+        return cls(**options)
 
     @property
     @abstractmethod

@@ -1,5 +1,10 @@
 """Remote storage (KIP-405 RemoteStorageManager: local dir, S3) and Kafka segment files.
 
+Where things live: ``storage`` (the RSM ABC and Kafka's API types), ``naming``,
+``manifest`` and ``streams`` (what every backend shares), one module per backend
+(``local``, ``s3``), ``layouts/`` (the read side of every layout), ``registry`` (every
+``remote.type`` and the factories), ``segments/`` (Kafka's segment files).
+
 Invariant: ``remote`` imports no sibling package except ``rlmm.model`` / ``rlmm.errors``;
 backends (``LocalRemoteStorageManager``, ``S3RemoteStorageManager``, which loads boto3)
 and the ``remote.segments`` names load on first use, so ``import remote`` stays cheap.
@@ -21,13 +26,9 @@ from remote.errors import (
     RemoteStorageUnavailableError,
     SegmentFormatError,
 )
-from remote.storage import (
-    IndexType,
-    LogSegmentData,
-    RemoteStorageManager,
-    SegmentManifest,
-    load_remote_storage_manager,
-)
+from remote.manifest import SegmentManifest
+from remote.registry import REMOTE_TYPES, load_remote_storage_manager
+from remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 
 # Names of remote.segments re-exported here (resolved lazily by __getattr__ below).
 _SEGMENT_NAMES = (
@@ -73,14 +74,10 @@ _SEGMENT_NAMES = (
 
 
 def __getattr__(name: str) -> Any:
-    if name == "LocalRemoteStorageManager":
-        from remote.local import LocalRemoteStorageManager
-
-        return LocalRemoteStorageManager
-    if name == "S3RemoteStorageManager":
-        from remote.s3 import S3RemoteStorageManager
-
-        return S3RemoteStorageManager
+    # Backends load on first use (s3 pulls in boto3), through the registry.
+    for entry in REMOTE_TYPES.values():
+        if entry.storage_manager is not None and entry.storage_manager.endswith(f":{name}"):
+            return entry.storage_manager_class()
     if not name.startswith("_"):
         # Any public name of remote.segments, including ones added after this list.
         import remote.segments as segments

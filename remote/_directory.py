@@ -10,11 +10,14 @@ import errno
 import logging
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from remote.errors import InvalidRemotePathError, RemoteResourceNotFoundError, RemoteStorageError
-from remote.storage import RemoteObject, check_object_name
+from remote.naming import check_object_name
+from remote.storage import RemoteObject
+from remote.streams import resolve_range
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,35 @@ def open_file(root: Path, name: str) -> BinaryIO:
         raise RemoteResourceNotFoundError(f"object {name} not found: {path}") from e
     except OSError as e:
         raise RemoteStorageError(f"cannot open {path}: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRange:
+    """A file opened and positioned at the start of an inclusive byte range."""
+
+    file: BinaryIO
+    size: int  # of the whole file
+    start: int
+    length: int  # of the range, clamped to the file
+
+
+def open_range(path: Path, what: str, start_position: int, end_position: int | None) -> OpenRange:
+    """``path`` opened at ``start_position`` (the range clamped to the file's size);
+    RemoteResourceNotFoundError naming ``what`` when it is absent. The caller closes it."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - handed to the caller, closed there
+    except FileNotFoundError as e:
+        raise RemoteResourceNotFoundError(f"{what} not found: {path}") from e
+    except OSError as e:
+        raise RemoteStorageError(f"cannot open {path}: {e}") from e
+    try:
+        size = os.fstat(f.fileno()).st_size
+        start, length = resolve_range(str(path), size, start_position, end_position)
+        f.seek(start)
+    except BaseException:
+        f.close()
+        raise
+    return OpenRange(f, size, start, length)
 
 
 def unlink_paths(paths: Iterable[Path]) -> None:
@@ -98,8 +130,10 @@ def read_file(path: Path, what: str) -> bytes:
 
 
 __all__ = [
+    "OpenRange",
     "list_files",
     "open_file",
+    "open_range",
     "path_of_name",
     "read_file",
     "remove_empty_dirs",

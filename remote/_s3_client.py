@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import boto3
@@ -38,6 +38,7 @@ from remote.errors import (
     RemoteStorageError,
     RemoteStorageUnavailableError,
 )
+from remote.streams import verifying_stream
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -70,22 +71,47 @@ _TRANSIENT_BOTOCORE = (
 
 @dataclass(frozen=True, slots=True)
 class S3ClientSettings:
-    """How the shared client talks to S3 (validated by S3RemoteStorageManager)."""
+    """How a client talks to S3 (validated by the backend that owns the client).
 
-    endpoint_url: str | None
-    region: str | None
-    max_pool_connections: int
-    max_attempts: int
-    retry_mode: str
-    connect_timeout: float
-    read_timeout: float
-    addressing_style: str | None
+    The field names are the ``[remote]`` settings' names, so ``from_options`` reads
+    them from those settings or from a backend constructor's arguments alike; the
+    defaults are how a client talks to S3 unless the settings say otherwise (``S3_DEFAULTS``,
+    which the backends' constructors take their defaults from).
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    max_pool_connections: int = 4
+    max_attempts: int = 8
+    retry_mode: str = "adaptive"
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    addressing_style: str | None = None
     # Explicit credentials or a named profile; None: boto3's default chain. Kept out of
     # repr so that no log or error message ever shows them.
     aws_access_key_id: str | None = field(default=None, repr=False)
     aws_secret_access_key: str | None = field(default=None, repr=False)
     aws_session_token: str | None = field(default=None, repr=False)
     profile: str | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], **overrides: Any) -> S3ClientSettings:
+        """The settings named in ``options`` (other keys are ignored), then ``overrides``;
+        numbers coerced, as a TOML file may give ``read_timeout = 30``."""
+        values = {f.name: options[f.name] for f in fields(cls) if f.name in options}
+        values.update(overrides)
+        settings = cls(**values)
+        return replace(
+            settings,
+            max_pool_connections=int(settings.max_pool_connections),
+            max_attempts=int(settings.max_attempts),
+            retry_mode=str(settings.retry_mode),
+            connect_timeout=float(settings.connect_timeout),
+            read_timeout=float(settings.read_timeout),
+        )
+
+
+S3_DEFAULTS = S3ClientSettings()
 
 
 def make_client(settings: S3ClientSettings) -> S3Client:
@@ -246,8 +272,6 @@ class S3Calls:
 
     def open(self, key: str) -> BinaryIO:
         """The whole object ``key`` as a stream of exactly its length (unverified)."""
-        from remote.storage import verifying_stream
-
         response = self.call("get_object", key)
         body = response["Body"]
         return verifying_stream(
@@ -270,4 +294,9 @@ class S3Calls:
         return translate
 
 
-__all__ = ["S3Calls", "S3ClientSettings", "make_client"]
+__all__ = [
+    "S3_DEFAULTS",
+    "S3Calls",
+    "S3ClientSettings",
+    "make_client",
+]

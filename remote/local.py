@@ -2,7 +2,7 @@
 
 Invariants: an object appears under its final name only complete and fsynced (written
 to a temp file, fsynced, then hard-linked into place, which also refuses to replace an
-existing object: write-once); every path is built by ``remote.storage.object_name``
+existing object: write-once); every path is built by ``remote.naming.object_name``
 and checked to stay under the root; a failed copy removes what it created.
 """
 
@@ -20,6 +20,8 @@ from typing import BinaryIO
 from remote._directory import (
     list_files,
     open_file,
+    open_range,
+    read_file,
     remove_empty_dirs,
     unlink_files,
     unlink_paths,
@@ -29,27 +31,12 @@ from remote.errors import (
     InvalidSegmentDataError,
     RemoteIntegrityError,
     RemoteObjectExistsError,
-    RemoteResourceNotFoundError,
     RemoteStorageError,
 )
-from remote.storage import (
-    OBJECT_KINDS,
-    IndexType,
-    LogSegmentData,
-    ObjectChecksum,
-    ObjectKind,
-    RemoteObject,
-    RemoteStorageManager,
-    SegmentManifest,
-    check_range,
-    crc32c_of,
-    kind_label,
-    object_name,
-    partition_prefix,
-    resolve_range,
-    verify_object,
-    verifying_stream,
-)
+from remote.manifest import ObjectChecksum, SegmentManifest, crc32c_of, verify_object
+from remote.naming import OBJECT_KINDS, ObjectKind, kind_label, object_name, partition_prefix
+from remote.storage import IndexType, LogSegmentData, RemoteObject, RemoteStorageManager
+from remote.streams import check_range, verifying_stream
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 log = logging.getLogger(__name__)
@@ -218,22 +205,14 @@ class LocalRemoteStorageManager(RemoteStorageManager):
         self._check_open()
         check_range(metadata, start_position, end_position)
         path = self.path_of(metadata, None)
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - handed to the returned stream, closed there
-        except FileNotFoundError as e:
-            raise RemoteResourceNotFoundError(
-                f"log segment of {metadata.remote_log_segment_id} not found: {path}"
-            ) from e
-        try:
-            size = os.fstat(f.fileno()).st_size
-            start, length = resolve_range(str(path), size, start_position, end_position)
-            f.seek(start)
-        except BaseException:
-            f.close()
-            raise
+        opened = open_range(
+            path, f"log segment of {metadata.remote_log_segment_id}", start_position, end_position
+        )
+        f, size = opened.file, opened.size
         expected = None
         manifest = SegmentManifest.of(metadata)
-        if start == 0 and length == size and manifest is not None and None in manifest.objects:
+        whole = opened.start == 0 and opened.length == size
+        if whole and manifest is not None and None in manifest.objects:
             expected = manifest.objects[None].crc32c
             if manifest.objects[None].size != size:
                 f.close()
@@ -241,7 +220,9 @@ class LocalRemoteStorageManager(RemoteStorageManager):
                     f"{path}: size {size} does not match {manifest.objects[None].size} "
                     "recorded in the manifest"
                 )
-        return verifying_stream(str(path), f.read, f.close, length, expected, self._translate)
+        return verifying_stream(
+            str(path), f.read, f.close, opened.length, expected, self._translate
+        )
 
     @staticmethod
     def _translate(e: Exception) -> Exception:
@@ -251,14 +232,7 @@ class LocalRemoteStorageManager(RemoteStorageManager):
         self._check_open()
         kind = IndexType(index_type)
         path = self.path_of(metadata, kind)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError as e:
-            raise RemoteResourceNotFoundError(
-                f"{kind_label(kind)} of segment {metadata.remote_log_segment_id} not found: {path}"
-            ) from e
-        except OSError as e:
-            raise RemoteStorageError(f"cannot read {path}: {e}") from e
+        data = read_file(path, f"{kind_label(kind)} of segment {metadata.remote_log_segment_id}")
         manifest = SegmentManifest.of(metadata)
         if manifest is not None:
             verify_object(str(path), data, manifest.objects.get(kind))

@@ -19,29 +19,28 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, BinaryIO
 
-from remote._s3_client import S3Calls, S3ClientSettings, make_client
+from remote._s3_client import S3_DEFAULTS, S3Calls, S3ClientSettings, make_client
 from remote._s3_upload import CRC_METADATA_KEY, MIN_PART_SIZE, SegmentUploader, UploadSettings
 from remote.errors import RemoteIntegrityError, RemoteResourceNotFoundError, RemoteStorageError
-from remote.storage import (
+from remote.manifest import ObjectChecksum, SegmentManifest, verify_object
+from remote.naming import (
     OBJECT_KINDS,
-    IndexType,
-    LogSegmentData,
-    MultipartUpload,
-    ObjectChecksum,
     ObjectKind,
-    RemoteObject,
-    RemoteStorageManager,
-    SegmentManifest,
     check_object_name,
     check_prefix,
-    check_range,
     kind_label,
     object_name,
     partition_prefix,
     segment_base_name,
-    verify_object,
-    verifying_stream,
 )
+from remote.storage import (
+    IndexType,
+    LogSegmentData,
+    MultipartUpload,
+    RemoteObject,
+    RemoteStorageManager,
+)
+from remote.streams import check_range, verifying_stream
 from rlmm.errors import ConfigError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -50,11 +49,6 @@ log = logging.getLogger("remote.s3")
 _MiB = 1024 * 1024
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 _SSE_MODES = (None, "AES256", "aws:kms")
-# How the client talks to S3 unless the options say otherwise (the manager's defaults).
-_MAX_ATTEMPTS = 8
-_RETRY_MODE = "adaptive"
-_CONNECT_TIMEOUT = 10.0
-_READ_TIMEOUT = 60.0
 
 
 def make_s3_client(options: Mapping[str, Any], *, max_pool_connections: int = 4) -> Any:
@@ -65,20 +59,7 @@ def make_s3_client(options: Mapping[str, Any], *, max_pool_connections: int = 4)
     same bucket, such as the S3 snapshot store.
     """
     return make_client(
-        S3ClientSettings(
-            endpoint_url=options.get("endpoint_url"),
-            region=options.get("region"),
-            max_pool_connections=max_pool_connections,
-            max_attempts=int(options.get("max_attempts", _MAX_ATTEMPTS)),
-            retry_mode=str(options.get("retry_mode", _RETRY_MODE)),
-            connect_timeout=float(options.get("connect_timeout", _CONNECT_TIMEOUT)),
-            read_timeout=float(options.get("read_timeout", _READ_TIMEOUT)),
-            addressing_style=options.get("addressing_style"),
-            aws_access_key_id=options.get("aws_access_key_id"),
-            aws_secret_access_key=options.get("aws_secret_access_key"),
-            aws_session_token=options.get("aws_session_token"),
-            profile=options.get("profile"),
-        )
+        S3ClientSettings.from_options(options, max_pool_connections=max_pool_connections)
     )
 
 
@@ -109,7 +90,7 @@ def encryption_args(
 
 
 class S3RemoteStorageManager(RemoteStorageManager):
-    """Stores segment copies under ``s3://<bucket>/<prefix>/`` (layout in remote.storage).
+    """Stores segment copies under ``s3://<bucket>/<prefix>/`` (names: remote.naming).
 
     ``multipart_threshold``: objects larger than this go as multipart uploads of
     ``part_size`` parts (>= 5 MiB, S3's minimum), up to ``max_concurrency`` in flight
@@ -135,16 +116,18 @@ class S3RemoteStorageManager(RemoteStorageManager):
         sse: str | None = None,
         sse_kms_key_id: str | None = None,
         bucket_key_enabled: bool = False,
-        max_attempts: int = _MAX_ATTEMPTS,
-        retry_mode: str = _RETRY_MODE,
-        connect_timeout: float = _CONNECT_TIMEOUT,
-        read_timeout: float = _READ_TIMEOUT,
+        max_attempts: int = S3_DEFAULTS.max_attempts,
+        retry_mode: str = S3_DEFAULTS.retry_mode,
+        connect_timeout: float = S3_DEFAULTS.connect_timeout,
+        read_timeout: float = S3_DEFAULTS.read_timeout,
         addressing_style: str | None = None,
         aws_access_key_id: str | None = None,
         aws_secret_access_key: str | None = None,
         aws_session_token: str | None = None,
         profile: str | None = None,
     ) -> None:
+        # The client's settings are this constructor's arguments of the same names.
+        client = dict(locals())
         if not isinstance(bucket, str) or not bucket:
             raise ConfigError("s3 remote storage: 'bucket' must be a non-empty string")
         if part_size < MIN_PART_SIZE:
@@ -164,22 +147,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._prefix = check_prefix(prefix)
         self._max_concurrency = max_concurrency
         object_args = encryption_args(sse, sse_kms_key_id, bucket_key_enabled)
+        # Parts in flight plus headroom for fetches from other threads.
         self._client = make_client(
-            S3ClientSettings(
-                endpoint_url=endpoint_url,
-                region=region,
-                # Parts in flight plus headroom for fetches from other threads.
-                max_pool_connections=max_concurrency + 4,
-                max_attempts=max_attempts,
-                retry_mode=retry_mode,
-                connect_timeout=connect_timeout,
-                read_timeout=read_timeout,
-                addressing_style=addressing_style,
-                aws_access_key_id=aws_access_key_id,
-                aws_secret_access_key=aws_secret_access_key,
-                aws_session_token=aws_session_token,
-                profile=profile,
-            )
+            S3ClientSettings.from_options(client, max_pool_connections=max_concurrency + 4)
         )
         self._calls = S3Calls(self._client, bucket)
         self._uploader = SegmentUploader(

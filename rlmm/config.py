@@ -21,12 +21,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from eventlog import EVENT_LOG_TYPES, EventLogConfigError, known_options
-from remote.layouts import check_remote_options
+from eventlog import EventLogConfigError
+from eventlog.registry import EVENT_LOG_TYPES, known_options
+from remote.registry import check_remote_options
 from rlmm.errors import ConfigError
+from snapshot.registry import SNAPSHOT_STORE_TYPES
 
 # Sections whose keys we validate ourselves; the [remote] keys are checked against the
-# configured backend's own (remote.layouts.check_remote_options), the [eventlog] keys
+# configured backend's own (remote.registry.check_remote_options), the [eventlog] keys
 # against its event log type's (eventlog.known_options), both in _validate.
 DEFAULTS: dict[str, Any] = {
     "broker_id": 0,
@@ -292,7 +294,8 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, raw in env.items():
-        if not name.startswith("RLMM_") or name in ("RLMM_CONFIG", "RLMM_KAFKA_BOOTSTRAP"):
+        if not name.startswith("RLMM_") or name in ("RLMM_CONFIG", "RLMM_KAFKA_BOOTSTRAP",
+                                                   "RLMM_NO_FAST_PATHS"):
             continue
         rest = name[5:].lower()
         if rest in DEFAULTS and not isinstance(DEFAULTS[rest], dict):
@@ -351,7 +354,9 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
             f" (it is {eventlog.get('type')!r})"
         )
     if eventlog.get("type", "file") not in EVENT_LOG_TYPES:
-        raise ConfigError(f"eventlog.type must be file, kafka or memory, got {eventlog['type']!r}")
+        raise ConfigError(
+            f"eventlog.type must be {_one_of(EVENT_LOG_TYPES)}, got {eventlog['type']!r}"
+        )
     _check_eventlog(eventlog, written)
     _check_positive(eventlog, "partitions", "eventlog")
     manager = dict(merged["manager"])
@@ -366,8 +371,10 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
     if not isinstance(snapshot.get("retention"), bool):
         retention = snapshot.get("retention")
         raise ConfigError(f"snapshot.retention must be true or false, got {retention!r}")
-    if snapshot.get("store") not in ("local", "s3"):
-        raise ConfigError(f"snapshot.store must be local or s3, got {snapshot.get('store')!r}")
+    if snapshot.get("store") not in SNAPSHOT_STORE_TYPES:
+        raise ConfigError(
+            f"snapshot.store must be {_one_of(SNAPSHOT_STORE_TYPES)}, got {snapshot.get('store')!r}"
+        )
     if snapshot["store"] == "s3" and merged["remote"].get("type") != "s3":
         raise ConfigError(
             "snapshot.store = 's3' uses the [remote] S3 bucket: it needs remote.type = 's3'"
@@ -405,8 +412,6 @@ def _check_eventlog(eventlog: Mapping[str, Any], written: Mapping[str, str]) -> 
         known = set(known_options(kind))
     except EventLogConfigError as e:  # its backend cannot be loaded
         raise ConfigError(f"eventlog.type = {kind!r}: {e}") from e
-    if kind == "kafka":
-        known.add("properties")  # Kafka's property names, mapped by the event log
     for key in sorted(set(eventlog) - known - {"type"}):
         name = written.get(key, f"eventlog.{key}")
         owners = [k for k in EVENT_LOG_TYPES if k != kind and key in known_options(k)]
@@ -415,6 +420,10 @@ def _check_eventlog(eventlog: Mapping[str, Any], written: Mapping[str, str]) -> 
             f"unknown setting {name} for eventlog.type = {kind!r}{where};"
             f" known: {', '.join(sorted(known))}"
         )
+
+
+def _one_of(names: tuple[str, ...]) -> str:
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
 def _check_positive(section: Mapping[str, Any], name: str, where: str) -> None:

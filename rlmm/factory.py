@@ -1,64 +1,123 @@
-"""Builds the configured parts (event log, remote storage, manager) from an RlmmConfig.
+"""Builds the configured parts (event log, remote storage, snapshot store, manager).
 
-Invariant: the only place where configuration turns into objects; backend
+Invariant: the only place where configuration turns into objects: each part's type is
+looked up in its package's registry (``eventlog.registry``, ``remote.registry``,
+``snapshot.registry``), and clients shared between parts (the S3 snapshot store's
+boto3 client, set up as the ``[remote]`` bucket's) are built here; backend
 configuration errors come out as rlmm.errors.ConfigError naming the setting.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from eventlog import EventLog, EventLogConfigError, load_event_log
-from remote import RemoteStorageManager, load_remote_storage_manager
-from remote.layouts import READ_ONLY_TYPES, RemoteLayout, load_remote_layout
+from eventlog import EventLog, EventLogConfigError
+from eventlog.registry import load_event_log
+from remote.layouts import RemoteLayout
+from remote.registry import load_remote_layout, load_remote_storage_manager
+from remote.storage import RemoteStorageManager
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
-from rlmm.snapshotting import snapshot_policy
+from rlmm.secrets import SECRETS_FROM, is_secret
+from rlmm.snapshotting import SnapshotPolicy
+from snapshot import SnapshotError, SnapshotStore, load_snapshot_store
 
 
 def open_event_log(config: RlmmConfig) -> EventLog:
     """The configured event log (not started: ``await log.start()`` or ``async with``)."""
     options: dict[str, Any] = config.event_log_options()
-    properties = options.pop("properties", None)
     try:
-        if options.get("type") == "kafka":
-            from eventlog.kafka import KafkaEventLog
-
-            options.pop("type")
-            if "bootstrap_servers" not in options:
-                raise ConfigError(
-                    "eventlog.type = 'kafka' needs eventlog.bootstrap_servers (or Kafka's"
-                    " remote.log.metadata.common.client.bootstrap.servers)"
-                )
-            props = dict(properties or {})
-            # from_properties validates that Kafka's bootstrap property is present.
-            servers = options["bootstrap_servers"]
-            props.setdefault(
-                "remote.log.metadata.common.client.bootstrap.servers",
-                servers if isinstance(servers, str) else ",".join(servers),
-            )
-            return KafkaEventLog.from_properties(props, **options)
         return load_event_log(options)
     except (EventLogConfigError, TypeError) as e:
-        raise ConfigError(f"bad event log settings {sorted(options)}: {e}") from e
+        settings = sorted(k for k in options if k != "properties")
+        raise ConfigError(f"bad event log settings {settings}: {e}") from e
 
 
 def open_remote_storage(config: RlmmConfig) -> RemoteStorageManager:
     """The RemoteStorageManager that copies segments (rlmm's own layout: local or s3)."""
-    options = config.remote_options()
-    if options.get("type") in READ_ONLY_TYPES:
-        raise ConfigError(
-            f"remote.type = {options['type']!r} is a Kafka cluster's own remote tier, read"
-            " as it is: rlmm reads it but never copies into it (the offloader writes rlmm's"
-            " layout: remote.type = 'local' or 's3')"
-        )
-    return load_remote_storage_manager(options)
+    return load_remote_storage_manager(config.remote_options())
 
 
 def open_remote_layout(config: RlmmConfig) -> RemoteLayout:
     """The read side of the configured remote tier (any layout)."""
     return load_remote_layout(config.remote_options())
+
+
+def remote_layout_from_options(options: Mapping[str, Any]) -> RemoteLayout:
+    """The read side of ``[remote]`` options as a Spark input partition carries them:
+    options that left their secrets behind get them again from the config file they
+    name, when this process can read it (else the process's own credentials apply)."""
+    out = dict(options)
+    source = out.pop(SECRETS_FROM, None)
+    if source is not None and Path(source).is_file():
+        from rlmm.config import load_config
+
+        full = load_config(source).remote_options()
+        out.update({k: v for k, v in full.items() if is_secret(k)})
+    return load_remote_layout(out)
+
+
+def snapshot_store_options(config: RlmmConfig, *, read_only: bool = False) -> dict[str, Any]:
+    """Options for ``snapshot.load_snapshot_store`` from ``[snapshot]`` (and ``[remote]``).
+
+    For ``store = "s3"`` this builds a boto3 client set up as the ``[remote]`` bucket's
+    own (closed with the store).
+    """
+    keep = int(config.snapshot["keep"])
+    if config.snapshot.get("store", "local") == "local":
+        return {
+            "type": "local",
+            "directory": config.snapshot_dir(),
+            "keep": keep,
+            "read_only": read_only,
+        }
+    remote = config.remote_options()
+    if remote.get("type") != "s3" or not remote.get("bucket"):
+        raise ConfigError("snapshot.store = 's3' needs remote.type = 's3' and remote.bucket")
+    from remote.s3 import encryption_args, make_s3_client
+
+    return {
+        "type": "s3",
+        "object_args": encryption_args(
+            remote.get("sse"), remote.get("sse_kms_key_id"), remote.get("bucket_key_enabled", False)
+        ),
+        "client": make_s3_client(remote),
+        "bucket": remote["bucket"],
+        "prefix": str(remote.get("prefix", "")),
+        "owner": config.snapshot_owner(),
+        "keep": keep,
+        "read_only": read_only,
+        "close_client": True,
+    }
+
+
+def snapshot_policy(config: RlmmConfig) -> SnapshotPolicy | None:
+    """The configured policy, or None when snapshots are disabled."""
+    if not config.snapshot["enabled"]:
+        return None
+    try:
+        return SnapshotPolicy(
+            config.snapshot_dir(),
+            every_events=int(config.snapshot["every_events"]),
+            interval_s=float(config.snapshot["interval_s"]),
+            keep=int(config.snapshot["keep"]),
+            store=snapshot_store_options(config),
+            owner=config.snapshot_owner(),
+            retention=bool(config.snapshot.get("retention", True)),
+        )
+    except SnapshotError as e:
+        raise ConfigError(f"bad [snapshot] settings: {e}") from e
+
+
+def open_snapshot_source(config: RlmmConfig) -> SnapshotStore:
+    """The configured snapshot store, read-only (``close()`` it when done)."""
+    try:
+        return load_snapshot_store(snapshot_store_options(config, read_only=True))
+    except SnapshotError as e:
+        raise ConfigError(f"bad [snapshot] settings: {e}") from e
 
 
 def create_manager(
@@ -71,3 +130,15 @@ def create_manager(
         snapshot_policy=snapshot_policy(config),
         close_event_log=close_event_log,
     )
+
+
+__all__ = [
+    "create_manager",
+    "open_event_log",
+    "open_remote_layout",
+    "open_remote_storage",
+    "open_snapshot_source",
+    "remote_layout_from_options",
+    "snapshot_policy",
+    "snapshot_store_options",
+]

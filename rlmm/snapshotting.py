@@ -28,7 +28,6 @@ from typing import Any
 from eventlog import EventLog
 from eventlog.file import FileEventLog, stored_start_offsets
 from rlmm.config import RlmmConfig
-from rlmm.errors import ConfigError
 from snapshot import Snapshot, SnapshotError, SnapshotStore, load_snapshot_store
 
 log = logging.getLogger(__name__)
@@ -204,74 +203,18 @@ class Snapshotter:
         self._store.close()
 
 
-# ---- building from configuration ---------------------------------------------------------
+# ---- from configuration -----------------------------------------------------------------
+# rlmm.factory builds the configured store and policy (it sits above the manager, which
+# imports this module): its names are importable from here too, loaded on use.
+_FACTORY_NAMES = frozenset({"open_snapshot_source", "snapshot_policy", "snapshot_store_options"})
 
 
-def _s3_client(config: RlmmConfig) -> Any:
-    # The segment store's client settings: one place says how we talk to S3.
-    from remote.s3 import make_s3_client
+def __getattr__(name: str) -> Any:
+    if name in _FACTORY_NAMES:
+        import rlmm.factory
 
-    return make_s3_client(config.remote_options())
-
-
-def snapshot_store_options(config: RlmmConfig, *, read_only: bool = False) -> dict[str, Any]:
-    """Options for ``snapshot.load_snapshot_store`` from ``[snapshot]`` (and ``[remote]``).
-
-    For ``store = "s3"`` this builds a boto3 client (closed with the store).
-    """
-    keep = int(config.snapshot["keep"])
-    if config.snapshot.get("store", "local") == "local":
-        return {
-            "type": "local",
-            "directory": config.snapshot_dir(),
-            "keep": keep,
-            "read_only": read_only,
-        }
-    remote = config.remote_options()
-    if remote.get("type") != "s3" or not remote.get("bucket"):
-        raise ConfigError("snapshot.store = 's3' needs remote.type = 's3' and remote.bucket")
-    from remote.s3 import encryption_args
-
-    return {
-        "type": "s3",
-        "object_args": encryption_args(
-            remote.get("sse"), remote.get("sse_kms_key_id"), remote.get("bucket_key_enabled", False)
-        ),
-        "client": _s3_client(config),
-        "bucket": remote["bucket"],
-        "prefix": str(remote.get("prefix", "")),
-        "owner": config.snapshot_owner(),
-        "keep": keep,
-        "read_only": read_only,
-        "close_client": True,
-    }
-
-
-def snapshot_policy(config: RlmmConfig) -> SnapshotPolicy | None:
-    """The configured policy, or None when snapshots are disabled."""
-    if not config.snapshot["enabled"]:
-        return None
-    try:
-        store = snapshot_store_options(config)
-        return SnapshotPolicy(
-            config.snapshot_dir(),
-            every_events=int(config.snapshot["every_events"]),
-            interval_s=float(config.snapshot["interval_s"]),
-            keep=int(config.snapshot["keep"]),
-            store=store,
-            owner=config.snapshot_owner(),
-            retention=bool(config.snapshot.get("retention", True)),
-        )
-    except SnapshotError as e:
-        raise ConfigError(f"bad [snapshot] settings: {e}") from e
-
-
-def open_snapshot_source(config: RlmmConfig) -> SnapshotStore:
-    """The configured snapshot store, read-only (``close()`` it when done)."""
-    try:
-        return load_snapshot_store(snapshot_store_options(config, read_only=True))
-    except SnapshotError as e:
-        raise ConfigError(f"bad [snapshot] settings: {e}") from e
+        return getattr(rlmm.factory, name)
+    raise AttributeError(f"module 'rlmm.snapshotting' has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -307,6 +250,8 @@ def newest_snapshot(
             else {}
         )
     needed = {p: start for p, start in log_starts.items() if p in wanted}
+    from rlmm.factory import open_snapshot_source  # above this module: see _FACTORY_NAMES
+
     store = open_snapshot_source(config)
     try:
         for location, snap in store.iter_valid(all_owners=True):

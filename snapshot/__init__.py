@@ -1,8 +1,9 @@
 """Snapshots of the RLMM cache: file format, the SnapshotStore ABC and its backends.
 
-Backends: ``LocalSnapshotStore`` (one directory, ``snapshot.local``) and
-``S3SnapshotStore`` (write-once objects in a bucket, ``snapshot.s3``); both load on
-first use, and ``load_snapshot_store(options)`` picks one from configuration.
+Where things live: ``format`` (the file format), ``store`` (the SnapshotStore ABC),
+one module per backend (``local``: one directory; ``s3``: write-once objects in a
+bucket), ``registry`` (every snapshot store type: ``load_snapshot_store`` builds the
+configured one), ``errors``. Backends load on first use.
 
 Invariant: this package imports no sibling package (snapshot is a leaf); the state
 it stores is an opaque msgpack-serialisable object owned by the caller. Every
@@ -13,12 +14,6 @@ decode instead of raising.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from snapshot.errors import (
@@ -39,146 +34,27 @@ from snapshot.format import (
     encode_snapshot_parts,
     verify_snapshot,
 )
-
-
-@dataclass
-class SnapshotStoreStats:
-    """Counters since the store was opened (for metrics and tests)."""
-
-    written: int = 0
-    loaded: int = 0
-    skipped_corrupt: int = 0
-    skipped_newer_version: int = 0
-    skipped_unreadable: int = 0
-    pruned: int = 0
-    temp_removed: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-class SnapshotStore(ABC):
-    """Where one owner's snapshots are kept (newest ``keep`` valid ones).
-
-    ``SnapshotStore(directory, keep=..., read_only=...)`` still builds a
-    LocalSnapshotStore, as it did before the store became pluggable.
-    """
-
-    keep: int
-    read_only: bool
-    stats: SnapshotStoreStats
-    # True if other owners publish into the same store (iter_valid(all_owners=True)).
-    shared: bool = False
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> SnapshotStore:
-        if cls is SnapshotStore:
-            # Callers from before the ABC existed construct the directory store by this name.
-            # (type.__call__ then runs LocalSnapshotStore.__init__ on it, once.)
-            from snapshot.local import LocalSnapshotStore
-
-            cls = LocalSnapshotStore
-        return super().__new__(cls)
-
-    @abstractmethod
-    def write(self, snapshot: Snapshot) -> str | Path:
-        """Durably store ``snapshot`` as this owner's newest, prune, return where it went."""
-
-    @abstractmethod
-    def load_latest(self) -> Snapshot | None:
-        """This owner's newest valid snapshot, or None (the caller replays fully)."""
-
-    @abstractmethod
-    def kept(self) -> list[str]:
-        """Locations of this owner's stored snapshots, newest first (valid or not)."""
-
-    @abstractmethod
-    def iter_valid(self, *, all_owners: bool = False) -> Iterator[tuple[str, Snapshot]]:
-        """``(location, snapshot)`` of valid snapshots, newest first, bad ones skipped.
-
-        ``all_owners``: also those published by other owners sharing the store (a
-        store that has no other owners yields its own).
-        """
-
-    def _decode_or_skip(self, data: bytes, source: str, log: logging.Logger) -> Snapshot | None:
-        """The snapshot in ``data``, or None after logging and counting why it is unusable."""
-        try:
-            snapshot = decode_snapshot(data, source)
-        except SnapshotVersionError as exc:
-            self.stats.skipped_newer_version += 1
-            log.warning(
-                "skipping snapshot %s: format version %d is newer than %d "
-                "(written by a newer rlmm)",
-                source,
-                exc.version,
-                exc.supported,
-            )
-            return None
-        except SnapshotCorruptError as exc:
-            self.stats.skipped_corrupt += 1
-            log.warning("skipping corrupt snapshot %s: %s", source, exc.reason)
-            return None
-        self.stats.loaded += 1
-        log.info("loaded snapshot %s", source)
-        return snapshot
-
-    def close(self) -> None:  # noqa: B027 - only stores holding connections need it
-        """Release resources; idempotent."""
-
-    async def write_async(self, snapshot: Snapshot) -> str | Path:
-        """``write`` on a worker thread; the caller must pass a state it no longer mutates.
-
-        If the awaiting task is cancelled the thread still completes the write (it is
-        atomic either way).
-        """
-        return await asyncio.to_thread(self.write, snapshot)
-
-    async def load_latest_async(self) -> Snapshot | None:
-        """``load_latest`` on a worker thread (decoding a large snapshot takes a while)."""
-        return await asyncio.to_thread(self.load_latest)
-
-
-def load_snapshot_store(options: Mapping[str, Any]) -> SnapshotStore:
-    """Build the configured store: ``options["type"]`` is ``local`` (default) or ``s3``.
-
-    The other keys are the backend's constructor arguments: ``directory``, ``keep``,
-    ``read_only`` for local; ``client`` (a boto3 S3 client), ``bucket``, ``prefix``,
-    ``owner``, ``keep``, ``read_only`` for s3.
-    """
-    kwargs = dict(options)
-    kind = kwargs.pop("type", "local")
-    factory: Any
-    if kind == "local":
-        from snapshot.local import LocalSnapshotStore
-
-        factory = LocalSnapshotStore
-    elif kind == "s3":
-        from snapshot.s3 import S3SnapshotStore
-
-        factory = S3SnapshotStore
-    else:
-        raise SnapshotConfigError(f"unknown snapshot store type {kind!r} (expected local or s3)")
-    try:
-        store: SnapshotStore = factory(**kwargs)
-    except TypeError as e:
-        raise SnapshotConfigError(f"bad snapshot store settings for type {kind!r}: {e}") from e
-    return store
+from snapshot.registry import (
+    SNAPSHOT_STORE_BACKENDS,
+    SNAPSHOT_STORE_TYPES,
+    backend,
+    load_snapshot_store,
+)
+from snapshot.store import SnapshotStore, SnapshotStoreStats
 
 
 def __getattr__(name: str) -> Any:
-    if name == "LocalSnapshotStore":
-        from snapshot.local import LocalSnapshotStore
-
-        return LocalSnapshotStore
-    if name == "S3SnapshotStore":
-        from snapshot.s3 import S3SnapshotStore
-
-        return S3SnapshotStore
+    # Backends load on first use (s3 pulls in botocore).
+    for kind, path in SNAPSHOT_STORE_BACKENDS.items():
+        if path.endswith(f":{name}"):
+            return backend(kind)
     raise AttributeError(f"module 'snapshot' has no attribute {name!r}")
 
 
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
+    "SNAPSHOT_STORE_TYPES",
     "LocalSnapshotStore",
     "S3SnapshotStore",
     "Snapshot",

@@ -25,13 +25,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from snapshot import SnapshotStore, SnapshotStoreStats
 from snapshot.errors import (
     SnapshotConfigError,
     SnapshotError,
     SnapshotStoreError,
 )
 from snapshot.format import Snapshot, encode_snapshot_parts, verify_snapshot
+from snapshot.store import SnapshotStore, SnapshotStoreStats
 
 log = logging.getLogger(__name__)
 

@@ -32,13 +32,13 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from snapshot import SnapshotStore, SnapshotStoreStats
 from snapshot.errors import (
     SnapshotConfigError,
     SnapshotError,
     SnapshotStoreError,
 )
 from snapshot.format import Snapshot, encode_snapshot_parts, verify_snapshot
+from snapshot.store import SnapshotStore, SnapshotStoreStats
 
 log = logging.getLogger(__name__)
 

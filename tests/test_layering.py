@@ -3,7 +3,12 @@ uses only rlmm.model / rlmm.errors of the project, and nothing imports the outer
 (rlmm.offload, rlmm.spark, rlmm.cli) except itself; the CLI may import the offloader
 (the `rlmm offload` sidecar command is a CLI command over it). Inside the core:
 rlmm.model and rlmm.errors are a leaf, the codec imports nothing of the cache, the
-cache only the codec's public surface, and no one else the private modules of either."""
+cache only the codec's public surface, and no one else the private modules of either.
+
+And the rules of section 4: the backends are the modules the registries name; no
+backend imports another, and no other module of its package (the base modules, the
+registries, the shared helpers) imports one; in rlmm only the factory builds remote
+storage and snapshot stores from configuration."""
 
 from __future__ import annotations
 
@@ -13,6 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from eventlog.registry import EVENT_LOG_BACKENDS
+from remote.registry import REMOTE_TYPES
+from snapshot.registry import SNAPSHOT_STORE_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rlmm", "eventlog", "snapshot", "remote")
@@ -158,11 +167,56 @@ def test_the_core_and_the_archive_do_not_import_the_ops_library() -> None:
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
-def test_remote_layouts_do_not_import_each_other() -> None:
-    """The layout factory sits in remote.layouts' __init__; no layout imports another."""
-    layouts = [p for p in (ROOT / "remote" / "layouts").glob("*.py") if p.stem != "__init__"]
-    names = {f"remote.layouts.{p.stem}" for p in layouts if not p.stem.startswith("_")}
-    for path in layouts:
-        own = f"remote.layouts.{path.stem}"
-        bad = {m for m in imports_of(path) if m in names and m != own}
-        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+def _backend_modules() -> set[str]:
+    paths = [*EVENT_LOG_BACKENDS.values(), *SNAPSHOT_STORE_BACKENDS.values()]
+    for entry in REMOTE_TYPES.values():
+        paths += [entry.layout, *([entry.storage_manager] if entry.storage_manager else [])]
+    return {path.partition(":")[0] for path in paths}
+
+
+BACKENDS = _backend_modules()
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_the_registries_name_real_backend_modules() -> None:
+    assert {"remote.local", "remote.s3", "remote.layouts.aiven_s3", "eventlog.kafka"} <= BACKENDS
+    for name in BACKENDS:
+        assert (ROOT / (name.replace(".", "/") + ".py")).is_file(), name
+
+
+@pytest.mark.parametrize("package", ["eventlog", "snapshot", "remote"])
+def test_no_module_of_a_backends_package_imports_a_backend(package: str) -> None:
+    """A backend imports only base modules and helpers; the ABC's module, the registry
+    and the package's __init__ import none (the registry names them as text and loads
+    them when their type is used)."""
+    for path in modules(package):
+        own = module_name(path)
+        bad = {m for m in imports_of(path) if m in BACKENDS and m != own}
+        assert not bad, f"{own} imports the backend(s) {sorted(bad)}"
+
+
+def test_only_the_factory_builds_remote_storage_and_snapshot_stores() -> None:
+    """rlmm.factory is the one place config turns into objects: no other module of rlmm
+    imports a remote or snapshot backend, or builds an S3 client or a layout."""
+    builders = {
+        "make_client",
+        "make_s3_client",
+        "load_remote_layout",
+        "load_remote_storage_manager",
+    }
+    for path in modules("rlmm"):
+        own = module_name(path)
+        if own == "rlmm.factory":
+            continue
+        backends = {m for m in imports_of(path) if m in BACKENDS and m.split(".")[0] != "eventlog"}
+        assert not backends, f"{own} imports the backend(s) {sorted(backends)}"
+        calls = {
+            node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute)
+        }
+        assert not calls & builders, f"{own} calls {sorted(calls & builders)}"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from remote._s3_client import S3Calls, S3ClientSettings, make_client
+from remote._s3_client import S3_DEFAULTS, S3Calls, S3ClientSettings, make_client
 from remote.errors import (
     CorruptObjectError,
     MissingKeyMaterialError,
@@ -32,14 +32,7 @@ from remote.errors import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
-from remote.layouts import (
-    LOG_LABEL,
-    ObjectName,
-    RemoteLayout,
-    SegmentObject,
-    check_layout_matches,
-    index_label,
-)
+from remote.layouts import RemoteLayout, SegmentObject
 from remote.layouts._aiven_manifest import (
     MAX_MANIFEST_BYTES,
     OBJECT_KEY,
@@ -55,24 +48,15 @@ from remote.layouts._aiven_transforms import (
     naming,
     unwrap_data_key,
 )
-from remote.storage import (
-    IndexType,
-    MultipartUpload,
-    RemoteObject,
-    check_range,
-    check_topic_name,
-    resolve_range,
-    verifying_stream,
-)
+from remote.naming import LOG_LABEL, ObjectName, SegmentNaming, index_label
+from remote.registry import check_layout_matches
+from remote.storage import IndexType, MultipartUpload, RemoteObject
+from remote.streams import check_range, resolve_range, verifying_stream
 from rlmm.errors import ConfigError
-from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition, kafka_uuid_to_str
+from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 LOG, INDEXES, MANIFEST = "log", "indexes", "rsm-manifest"
-_LABELS = {LOG: LOG_LABEL, INDEXES: "indexes", MANIFEST: "manifest"}
-_NAME = re.compile(
-    r"(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<topic_id>[A-Za-z0-9_-]{22})/(?P<partition>\d+)/"
-    r"(?P<start_offset>\d{20})-(?P<segment_id>[A-Za-z0-9_-]{22})\.(?P<suffix>log|indexes|rsm-manifest)"
-)
+NAMING = SegmentNaming({".log": LOG_LABEL, ".indexes": "indexes", ".rsm-manifest": "manifest"})
 _MANIFEST_CACHE = 1024
 # Our names for the bucket settings, and the plugin's where it has one.
 _ALIASES = {
@@ -128,11 +112,13 @@ class AivenS3Layout(RemoteLayout):
         aws_secret_access_key: str | None = None,
         aws_session_token: str | None = None,
         profile: str | None = None,
-        max_attempts: int = 8,
-        retry_mode: str = "adaptive",
-        connect_timeout: float = 10.0,
-        read_timeout: float = 60.0,
+        max_attempts: int = S3_DEFAULTS.max_attempts,
+        retry_mode: str = S3_DEFAULTS.retry_mode,
+        connect_timeout: float = S3_DEFAULTS.connect_timeout,
+        read_timeout: float = S3_DEFAULTS.read_timeout,
     ) -> None:
+        # The client's settings are this constructor's arguments of the same names.
+        client = dict(locals())
         if not isinstance(bucket, str) or not bucket:
             raise ConfigError(
                 "remote.type = 'aiven-s3' needs remote.bucket (or storage.s3.bucket.name)"
@@ -142,26 +128,15 @@ class AivenS3Layout(RemoteLayout):
         self._bucket = bucket
         self._prefix = key_prefix
         self._private_key_files = dict(private_key_files or {})
-        self._client = make_client(
-            S3ClientSettings(
-                endpoint_url=endpoint_url,
-                region=region,
-                max_pool_connections=8,
-                max_attempts=int(max_attempts),
-                retry_mode=retry_mode,
-                connect_timeout=float(connect_timeout),
-                read_timeout=float(read_timeout),
-                addressing_style=addressing_style,
-                aws_access_key_id=aws_access_key_id,
-                aws_secret_access_key=aws_secret_access_key,
-                aws_session_token=aws_session_token,
-                profile=profile,
-            )
-        )
+        self._client = make_client(S3ClientSettings.from_options(client, max_pool_connections=8))
         self._calls = S3Calls(self._client, bucket)
         self._lock = threading.Lock()
         self._segments: collections.OrderedDict[str, _Segment] = collections.OrderedDict()
         self._closed = False
+
+    @classmethod
+    def known_options(cls) -> None:
+        return None  # open-ended: the plugin's own property names, see check_options
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
@@ -214,21 +189,16 @@ class AivenS3Layout(RemoteLayout):
     # --- naming -------------------------------------------------------------------------
 
     def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
-        tp = topic_id_partition
-        return f"{check_topic_name(tp.topic)}-{kafka_uuid_to_str(tp.topic_id)}/{tp.partition}/"
+        return NAMING.partition_prefix(topic_id_partition)
 
     def _key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         """The object key, as the plugin builds it (custom metadata fields win)."""
-        segment_id = metadata.remote_log_segment_id
         try:
             fields = decode_custom_metadata(metadata.custom_metadata)
         except ValueError:
             fields = {}
         prefix = fields.get(OBJECT_PREFIX) or self._prefix
-        main = fields.get(OBJECT_KEY) or (
-            f"{self.partition_prefix(segment_id.topic_id_partition)}"
-            f"{metadata.start_offset:020d}-{kafka_uuid_to_str(segment_id.id)}"
-        )
+        main = fields.get(OBJECT_KEY) or NAMING.base_name(metadata)
         return f"{prefix}{main}.{suffix}"
 
     def _name(self, key: str) -> str:
@@ -247,17 +217,7 @@ class AivenS3Layout(RemoteLayout):
         return [self._name_of(metadata, s) for s in (LOG, INDEXES, MANIFEST)]
 
     def parse_object_name(self, name: str) -> ObjectName | None:
-        match = _NAME.fullmatch(name)
-        if match is None:
-            return None
-        return ObjectName(
-            topic=match["topic"],
-            topic_id=match["topic_id"],
-            partition=int(match["partition"]),
-            start_offset=int(match["start_offset"]),
-            segment_id=match["segment_id"],
-            label=_LABELS[match["suffix"]],
-        )
+        return NAMING.parse(name)
 
     def segment_objects(self, metadata: RemoteLogSegmentMetadata) -> list[SegmentObject]:
         manifest = self._segment(metadata, need_key=False).manifest

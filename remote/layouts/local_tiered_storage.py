@@ -14,25 +14,18 @@ exactly the bytes asked for, or an error naming the file.
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from remote._directory import list_files, open_file, read_file, unlink_files
-from remote.errors import InvalidRemotePathError, RemoteResourceNotFoundError
-from remote.layouts import LOG_LABEL, ObjectName, RemoteLayout, SegmentObject, index_label
-from remote.storage import (
-    IndexType,
-    RemoteObject,
-    check_range,
-    check_topic_name,
-    resolve_range,
-    verifying_stream,
-)
-from rlmm.errors import ConfigError, RemoteStorageError
-from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition, kafka_uuid_to_str
+from remote._directory import list_files, open_file, open_range, read_file, unlink_files
+from remote.errors import InvalidRemotePathError, RemoteStorageError
+from remote.layouts import RemoteLayout, SegmentObject
+from remote.naming import LOG_LABEL, ObjectName, SegmentNaming, index_label
+from remote.storage import IndexType, RemoteObject
+from remote.streams import check_range, verifying_stream
+from rlmm.errors import ConfigError
+from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 ROOT_DIR_NAME = "kafka-tiered-storage"
 LOG_SUFFIX = ".log"
@@ -43,10 +36,9 @@ SUFFIXES: dict[IndexType, str] = {
     IndexType.PRODUCER_SNAPSHOT: ".snapshot",
     IndexType.LEADER_EPOCH: ".leader_epoch_checkpoint",
 }
-_LABEL_OF_SUFFIX = {LOG_SUFFIX: LOG_LABEL} | {s: index_label(k) for k, s in SUFFIXES.items()}
-_NAME = re.compile(
-    r"(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>\d+)-(?P<topic_id>[A-Za-z0-9_-]{22})/"
-    r"(?P<start_offset>\d{20})-(?P<segment_id>[A-Za-z0-9_-]{22})(?P<suffix>\.[a-z_]+)"
+NAMING = SegmentNaming(
+    {LOG_SUFFIX: LOG_LABEL} | {s: index_label(k) for k, s in SUFFIXES.items()},
+    topic_id_last=True,
 )
 
 
@@ -54,6 +46,20 @@ class LocalTieredStorageLayout(RemoteLayout):
     """The files Kafka's LocalTieredStorage wrote under ``rsm_config_dir``."""
 
     type_name = "local-tiered-storage"
+
+    @classmethod
+    def known_options(cls) -> frozenset[str]:
+        return frozenset({"dir"})
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> LocalTieredStorageLayout:
+        """From ``[remote]``: ``dir``, the brokers' ``rsm.config.dir``, and nothing else."""
+        if set(options) != {"dir"}:
+            raise ConfigError(
+                "remote.type = 'local-tiered-storage' takes one setting, remote.dir (the"
+                f" brokers' rsm.config.dir); got {sorted(options)}"
+            )
+        return cls(Path(options["dir"]))
 
     def __init__(self, rsm_config_dir: Path) -> None:
         self._dir = Path(rsm_config_dir).resolve()
@@ -79,16 +85,10 @@ class LocalTieredStorageLayout(RemoteLayout):
     # --- naming -------------------------------------------------------------------------
 
     def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
-        tp = topic_id_partition
-        topic = check_topic_name(tp.topic)
-        return f"{topic}-{tp.partition}-{kafka_uuid_to_str(tp.topic_id)}/"
+        return NAMING.partition_prefix(topic_id_partition)
 
     def _base(self, metadata: RemoteLogSegmentMetadata) -> str:
-        segment_id = metadata.remote_log_segment_id
-        return (
-            f"{self.partition_prefix(segment_id.topic_id_partition)}"
-            f"{metadata.start_offset:020d}-{kafka_uuid_to_str(segment_id.id)}"
-        )
+        return NAMING.base_name(metadata)
 
     def log_object_name(self, metadata: RemoteLogSegmentMetadata) -> str:
         return self._base(metadata) + LOG_SUFFIX
@@ -114,17 +114,7 @@ class LocalTieredStorageLayout(RemoteLayout):
         return out
 
     def parse_object_name(self, name: str) -> ObjectName | None:
-        match = _NAME.fullmatch(name)
-        if match is None or match["suffix"] not in _LABEL_OF_SUFFIX:
-            return None
-        return ObjectName(
-            topic=match["topic"],
-            topic_id=match["topic_id"],
-            partition=int(match["partition"]),
-            start_offset=int(match["start_offset"]),
-            segment_id=match["segment_id"],
-            label=_LABEL_OF_SUFFIX[match["suffix"]],
-        )
+        return NAMING.parse(name)
 
     def _path(self, name: str) -> Path:
         path = self._root / name
@@ -142,22 +132,12 @@ class LocalTieredStorageLayout(RemoteLayout):
     ) -> BinaryIO:
         check_range(metadata, start_position, end_position)
         path = self._path(self.log_object_name(metadata))
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - handed to the returned stream, closed there
-        except FileNotFoundError as e:
-            raise RemoteResourceNotFoundError(
-                f"log segment of {metadata.remote_log_segment_id} not found: {path}"
-            ) from e
-        except OSError as e:
-            raise RemoteStorageError(f"cannot open {path}: {e}") from e
-        try:
-            size = os.fstat(f.fileno()).st_size
-            start, length = resolve_range(str(path), size, start_position, end_position)
-            f.seek(start)
-        except BaseException:
-            f.close()
-            raise
-        return verifying_stream(str(path), f.read, f.close, length, None, _translate)
+        opened = open_range(
+            path, f"log segment of {metadata.remote_log_segment_id}", start_position, end_position
+        )
+        return verifying_stream(
+            str(path), opened.file.read, opened.file.close, opened.length, None, _translate
+        )
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         kind = IndexType(index_type)

@@ -13,27 +13,20 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from remote.layouts import (
-    LOG_LABEL,
-    ObjectName,
-    RemoteLayout,
-    SegmentObject,
-    check_layout_matches,
-)
-from remote.storage import (
+from remote.errors import RemoteResourceNotFoundError
+from remote.layouts import RemoteLayout, SegmentObject
+from remote.manifest import SegmentManifest
+from remote.naming import (
     OBJECT_KINDS,
-    IndexType,
-    MultipartUpload,
     ObjectKind,
-    RemoteObject,
-    RemoteStorageManager,
-    SegmentManifest,
+    ObjectName,
     kind_label,
     object_name,
     parse_object_name,
     partition_prefix,
 )
-from rlmm.errors import RemoteResourceNotFoundError
+from remote.registry import check_layout_matches
+from remote.storage import IndexType, MultipartUpload, RemoteObject, RemoteStorageManager
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 _MANDATORY: tuple[ObjectKind, ...] = (
@@ -46,13 +39,19 @@ _MANDATORY: tuple[ObjectKind, ...] = (
 
 
 class RlmmLayout(RemoteLayout):
-    """rlmm's layout over a ``local`` or ``s3`` RemoteStorageManager (owned: closed here)."""
+    """rlmm's layout over a ``local`` or ``s3`` RemoteStorageManager (owned: closed here).
 
-    def __init__(self, rsm: RemoteStorageManager) -> None:
+    ``type_name`` is the ``remote.type`` of ``rsm`` (the registry passes it)."""
+
+    def __init__(self, rsm: RemoteStorageManager, type_name: str = "local") -> None:
         self.rsm = rsm
+        self.type_name = type_name
         self._lock = threading.Lock()
         self._checked: set[TopicIdPartition] = set()
-        self.type_name = "s3" if type(rsm).__name__.startswith("S3") else "local"
+
+    @classmethod
+    def over(cls, rsm: RemoteStorageManager, type_name: str) -> RlmmLayout:
+        return cls(rsm, type_name)
 
     def __repr__(self) -> str:
         return repr(self.rsm)
@@ -92,18 +91,7 @@ class RlmmLayout(RemoteLayout):
         return [object_name(metadata, kind) for kind in OBJECT_KINDS]
 
     def parse_object_name(self, name: str) -> ObjectName | None:
-        parsed = parse_object_name(name)
-        if parsed is None:
-            return None
-        return ObjectName(
-            parsed.topic,
-            parsed.topic_id,
-            parsed.partition,
-            parsed.start_offset,
-            parsed.segment_id,
-            LOG_LABEL if parsed.kind is None else kind_label(parsed.kind),
-            parsed.temporary,
-        )
+        return parse_object_name(name)
 
     def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
         return partition_prefix(topic_id_partition)

@@ -3,7 +3,8 @@
 Job: an executor reading many slices must not build (and leak) a boto3 client per
 slice: :func:`remote_storage_for` hands out one shared layout reader per distinct
 ``remote_options`` dict (RemoteLayout methods are thread-safe). The layout is the
-one ``[remote] type`` names: rlmm's own, Kafka's LocalTieredStorage or Aiven's S3.
+one ``[remote] type`` names: rlmm's own, Kafka's LocalTieredStorage or Aiven's S3;
+``rlmm.factory.remote_layout_from_options`` builds it, this module only keeps it.
 
 Invariant: every layout built here is closed once, at interpreter exit or by
 :func:`close_remote_storage`; a closed one is never handed out again.
@@ -15,11 +16,10 @@ import atexit
 import json
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from remote.layouts import RemoteLayout, load_remote_layout
-from rlmm.secrets import SECRETS_FROM, is_secret
+from remote.layouts import RemoteLayout
+from rlmm.factory import remote_layout_from_options
 
 _lock = threading.Lock()
 _managers: dict[str, RemoteLayout] = {}
@@ -37,20 +37,8 @@ def remote_storage_for(options: Mapping[str, Any]) -> RemoteLayout:
     with _lock:
         rsm = _managers.get(key)
         if rsm is None:
-            rsm = _managers[key] = load_remote_layout(_with_secrets(options))
+            rsm = _managers[key] = remote_layout_from_options(options)
         return rsm
-
-
-def _with_secrets(options: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(options)
-    source = out.pop(SECRETS_FROM, None)
-    if source is None or not Path(source).is_file():
-        return out  # the process's own credentials (the AWS chain) apply
-    from rlmm.config import load_config
-
-    full = load_config(source).remote_options()
-    out.update({k: v for k, v in full.items() if is_secret(k)})
-    return out
 
 
 def close_remote_storage() -> None:

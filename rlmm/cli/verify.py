@@ -84,7 +84,7 @@ def verify_command(deep: bool, topic: str | None, safety_window: float) -> None:
 def gc_command(apply: bool, deep: bool, topic: str | None, safety_window: float) -> None:
     """Remove what verify proves is garbage: orphan objects, stale multipart uploads,
     segments stuck in a STARTED state (through the DELETE path of the metadata)."""
-    from remote.layouts import READ_ONLY_TYPES
+    from remote.registry import READ_ONLY_TYPES
     from rlmm.factory import open_remote_layout
     from rlmm.ops.repair import apply_repairs, plan_repairs
 

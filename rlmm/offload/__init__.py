@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from rlmm.offload.errors import LogDirError, OffloadError, SegmentCopyError
 from rlmm.offload.expiry import Victim, plan_expiry
-from rlmm.offload.logdir import LogDirSource, scan_log_dirs
-from rlmm.offload.manager import CopyResult, ExpireResult, RemoteLogManager
-from rlmm.offload.metrics import OffloadMetrics
-from rlmm.offload.segment_ops import OffloadEvent
-from rlmm.offload.settings import INTERNAL_TOPICS, OffloadSettings
-from rlmm.offload.source import (
+from rlmm.offload.log_source import (
     EpochStart,
     LocalSegment,
     LogSource,
     RetentionSettings,
     SegmentDescription,
 )
+from rlmm.offload.logdir import LogDirSource, scan_log_dirs
+from rlmm.offload.metrics import OffloadMetrics
+from rlmm.offload.remote_log_manager import CopyResult, ExpireResult, RemoteLogManager
+from rlmm.offload.segment_ops import OffloadEvent
+from rlmm.offload.settings import INTERNAL_TOPICS, OffloadSettings
 
 __all__ = [
     "INTERNAL_TOPICS",

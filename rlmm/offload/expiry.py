@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rlmm.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
-from rlmm.offload.source import EpochStart, RetentionSettings, epoch_end_offsets
+from rlmm.offload.log_source import EpochStart, RetentionSettings, epoch_end_offsets
 
 S = RemoteLogSegmentState
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 from rlmm.model import TopicIdPartition
 
 if TYPE_CHECKING:
-    from rlmm.offload.manager import CopyResult, ExpireResult
+    from rlmm.offload.remote_log_manager import CopyResult, ExpireResult
 
 NOT_STARTED = "starting: no round completed yet"
 PATHS = ("/metrics", "/healthz", "/readyz")

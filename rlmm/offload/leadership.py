@@ -22,7 +22,7 @@ from pathlib import Path
 from rlmm.model import TopicIdPartition
 from rlmm.offload.cluster import ClusterView
 from rlmm.offload.errors import LeadershipError, LogDirError
-from rlmm.offload.source import LogSource
+from rlmm.offload.log_source import LogSource
 
 log = logging.getLogger(__name__)
 

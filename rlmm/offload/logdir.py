@@ -28,14 +28,14 @@ from remote.segment_data import log_segment_data
 from remote.segments import LogSegmentFiles, parse_partition_dir_name
 from rlmm.model import TopicIdPartition
 from rlmm.offload.errors import LogDirError, SegmentCopyError
-from rlmm.offload.settings import INTERNAL_TOPICS, OffloadSettings
-from rlmm.offload.source import (
+from rlmm.offload.log_source import (
     EpochStart,
     LocalSegment,
     LogSource,
     RetentionSettings,
     SegmentDescription,
 )
+from rlmm.offload.settings import INTERNAL_TOPICS, OffloadSettings
 
 log = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ from rlmm.model import (
 from rlmm.offload.blocking import finish, run_blocking
 from rlmm.offload.errors import ForeignSegmentError, SegmentCopyError
 from rlmm.offload.faults import KillPoints
+from rlmm.offload.log_source import SegmentDescription
 from rlmm.offload.metrics import OffloadMetrics
 from rlmm.offload.ownership import Ownership, new_segment_id
-from rlmm.offload.source import SegmentDescription
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from rlmm.config import BOOLEAN_OFFLOAD_SETTINGS, OFFLOAD_TOPIC_SETTINGS, RlmmConfig
 from rlmm.errors import ConfigError
+from rlmm.offload.log_source import RetentionSettings
 from rlmm.offload.quota import UNLIMITED, CopyQuota
-from rlmm.offload.source import RetentionSettings
 
 INTERNAL_TOPICS = frozenset(
     {"__consumer_offsets", "__transaction_state", "__remote_log_metadata", "__cluster_metadata"}

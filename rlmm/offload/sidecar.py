@@ -52,11 +52,11 @@ from rlmm.offload.leadership import (
     lost,
     read_node_id,
 )
+from rlmm.offload.log_source import RetentionSettings
 from rlmm.offload.logdir import LogDirSource, log_dir_problem, scan_log_dirs
-from rlmm.offload.manager import CopyResult, RemoteLogManager
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
+from rlmm.offload.remote_log_manager import CopyResult, RemoteLogManager
 from rlmm.offload.settings import OffloadSettings
-from rlmm.offload.source import RetentionSettings
 
 log = logging.getLogger(__name__)
 # Loopback unless told otherwise: a scrape from another host needs --metrics-host.

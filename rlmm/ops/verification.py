@@ -41,9 +41,11 @@ from datetime import UTC, datetime
 from typing import Any, BinaryIO, TypeVar, cast
 
 from remote.errors import RemoteIntegrityError, SegmentFormatError
-from remote.layouts import RemoteLayout, SegmentObject, check_layout_matches
+from remote.layouts import RemoteLayout, SegmentObject
+from remote.manifest import crc32c_of
+from remote.registry import check_layout_matches
 from remote.segments.batch import RecordBatchReader
-from remote.storage import RemoteObject, crc32c_of
+from remote.storage import RemoteObject
 from rlmm.archive import MetadataView
 from rlmm.errors import RemoteResourceNotFoundError, RemoteStorageError
 from rlmm.model import RemoteLogSegmentMetadata, RemoteLogSegmentState, kafka_uuid_to_str

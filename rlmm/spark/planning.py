@@ -51,12 +51,12 @@ def remote_options(config: RlmmConfig) -> dict[str, Any]:
     dir) made absolute on the driver, and no secret (they travel in every pickled input
     partition): an executor reads them again from the same config file, or uses its
     own credentials (the AWS chain)."""
+    from remote.registry import remote_type
     from rlmm.secrets import SECRETS_FROM, without_secrets
 
     out, removed = without_secrets(config.remote_options())
-    kind = out.get("type", "local")
-    for key in ("root", "dir"):
-        if kind in ("local", "local-tiered-storage") and key in out:
+    for key in remote_type(out.get("type", "local")).paths:
+        if key in out:
             out[key] = str(Path(out[key]).resolve())
     if removed and config.source != "defaults":
         out[SECRETS_FROM] = str(Path(config.source).resolve())

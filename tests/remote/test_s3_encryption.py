@@ -90,7 +90,7 @@ def test_bad_encryption_settings_name_the_setting() -> None:
 
 def test_snapshot_objects_are_encrypted_too(s3_endpoint: str, tmp_path: Path) -> None:
     from rlmm.config import load_config
-    from rlmm.snapshotting import snapshot_store_options
+    from rlmm.factory import snapshot_store_options
     from snapshot import Snapshot, load_snapshot_store
 
     client = boto3.client("s3", endpoint_url=s3_endpoint)

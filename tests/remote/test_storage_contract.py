@@ -296,7 +296,7 @@ def test_parse_object_name_rejects_foreign_names() -> None:
         assert parse_object_name(foreign) is None
     temp = object_name(metadata, None).replace("/00000", "/.00000") + ".0123abcd.tmp"
     parsed = parse_object_name(temp)
-    assert parsed is not None and parsed.temporary and parsed.kind is None
+    assert parsed is not None and parsed.temporary and parsed.suffix == ".log"
 
 
 def test_multipart_uploads_listed_and_aborted(backend: Backend) -> None:

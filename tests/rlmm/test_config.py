@@ -237,3 +237,8 @@ def test_an_unknown_eventlog_setting_is_one_line_with_the_known_ones(
     assert message in str(info.value)
     assert "known: " in str(info.value) and "__init__" not in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_the_fast_paths_switch_is_not_a_setting() -> None:
+    """RLMM_NO_FAST_PATHS switches code paths (rlmm._fast_paths); config ignores it."""
+    assert load_config(env={"RLMM_NO_FAST_PATHS": "1"}).offload == load_config(env={}).offload

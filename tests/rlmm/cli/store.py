@@ -31,6 +31,7 @@ from rlmm.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
     kafka_uuid_to_str,
+    new_rlmm_segment_id,
 )
 from tests.rlmm.archive.archive_data import copy_segment, segment_metadata
 
@@ -208,8 +209,9 @@ def started_copies(
         out = []
         for _ in range(count):
             metadata, summary = segment_metadata(tp, seg)
+            # rlmm's own stuck copy: its id carries rlmm's signature, as the sidecar's do
             old = RemoteLogSegmentMetadata(
-                metadata.remote_log_segment_id, metadata.start_offset, metadata.end_offset,
+                new_rlmm_segment_id(tp), metadata.start_offset, metadata.end_offset,
                 metadata.max_timestamp_ms, 0, int(time.time() * 1000) - age_ms,
                 metadata.segment_size_in_bytes, metadata.segment_leader_epochs,
                 txn_index_empty=metadata.txn_index_empty,

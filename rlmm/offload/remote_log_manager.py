@@ -51,11 +51,11 @@ from rlmm.offload.blocking import run_blocking
 from rlmm.offload.errors import ForeignSegmentError, OffloadError, SegmentCopyError
 from rlmm.offload.expiry import Victim, off_lineage, plan_expiry
 from rlmm.offload.faults import KillPoints
+from rlmm.offload.log_source import EpochStart, LocalSegment, LogSource, epoch_end_offsets
 from rlmm.offload.metrics import OffloadMetrics
 from rlmm.offload.ownership import Ownership
 from rlmm.offload.quota import CopyQuota
 from rlmm.offload.segment_ops import OffloadEvent, SegmentOps
-from rlmm.offload.source import EpochStart, LocalSegment, LogSource, epoch_end_offsets
 
 log = logging.getLogger(__name__)
 
