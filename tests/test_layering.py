@@ -25,9 +25,9 @@ from snapshot.registry import SNAPSHOT_STORE_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rlmm", "eventlog", "snapshot", "remote")
-OUTER = ("rlmm.offload", "rlmm.spark", "rlmm.cli")
+OUTER = ("rlmm.offload", "rlmm.spark", "rlmm.cli", "rlmm.restore")
 # (importer, imported) pairs of the outer layer that are allowed.
-OUTER_ALLOWED = {("rlmm.cli", "rlmm.offload")}
+OUTER_ALLOWED = {("rlmm.cli", "rlmm.offload"), ("rlmm.cli", "rlmm.restore")}
 LEAF = ("rlmm.model", "rlmm.errors")  # the KIP-405 API types
 FAST_PATHS = "rlmm._fast_paths"  # the RLMM_NO_FAST_PATHS switch, a leaf too
 

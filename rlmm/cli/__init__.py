@@ -154,7 +154,7 @@ def demo() -> None:
 
 
 # --- command groups, one module each ----------------------------------------------------
-from rlmm.cli import events, offload, records, segments, snapshots, verify  # noqa: E402
+from rlmm.cli import events, offload, records, restore, segments, snapshots, verify  # noqa: E402
 
 segments.register(main)
 events.register(main)
@@ -162,5 +162,6 @@ snapshots.register(main)
 verify.register(main)
 records.register(main)
 offload.register(main)
+restore.register(main)
 
 __all__ = ["main"]

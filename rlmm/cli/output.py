@@ -17,7 +17,7 @@ import sys
 import textwrap
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -29,6 +29,9 @@ from rlmm.ops.inventory import PartitionSummary, SegmentDetail
 from rlmm.ops.repair import NOT_OURS, RepairPlan
 from rlmm.ops.snapshot_report import SnapshotReport
 from rlmm.ops.verification import VerifyReport
+
+if TYPE_CHECKING:  # the restore library loads aiokafka: only `rlmm restore` needs it
+    from rlmm.restore import RestoreReport
 
 
 def human_bytes(n: int | None) -> str:
@@ -92,6 +95,10 @@ class Output(abc.ABC):
     @abc.abstractmethod
     def repair(self, plan: RepairPlan) -> None: ...
 
+    @abc.abstractmethod
+    def restore(self, report: RestoreReport) -> None:
+        """A restore's plan (a dry run) or its summary."""
+
     def event(self, item: DumpedEvent) -> None:
         """Events are a stream of JSON lines in both modes (for jq and for reading)."""
         sys.stdout.write(json_line(item.to_dict()) + "\n")
@@ -141,6 +148,9 @@ class JsonOutput(Output):
 
     def repair(self, plan: RepairPlan) -> None:
         self._print(plan.to_dict())
+
+    def restore(self, report: RestoreReport) -> None:
+        self._print(report.to_dict())
 
 
 def _render(table: Table, width: int) -> list[str]:
@@ -386,6 +396,14 @@ class ConsoleOutput(Output):
             rows = [p.to_dict() for p in plan.left_alone]
             self._problems(rows)
             self._remedies(rows)
+
+    def restore(self, report: RestoreReport) -> None:
+        from rlmm.cli._restore_text import restore_lines
+
+        table, lines = restore_lines(report, self._table)
+        self._print_table(table)
+        for line in lines:
+            self.out.print(line, markup=False)
 
 
 __all__ = ["ConsoleOutput", "JsonOutput", "Output", "human_bytes", "human_time"]

@@ -12,8 +12,9 @@ finds, each naming its segment id or object:
 - ``corrupt_object``: an object that is there but unreadable in the layout's format
   (a manifest that is not JSON, a chunk index that does not match the object, a
   truncated or undecodable chunk);
-- ``orphan_object``: an object no live segment owns (or a temp file of a copy that
-  never published), older than the safety window;
+- ``orphan_object``: an object that is none of a live segment's own objects (no live
+  segment has its id, or its name is not one its segment's copy has), or a temp file
+  of a copy that never published, older than the safety window;
 - ``stuck_copy_started`` / ``stuck_delete_started``: a segment left in a STARTED state
   for longer than the safety window;
 - ``lineage_gap``: offsets missing between consecutive segments of the lineage;
@@ -225,11 +226,11 @@ class _Verifier:
         check_layout_matches(self.layout, listing)
         tps = [tp for tp in self.view.topic_partitions() if self.topic in (None, tp.topic)]
         segments = [m for tp in tps for m in self.view.segments(tp)]
-        live = {
-            kafka_uuid_to_str(m.remote_log_segment_id.id)
-            for tp in self.view.topic_partitions()
-            for m in self.view.segments(tp)
-        }
+        every = [m for tp in self.view.topic_partitions() for m in self.view.segments(tp)]
+        live = {kafka_uuid_to_str(m.remote_log_segment_id.id) for m in every}
+        # An object is kept only as one of a live segment's own: the right segment id
+        # under another start offset or name is read by no one (issue 28).
+        expected = {name for m in every for name in self.layout.segment_object_names(m)}
         with ThreadPoolExecutor(self.workers, thread_name_prefix="rlmm-verify") as pool:
             checked = _in_order(
                 pool, lambda m: self.checked(m, listing), segments, 4 * self.workers
@@ -253,7 +254,7 @@ class _Verifier:
                         last_offset=gap.last_offset,
                     )
                 )
-        self.orphans(listing, live)
+        self.orphans(listing, live, expected)
         self.uploads()
         return self.report
 
@@ -373,7 +374,9 @@ class _Verifier:
                 name,
             )
 
-    def orphans(self, listing: dict[str, RemoteObject], live: set[str]) -> None:
+    def orphans(
+        self, listing: dict[str, RemoteObject], live: set[str], expected: set[str]
+    ) -> None:
         for obj in listing.values():
             parsed = self.layout.parse_object_name(obj.name)
             if parsed is None:
@@ -385,13 +388,14 @@ class _Verifier:
             if obj.last_modified_ms >= self.cutoff_ms:
                 self.report.skipped_young += 1
                 continue
-            if parsed.segment_id in live and not parsed.temporary:
+            if parsed.temporary:
+                why = "temp file of a copy that never published"
+            elif parsed.segment_id not in live:
+                why = "no live segment has this segment id"
+            elif obj.name not in expected:
+                why = "its segment id is live, but it is none of that segment's objects"
+            else:
                 continue
-            why = (
-                "temp file of a copy that never published"
-                if parsed.temporary
-                else "no live segment has this segment id"
-            )
             self.report.problems.append(
                 Problem(
                     ProblemKind.ORPHAN_OBJECT,

@@ -1,0 +1,206 @@
+"""`rlmm restore`: a topic from the remote tier back into a live cluster, exactly once.
+
+Invariant: a thin layer: parse, call ``rlmm.restore.restore`` once, hand the report to
+the run's Output; bad input is the library's RestoreInputError, rendered as one line
+with exit 2 like every error. Progress goes to stderr (a rich bar on a terminal only).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from rlmm.cli.session import common_options, session
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+    from rlmm.restore import ProgressCallback
+
+
+def _partitions(value: str | None) -> tuple[int, ...]:
+    if not value:
+        return ()
+    try:
+        out = tuple(int(p) for p in value.split(",") if p.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected numbers like 0,1,3") from None
+    if any(p < 0 for p in out):
+        raise click.BadParameter(f"{value!r}: partitions are >= 0")
+    return out
+
+
+def _timestamp(value: str | None, name: str) -> int | None:
+    """Milliseconds since the epoch, or an ISO-8601 time (UTC unless it says)."""
+    if value is None:
+        return None
+    if value.lstrip("-").isdigit():
+        return int(value)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: expected milliseconds or an ISO-8601 time", param_hint=name
+        ) from None
+    if parsed.tzinfo is None:
+        from datetime import UTC
+
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+def _properties(path: Path | None, pairs: tuple[str, ...]) -> dict[str, str]:
+    """Kafka client properties: a properties file (Kafka tools' --command-config) and
+    -X key=value pairs over it."""
+    props: dict[str, str] = {}
+    if path is not None:
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if not line or line[0] in "#!":
+                continue
+            cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+            if cut <= 0:
+                raise click.BadParameter(f"{path}: not a key=value line: {line!r}")
+            key, value = line[:cut], line[cut + 1 :]
+            props[key.strip()] = value.strip()
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="-X")
+        props[key.strip()] = value.strip()
+    return props
+
+
+@contextmanager
+def _partition_bars(topic: str) -> Iterator[ProgressCallback | None]:
+    """One rich bar per source partition on stderr when it is a terminal (offsets done,
+    records written, bytes read, time left); None (no reporting) otherwise."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from rlmm.cli.output import human_bytes
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}% {task.fields[records]} records {task.fields[read]}"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[int, TaskID] = {}
+
+        def on_progress(partition: int, offsets: int, total: int, records: int, read: int) -> None:
+            if partition not in tasks:
+                tasks[partition] = bar.add_task(
+                    f"{topic}-{partition}", total=total, records=0, read=""
+                )
+            bar.update(tasks[partition], completed=offsets, total=total, records=records,
+                       read=human_bytes(read))  # fmt: skip
+
+        yield on_progress
+
+
+@click.command("restore")
+@click.option("--topic", required=True, help="the archived topic to restore")
+@click.option("--partitions", help="source partitions, e.g. 0,1,3 (default: all)")
+@click.option("--from-offset", type=click.IntRange(min=0), help="first offset (default: earliest)")
+@click.option("--to-offset", type=click.IntRange(min=0),
+              help="end offset, exclusive (default: the archive's end)")  # fmt: skip
+@click.option("--from-timestamp", help="from the first record with this timestamp or later"
+              " (ms, or ISO-8601; UTC unless given)")  # fmt: skip
+@click.option("--to-timestamp", help="up to, excluding, the first record with this timestamp"
+              " or later")  # fmt: skip
+@click.option("--target-topic", help="topic to write (default: the source topic's name)")
+@click.option("--bootstrap-server", required=True, help="the target cluster")
+@click.option(
+    "--command-config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Kafka client properties for the target (security.protocol, sasl.*, ssl.*)",
+)
+@click.option(
+    "-X",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="one Kafka client property for the target (over --command-config)",
+)
+@click.option(
+    "--from-store",
+    is_flag=True,
+    help="list segments from the store's objects alone (no __remote_log_metadata)",
+)
+@click.option(
+    "--partitioner",
+    type=click.Choice(["identity", "murmur2"]),
+    default="identity",
+    show_default=True,
+    help="identity: partition p to p; murmur2: by key, as Kafka's producer",
+)
+@click.option("--resume", is_flag=True, help="continue the restore whose progress the target holds")
+@click.option("--dry-run", is_flag=True, help="print the plan; write nothing")
+@click.option(
+    "--skip-missing",
+    is_flag=True,
+    help="go on past missing segments (default: stop at the first gap)",
+)
+@click.option(
+    "--progress-topic",
+    default="__rlmm_restore",
+    show_default=True,
+    help="compacted topic of the target holding the restore's progress",
+)
+@click.option(
+    "--transaction-records",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="records per transaction",
+)
+@common_options
+def restore(
+    topic: str, partitions: str | None, from_offset: int | None, to_offset: int | None,
+    from_timestamp: str | None, to_timestamp: str | None, target_topic: str | None,
+    bootstrap_server: str, command_config: Path | None, properties: tuple[str, ...],
+    from_store: bool, partitioner: str, resume: bool, dry_run: bool, skip_missing: bool,
+    progress_topic: str, transaction_records: int,
+) -> None:  # fmt: skip
+    """Restore TOPIC from the archive into a topic of a live cluster, exactly once."""
+    from rlmm.restore import RestoreOptions, RestoreSelection, client_settings
+    from rlmm.restore import restore as run
+
+    selection = RestoreSelection(
+        topic=topic,
+        partitions=_partitions(partitions),
+        from_offset=from_offset,
+        to_offset=to_offset,
+        from_timestamp_ms=_timestamp(from_timestamp, "--from-timestamp"),
+        to_timestamp_ms=_timestamp(to_timestamp, "--to-timestamp"),
+        target_topic=target_topic,
+        partitioner=partitioner,
+        skip_missing=skip_missing,
+    )
+    client = client_settings(bootstrap_server, _properties(command_config, properties))
+    options = RestoreOptions(
+        resume=resume, dry_run=dry_run, progress_topic=progress_topic,
+        transaction_records=transaction_records,
+    )  # fmt: skip
+    s = session()
+    with _partition_bars(topic) as on_progress:
+        result = run(
+            s.config, selection, client, from_store=from_store, options=options,
+            on_progress=on_progress,
+        )  # fmt: skip
+    s.output.restore(result)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(restore)

@@ -1,0 +1,139 @@
+"""Restore: bring a topic back from the remote tier into a live cluster, exactly once.
+
+The library side of ``rlmm restore``. The source is the archive as the other readers
+see it (``[remote]`` names the layout: rlmm's own, Kafka's LocalTieredStorage or
+Aiven's S3), with its segment list from ``__remote_log_metadata`` (``[eventlog]``) or,
+after a disaster, rebuilt from the store's objects alone (``from_store``). The target
+is any Kafka cluster; data and progress commit in one transaction there.
+
+Invariant: :func:`restore` writes nothing before every check has passed, and closes
+every client, reader and layout it opened before it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from rlmm.archive import close_remote_storage, open_metadata_view, remote_storage_for
+from rlmm.config import RlmmConfig
+from rlmm.errors import ConfigError
+from rlmm.restore.errors import (
+    MissingSegmentsError,
+    PartitionCountMismatchError,
+    RangeOutsideArchiveError,
+    RestoreError,
+    RestoreInputError,
+    ResumeMismatchError,
+    TargetClusterError,
+    TargetNotEmptyError,
+    UnknownSourceError,
+)
+from rlmm.restore.partitioner import murmur2, murmur2_partition
+from rlmm.restore.plan import (
+    IDENTITY,
+    MURMUR2,
+    PARTITIONERS,
+    PartitionPlan,
+    RestorePlan,
+    RestoreSelection,
+    build_plan,
+)
+from rlmm.restore.progress import PROGRESS_TOPIC, Progress, read_progress
+from rlmm.restore.run import (
+    PartitionResult,
+    ProgressCallback,
+    RestoreOptions,
+    RestoreReport,
+    run_restore,
+    transactional_id,
+)
+from rlmm.restore.store_view import StoreListing, list_store_segments, store_metadata_view
+
+
+def client_settings(bootstrap_servers: str, properties: Mapping[str, str] | None = None) -> dict:
+    """aiokafka keyword arguments for the target cluster from Kafka's client property
+    names (``security.protocol``, ``sasl.*``, ``ssl.*``), as the sidecar takes them."""
+    from eventlog.errors import EventLogConfigError
+    from eventlog.kafka import client_settings_from_properties
+
+    props = {**(properties or {}), "bootstrap.servers": bootstrap_servers}
+    try:
+        return client_settings_from_properties(props)
+    except EventLogConfigError as e:
+        raise ConfigError(f"bad target cluster settings: {e}") from e
+
+
+def restore(
+    config: RlmmConfig,
+    selection: RestoreSelection,
+    client: Mapping[str, Any],
+    *,
+    from_store: bool = False,
+    options: RestoreOptions | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> RestoreReport:
+    """Restore ``selection`` from the configured archive into the cluster ``client``
+    reaches (see rlmm.restore.run for the guarantees)."""
+    remote_options = config.remote_options()
+    try:
+        layout = remote_storage_for(remote_options)
+        if from_store:
+            view, listing = store_metadata_view(layout, [selection.topic])
+            if selection.topic not in listing.topics:
+                known = ", ".join(sorted(listing.topics)[:20]) or "none"
+                raise UnknownSourceError(
+                    f"unknown topic {selection.topic!r}: no object of it in {layout!r}"
+                    f" (known: {known})"
+                )
+            source = "store"
+        else:
+            view = open_metadata_view(config)
+            source = "metadata"
+
+        def plan_for(resume_from: Mapping[int, int] | None) -> RestorePlan:
+            return build_plan(
+                view, layout, remote_options, selection,
+                metadata_source=source, resume_from=resume_from,
+            )  # fmt: skip
+
+        return asyncio.run(run_restore(plan_for, client, options, on_progress))
+    finally:
+        close_remote_storage()
+
+
+__all__ = [
+    "IDENTITY",
+    "MURMUR2",
+    "PARTITIONERS",
+    "PROGRESS_TOPIC",
+    "MissingSegmentsError",
+    "PartitionCountMismatchError",
+    "PartitionPlan",
+    "PartitionResult",
+    "Progress",
+    "ProgressCallback",
+    "RangeOutsideArchiveError",
+    "RestoreError",
+    "RestoreInputError",
+    "RestoreOptions",
+    "RestorePlan",
+    "RestoreReport",
+    "RestoreSelection",
+    "ResumeMismatchError",
+    "StoreListing",
+    "TargetClusterError",
+    "TargetNotEmptyError",
+    "UnknownSourceError",
+    "build_plan",
+    "client_settings",
+    "list_store_segments",
+    "murmur2",
+    "murmur2_partition",
+    "read_progress",
+    "restore",
+    "run_restore",
+    "store_metadata_view",
+    "transactional_id",
+]

@@ -1,0 +1,195 @@
+"""Restore plans over a real archive (rlmm's layout, offloaded through the manager):
+the store alone gives the same segments and plan as the metadata; bad input is named;
+a gap stops the plan or is skipped; a resume point cuts the plan, not the range."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remote import IndexType, PartitionDir
+from rlmm.archive import open_metadata_view, read_slice, remote_storage_for
+from rlmm.config import RlmmConfig
+from rlmm.restore import (
+    RangeOutsideArchiveError,
+    RestoreInputError,
+    RestorePlan,
+    RestoreSelection,
+    UnknownSourceError,
+    build_plan,
+    store_metadata_view,
+)
+from tests.rlmm.archive.archive_data import Expected, archived, make_config, offload, rows
+from tests.rlmm.archive.archive_data import write_history as history
+
+TOPIC = "r"
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[RlmmConfig, dict[int, list[Any]]]:
+    tmp = tmp_path_factory.mktemp("restore")
+    config = make_config(tmp / "rlmm")
+    topic_id = uuid.uuid4()
+    expected: dict[int, list[Expected]] = {}
+    for p, codec in ((0, "none"), (1, "gzip")):
+        pdir, written = history(tmp / "logs", TOPIC, p, codec, topic_id=topic_id)
+        expected[p] = [e for e in archived(pdir, written) if not e.aborted]
+    asyncio.run(offload(config, [PartitionDir(d) for d in sorted((tmp / "logs").iterdir())]))
+    return config, expected
+
+
+def plan(
+    config: RlmmConfig,
+    selection: RestoreSelection,
+    *,
+    store: bool = False,
+    resume: dict[int, int] | None = None,
+) -> RestorePlan:
+    options = config.remote_options()
+    layout = remote_storage_for(options)
+    if store:
+        view, _ = store_metadata_view(layout, [selection.topic])
+    else:
+        view = open_metadata_view(config)
+    return build_plan(view, layout, options, selection, metadata_source="x", resume_from=resume)
+
+
+def restored(p: RestorePlan) -> dict[int, list[tuple[Any, ...]]]:
+    return {
+        part.source.partition: [r for s in part.slices for r in rows(read_slice(s))]
+        for part in p.partitions
+    }
+
+
+def want(expected: list[Expected], start: int = 0) -> list[tuple[Any, ...]]:
+    return [
+        (e.offset, e.key, e.value, tuple(e.headers), e.timestamp, 0)
+        for e in expected
+        if e.offset >= start
+    ]
+
+
+def test_the_store_alone_gives_the_metadatas_segments_and_plan(archive: Any) -> None:
+    config, expected = archive
+    layout = remote_storage_for(config.remote_options())
+    from_store, listing = store_metadata_view(layout, [TOPIC])
+    assert listing.skipped == []
+    with open_metadata_view(config) as view:
+        assert from_store.topic_partitions() == view.topic_partitions()
+        for tp in view.topic_partitions():
+            ours = [
+                (
+                    m.remote_log_segment_id,
+                    m.start_offset,
+                    m.end_offset,
+                    m.max_timestamp_ms,
+                    m.segment_size_in_bytes,
+                    dict(m.segment_leader_epochs),
+                    m.txn_index_empty,
+                )
+                for m in view.lineage(tp)
+            ]
+            rebuilt = [
+                (
+                    m.remote_log_segment_id,
+                    m.start_offset,
+                    m.end_offset,
+                    m.max_timestamp_ms,
+                    m.segment_size_in_bytes,
+                    dict(m.segment_leader_epochs),
+                    m.txn_index_empty,
+                )
+                for m in from_store.lineage(tp)
+            ]
+            assert rebuilt == ours
+            assert len({e for r in ours for e in r[5]}) == 2  # two leader epochs
+            assert any(not r[6] for r in ours)  # aborted transactions
+    selection = RestoreSelection(TOPIC)
+    a, b = plan(config, selection), plan(config, selection, store=True)
+    assert a.to_dict() == {**b.to_dict(), "source": a.to_dict()["source"]}
+    got = restored(b)
+    assert got == {p: want(e) for p, e in expected.items()}
+    assert b.source_partition_count == 2
+    assert [len(p.slices) for p in b.partitions] == [len(p.slices) for p in a.partitions]
+
+
+def test_bad_input_is_named(archive: Any) -> None:
+    config, _ = archive
+    with pytest.raises(UnknownSourceError, match=r"unknown topic 'nope'.*known: r"):
+        plan(config, RestoreSelection("nope"))
+    with pytest.raises(UnknownSourceError, match=r"partitions \[5\] of topic 'r'"):
+        plan(config, RestoreSelection(TOPIC, partitions=(0, 5)))
+    with pytest.raises(RangeOutsideArchiveError, match=r"r-0: offsets \[0, 999999\) are outside"):
+        plan(config, RestoreSelection(TOPIC, partitions=(0,), to_offset=999_999))
+    with pytest.raises(RangeOutsideArchiveError, match="outside the archive"):
+        plan(config, RestoreSelection(TOPIC, from_offset=20, to_offset=10))
+    with pytest.raises(RangeOutsideArchiveError, match="no record with a timestamp"):
+        plan(config, RestoreSelection(TOPIC, from_timestamp_ms=4_000_000_000_000))
+    with pytest.raises(RestoreInputError, match="not a legal Kafka topic name"):
+        RestoreSelection(TOPIC, target_topic="a/b")
+    with pytest.raises(RestoreInputError, match="not both"):
+        RestoreSelection(TOPIC, from_offset=1, from_timestamp_ms=1)
+
+
+def test_ranges_and_resume_points(archive: Any) -> None:
+    config, expected = archive
+    ts = expected[0][100].timestamp
+    by_time = plan(config, RestoreSelection(TOPIC, partitions=(0,), from_timestamp_ms=ts))
+    assert restored(by_time)[0] == want([e for e in expected[0] if e.timestamp >= ts])
+    ranged = plan(config, RestoreSelection(TOPIC, partitions=(1,), from_offset=50, to_offset=300))
+    assert restored(ranged)[1] == want([e for e in expected[1] if 50 <= e.offset < 300])
+    whole = plan(config, RestoreSelection(TOPIC))
+    # A resume point inside a transaction's range and inside a slice.
+    resumed = plan(config, RestoreSelection(TOPIC), resume={0: 230, 1: 10**6})
+    assert [(p.first_offset, p.end_offset) for p in resumed.partitions] == [
+        (p.first_offset, p.end_offset) for p in whole.partitions
+    ]
+    got = restored(resumed)
+    assert got[0] == want(expected[0], 230)
+    assert got[1] == []
+    assert resumed.partitions[0].start_offset == 230
+
+
+def test_a_missing_copy_is_a_gap_that_stops_the_plan(archive: Any, tmp_path: Path) -> None:
+    config, expected = archive
+    layout = remote_storage_for(config.remote_options())
+    with open_metadata_view(config) as view:
+        tp = next(tp for tp in view.topic_partitions() if tp.partition == 0)
+        victim = view.lineage(tp)[2]
+    root = Path(config.remote_options()["root"])
+    index = root / layout.index_object_name(victim, IndexType.OFFSET)
+    moved = tmp_path / "moved.index"
+    index.rename(moved)
+    try:
+        view, listing = store_metadata_view(layout, [TOPIC])
+        assert len(listing.skipped) == 1 and "incomplete copy" in listing.skipped[0]
+        options = config.remote_options()
+        stopped = build_plan(
+            view, layout, options, RestoreSelection(TOPIC, partitions=(0,)), metadata_source="store"
+        )
+        part = stopped.partitions[0]
+        assert part.stop_gap is not None
+        assert (part.stop_gap.first_offset, part.stop_gap.last_offset) == (
+            victim.start_offset,
+            victim.end_offset,
+        )
+        assert restored(stopped)[0] == want(
+            [e for e in expected[0] if e.offset < victim.start_offset]
+        )
+        skipping = build_plan(
+            view,
+            layout,
+            options,
+            RestoreSelection(TOPIC, partitions=(0,), skip_missing=True),
+            metadata_source="store",
+        )
+        assert skipping.partitions[0].stop_gap is None
+        assert restored(skipping)[0] == want(
+            [e for e in expected[0] if not victim.start_offset <= e.offset <= victim.end_offset]
+        )
+    finally:
+        moved.rename(index)
