@@ -210,15 +210,15 @@ class OffloadMetrics:
         for reason in ("kafka-tiered", "foreign-segments"):
             self.topics_skipped.labels(reason)
         self.copy_throttle_time = Summary(
-            "rlmm_remote_copy_throttle_time_ms",
-            "Throttle times copies found over the copy quota, ms (RemoteLogManager"
-            " remote-copy-throttle-time-avg is _sum / _count)",
+            "rlmm_remote_copy_throttle_time_seconds",
+            "Throttle times copies found over the copy quota (RemoteLogManager"
+            " remote-copy-throttle-time-avg, in ms there, is _sum / _count)",
             registry=r,
         )
         self.copy_throttle_time_max = Gauge(
-            "rlmm_remote_copy_throttle_time_max_ms",
-            "The largest throttle time found over the last minute, ms (RemoteLogManager"
-            " remote-copy-throttle-time-max)",
+            "rlmm_remote_copy_throttle_time_max_seconds",
+            "The largest throttle time found over the last minute (RemoteLogManager"
+            " remote-copy-throttle-time-max, in ms there)",
             registry=r,
         )
         self._throttles: deque[tuple[float, float]] = deque()
@@ -228,17 +228,17 @@ class OffloadMetrics:
 
     def record_copy_throttle(self, seconds: float) -> None:
         """A copy found the quota exceeded and waits ``seconds`` (Kafka's sensor)."""
-        ms = seconds * 1000
-        self.copy_throttle_time.observe(ms)
+        # Prometheus' base unit, seconds, where Kafka's sensor counts milliseconds
+        self.copy_throttle_time.observe(seconds)
         with self._throttles_lock:
-            self._throttles.append((time.monotonic(), ms))
+            self._throttles.append((time.monotonic(), seconds))
 
     def _throttle_max(self) -> float:
         horizon = time.monotonic() - THROTTLE_MAX_WINDOW_S
         with self._throttles_lock:
             while self._throttles and self._throttles[0][0] < horizon:
                 self._throttles.popleft()
-            return max((ms for _, ms in self._throttles), default=0.0)
+            return max((s for _, s in self._throttles), default=0.0)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> MetricsServer:
         """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr:port`` (0: a free

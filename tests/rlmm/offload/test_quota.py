@@ -136,7 +136,7 @@ async def test_a_real_copy_holds_the_rate_and_starves_no_partition(
         seen = {p for at, p, _ in copies if lo <= at <= hi}
         assert seen == {0, 1, 2, 3}, (third, seen)
     text = generate_latest(rlm.metrics.registry).decode()
-    assert "rlmm_remote_copy_throttle_time_ms_count" in text
+    assert "rlmm_remote_copy_throttle_time_seconds_count" in text
     waited = rlm.metrics.copy_throttle_time._count.get()
     assert waited > 0
     assert rlm.metrics._throttle_max() > 0
