@@ -627,6 +627,13 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def applied_offsets(self) -> dict[int, int]:
         return dict(self._applied)
 
+    def applied_offset_of(self, tp: TopicIdPartition) -> int | None:
+        """The offset applied so far in ``tp``'s metadata partition (None: not assigned).
+        Every change of ``tp``'s metadata is an event applied there, so while this value
+        holds, ``tp``'s metadata has not changed."""
+        a = self._assigned.get(tp)
+        return None if a is None else self._applied.get(a.metadata_partition)
+
     @property
     def assigned_partitions(self) -> set[TopicIdPartition]:
         return set(self._assigned)

@@ -41,8 +41,9 @@ def plan_expiry(
     copying = [m.start_offset for m in listed if m.state == S.COPY_SEGMENT_STARTED]
     walk_limit = min(copying) if copying else None
     finished = [m for m in listed if m.state == S.COPY_SEGMENT_FINISHED]
-    live = [m for m in finished if referenced(m)]
-    victims = [Victim(m, "superseded") for m in finished if not referenced(m)]
+    served = [referenced(m) for m in finished]  # one lookup each: it is the round's cost
+    live = [m for m, r in zip(finished, served, strict=True) if r]
+    victims = [Victim(m, "superseded") for m, r in zip(finished, served, strict=True) if not r]
     excess = None
     if retention.retention_bytes >= 0:
         remote_bytes = sum(m.segment_size_in_bytes for m in live)

@@ -3,13 +3,15 @@
 A broker written in Python implements it over its own log; the sidecar's
 implementation (``rlmm.offload.logdir``) reads a Kafka log dir. Invariant: a source
 only describes; it never deletes or changes local files, and every method reads the
-current state (the offloader calls it once per round, never caches across rounds).
+current state (the offloader calls it once per round, never caches across rounds),
+except ``change_token``: two equal tokens promise that every other method would answer
+the same, so a round that found nothing to do need not be run again (None: no promise).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from remote import LogSegmentData
@@ -135,6 +137,12 @@ class LogSource(abc.ABC):
     def active_segment_size(self) -> int:
         """Bytes in the active segment (0 when unknown)."""
         return 0
+
+    def change_token(self) -> Hashable | None:
+        """A value that changes whenever any answer of this source may change (None: no
+        such promise, the default). Cheap: the offloader asks it of every partition each
+        round, and skips a partition whose last round did nothing while it is unchanged."""
+        return None
 
 
 def epoch_end_offsets(epochs: Sequence[EpochStart], log_end_offset: int) -> dict[int, int]:

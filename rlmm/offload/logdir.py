@@ -9,6 +9,13 @@ high watermark (``replication-offset-checkpoint``) nor past the first offset of 
 transaction still open at the last roll (the newest producer snapshot), so an
 uncommitted or unreplicated segment is never eligible; a segment whose files are
 missing, truncated or corrupt raises SegmentCopyError naming the file.
+
+Scale: a round over thousands of partitions must not cost time proportional to all
+their segments. A directory's listing is reused while the directory's (inode, mtime)
+is unchanged: Kafka creates, deletes and renames files (rolls, snapshots, checkpoints,
+retention, compaction), each of which changes its directory's mtime. A listing is kept
+only when that mtime is older than ``SETTLED_S`` at the time it was read: mtimes tick
+coarsely, so a change in the same tick as a fresh mtime could leave it equal.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from remote import (
@@ -41,6 +50,14 @@ log = logging.getLogger(__name__)
 
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+# A listing or change token is trusted only once its files' mtimes are this old.
+SETTLED_S = 1.0
+
+
+def _settled(*mtimes_ns: int) -> bool:
+    """True when every mtime is at least SETTLED_S in the past (see the module doc)."""
+    return time.time_ns() - max(mtimes_ns) >= SETTLED_S * 1e9
 
 
 def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
@@ -89,6 +106,8 @@ class LogDirSource(LogSource):
         self._high_watermark = high_watermark
         self._verify_crc = verify_crc
         self._files: dict[int, LogSegmentFiles] = {}
+        # the segments listed at the dir's (inode, mtime_ns), while that mtime is settled
+        self._listing: tuple[tuple[int, int], list[LogSegmentFiles]] | None = None
 
     def __repr__(self) -> str:
         return f"LogDirSource({str(self.pdir.path)!r})"
@@ -97,8 +116,22 @@ class LogDirSource(LogSource):
     def topic_id_partition(self) -> TopicIdPartition:
         return self._tp
 
-    def _segments(self) -> list[LogSegmentFiles]:
+    def set_offsets(self, log_start_offset: int | None, high_watermark: int | None) -> None:
+        """The log dir's checkpoints as read this round (a source is kept across rounds)."""
+        self._log_start = log_start_offset
+        self._high_watermark = high_watermark
+
+    def _listed(self, st: os.stat_result) -> list[LogSegmentFiles]:
+        """The segments, listed again only when the dir changed (``st``: its stat)."""
+        key = (st.st_ino, st.st_mtime_ns)
+        if self._listing is not None and self._listing[0] == key:
+            return self._listing[1]
         segments = self.pdir.segments()
+        self._listing = (key, segments) if _settled(st.st_mtime_ns) else None
+        return segments
+
+    def _segments(self) -> list[LogSegmentFiles]:
+        segments = self._listed(os.stat(self.pdir.path))
         if not segments:
             raise LogDirError(f"{self.pdir.path}: no log segment")
         self._files = {s.base_offset: s for s in segments}
@@ -160,6 +193,32 @@ class LogDirSource(LogSource):
 
     def retention(self) -> RetentionSettings:
         return self._retention
+
+    def change_token(self) -> Hashable | None:
+        """The dir's, the active segment's and the leader-epoch checkpoint's (inode, size,
+        mtime), and the log start offset and high watermark: every other answer derives
+        from these (a rolled segment is never written again; anything else Kafka does
+        creates, deletes or renames a file). None while one of them changed within
+        SETTLED_S, or when one cannot be read (then nothing is promised)."""
+        try:
+            d = os.stat(self.pdir.path)
+            segments = self._listed(d)
+            if not segments:
+                return None
+            a = os.stat(segments[-1].log_path)
+            try:
+                e = os.stat(self.pdir.path / LEADER_EPOCH_CHECKPOINT)
+                epochs = (e.st_ino, e.st_size, e.st_mtime_ns)
+            except FileNotFoundError:
+                epochs = None
+        except OSError:
+            return None
+        if not _settled(d.st_mtime_ns, a.st_mtime_ns, epochs[2] if epochs else 0):
+            return None
+        return (
+            d.st_ino, d.st_mtime_ns, segments[-1].base_offset, a.st_ino, a.st_size,
+            a.st_mtime_ns, epochs, self._log_start, self._high_watermark,
+        )  # fmt: skip
 
     def set_retention(self, retention: RetentionSettings) -> None:
         """The topic's settings as this round resolved them (the cluster's configs)."""
@@ -235,30 +294,64 @@ def log_dir_problem(log_dir: Path) -> str | None:
     )
 
 
+@dataclass
+class LogDirCache:
+    """What ``scan_log_dirs`` found in earlier rounds, reused while unchanged: each log
+    dir's partition dir names at its (inode, mtime), and the source of each partition
+    dir found with a topic id (dropped with its log dir's names when that log dir
+    changes: a partition dir deleted and created again is a new one)."""
+
+    names: dict[Path, tuple[tuple[int, int], list[str]]] = field(default_factory=dict)
+    sources: dict[Path, LogDirSource] = field(default_factory=dict)
+
+    def dir_names(self, log_dir: Path) -> list[str]:
+        """The names of the directories in ``log_dir``, sorted."""
+        st = os.stat(log_dir)
+        key = (st.st_ino, st.st_mtime_ns)
+        known = self.names.get(log_dir)
+        if known is not None and known[0] == key:
+            return known[1]
+        for path in [p for p in self.sources if p.parent == log_dir]:
+            del self.sources[path]
+        names = sorted(e.name for e in os.scandir(log_dir) if e.is_dir())
+        if _settled(st.st_mtime_ns):
+            self.names[log_dir] = (key, names)
+        else:
+            self.names.pop(log_dir, None)
+        return names
+
+
 def scan_log_dirs(
     log_dirs: Iterable[Path],
     settings: OffloadSettings,
     warned: set[str] | None = None,
     disabled: list[LogDirSource] | None = None,
+    cache: LogDirCache | None = None,
 ) -> list[LogDirSource]:
     """A source per offloadable partition dir; dirs without a topic id warn once
     (``warned``); ``disabled`` gets those of topics with remote.storage.enable false
-    (whose remote data KIP-950 may delete)."""
+    (whose remote data KIP-950 may delete). With ``cache`` (kept across rounds), an
+    unchanged log dir is not listed again and a partition's source is the one of the
+    earlier round, with this round's checkpoints."""
     warned = set() if warned is None else warned
+    cache = LogDirCache() if cache is None else cache
     sources: list[LogDirSource] = []
     for log_dir in log_dirs:
         if not log_dir.is_dir():
             raise LogDirError(f"log dir {log_dir} does not exist or is not a directory")
         starts = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
         watermarks = read_offset_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
-        for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
-            if not entry.is_dir():
-                continue
-            source = _source(
-                Path(entry.path), settings, starts, watermarks, warned, disabled is not None
-            )
+        for name in cache.dir_names(log_dir):
+            path = log_dir / name
+            source = cache.sources.get(path)
             if source is None:
-                continue
+                source = _source(path, settings, starts, watermarks, warned, disabled is not None)
+                if source is None:
+                    continue  # not ours, or no topic id yet: looked at again next round
+                cache.sources[path] = source
+            else:
+                key = (source.pdir.topic, source.pdir.partition)
+                source.set_offsets(starts.get(key), watermarks.get(key))
             if settings.offloads(source.topic_id_partition.topic):
                 sources.append(source)
             elif disabled is not None:
@@ -304,4 +397,4 @@ def _source(
     )
 
 
-__all__ = ["LogDirSource", "read_offset_checkpoint", "scan_log_dirs"]
+__all__ = ["LogDirCache", "LogDirSource", "read_offset_checkpoint", "scan_log_dirs"]

@@ -25,7 +25,11 @@ Invariants:
   is abandoned and its objects deleted before it returns, and no new segment starts;
 - a segment holding records off the leader's epoch lineage (an unclean election cut
   them) is deleted once the local log still holds what it served on the lineage;
-- nothing started here outlives ``close()``; cancellation is never swallowed.
+- nothing started here outlives ``close()``; cancellation is never swallowed;
+- ``run_round`` skips a partition whose last round did nothing while its inputs are
+  unchanged (the source's ``change_token``, its metadata's applied offset, its settings)
+  and no retention.ms deadline of its segments has passed: that round would do nothing
+  again, and a round over thousands of idle partitions must not read them all.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from remote import RemoteStorageManager
@@ -124,6 +128,9 @@ class _Leader:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     task: asyncio.Task[None] | None = None
     revoked: bool = False  # leadership lost: start no new segment
+    # (inputs, until ms): the last round did nothing; with the same inputs before that
+    # time the next one would not either (see run_round)
+    idle: tuple[Hashable, int] | None = None
 
 
 class RemoteLogManager:
@@ -181,6 +188,8 @@ class RemoteLogManager:
         self._followers: set[TopicIdPartition] = set()
         self._rounds: dict[TopicIdPartition, asyncio.Task[tuple[CopyResult, ExpireResult]]] = {}
         self._warned_foreign: set[object] = set()
+        # partition -> its metadata's applied offset when no foreign segment was found
+        self._no_foreign: dict[TopicIdPartition, int] = {}
         self._stopping = False
         self._closed = False
 
@@ -215,7 +224,9 @@ class RemoteLogManager:
         for tp in follow & set(self._leaders):
             await self._stop_task(self._leaders.pop(tp))
         await self.rlmm.on_partition_leadership_changes(list(sources), list(follow))
-        await self.rlmm.wait_until_ready(list(sources), self._ready_timeout_s)
+        # Each round leads every partition again: only those not ready yet are waited on.
+        waiting = [tp for tp in sources if not self.rlmm.is_ready(tp)]
+        await self.rlmm.wait_until_ready(waiting, self._ready_timeout_s)
         self._followers |= follow
         self._followers -= set(sources)
         fresh = []
@@ -254,6 +265,7 @@ class RemoteLogManager:
         for tp in tps:
             self._leaders.pop(tp, None)
             self._followers.discard(tp)
+            self._no_foreign.pop(tp, None)
         await self.rlmm.on_stop_partitions(tps)
 
     async def _stop_task(self, leader: _Leader) -> None:
@@ -280,7 +292,16 @@ class RemoteLogManager:
 
     async def foreign_segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """The segments of ``tp`` in the metadata that rlmm did not write."""
-        return [m for m in self.rlmm.list_remote_log_segments(tp) if not await self._ops.owns(m)]
+        # The sidecar asks this of every partition each round: while the metadata is
+        # unchanged since a check found none, there is none (a segment rlmm wrote stays
+        # rlmm's; a new segment is a new event).
+        applied = self.rlmm.applied_offset_of(tp)
+        if applied is not None and self._no_foreign.get(tp) == applied:
+            return []
+        found = [m for m in self.rlmm.list_remote_log_segments(tp) if not await self._ops.owns(m)]
+        if not found and applied is not None:
+            self._no_foreign[tp] = applied
+        return found
 
     async def _owned(
         self, tp: TopicIdPartition, segments: Iterable[RemoteLogSegmentMetadata], why: str
@@ -571,11 +592,60 @@ class RemoteLogManager:
         segments = self.rlmm.list_remote_log_segments(tp)
         self.metrics.set_remote_log(tp, self.rlmm.remote_log_size(tp), len(segments))
 
-    async def _one_round(self, tp: TopicIdPartition) -> tuple[CopyResult, ExpireResult]:
+    async def _one_round(
+        self, tp: TopicIdPartition, inputs: Hashable | None = None
+    ) -> tuple[CopyResult, ExpireResult]:
         copied = await self.copy_round(tp)
         if self._stopping or copied.abandoned:
             return copied, ExpireResult()
-        return copied, await self.expire_round(tp)
+        expired = await self.expire_round(tp)
+        self._note_idle(tp, inputs, copied, expired)
+        return copied, expired
+
+    def _inputs(self, tps: Sequence[TopicIdPartition]) -> dict[TopicIdPartition, Hashable]:
+        """What each partition's round reads, as one value (worker thread: it stats files);
+        a partition without a change token is left out."""
+        out: dict[TopicIdPartition, Hashable] = {}
+        for tp in tps:
+            leader = self._leaders.get(tp)
+            token = None if leader is None else leader.source.change_token()
+            if leader is not None and token is not None:
+                out[tp] = (token, leader.source.retention())
+        return out
+
+    def _note_idle(
+        self,
+        tp: TopicIdPartition,
+        inputs: Hashable | None,
+        copied: CopyResult,
+        expired: ExpireResult,
+    ) -> None:
+        """Remember that ``tp``'s round did nothing with ``inputs`` (taken before it ran),
+        and until when the same inputs keep it so: the first retention.ms deadline of its
+        segments. A segment in any state but FINISHED (a copy or delete in flight or left
+        over) always gets a round."""
+        leader = self._leaders.get(tp)
+        if leader is None:
+            return
+        leader.idle = None
+        busy = copied.copied or copied.pending or copied.error or copied.skipped_expired
+        if inputs is None or busy or copied.round_failure or expired.deleted or expired.cleaned:
+            return
+        segments = self.rlmm.list_remote_log_segments(tp)
+        if any(m.state != S.COPY_SEGMENT_FINISHED for m in segments):
+            return
+        retention_ms = leader.source.retention().retention_ms
+        until = min(
+            (m.max_timestamp_ms + retention_ms for m in segments if retention_ms >= 0),
+            default=2**63,
+        )
+        leader.idle = (inputs, until)
+
+    def _still_idle(self, tp: TopicIdPartition, inputs: Hashable | None, now_ms: int) -> bool:
+        leader = self._leaders.get(tp)
+        if leader is None or leader.idle is None or inputs is None:
+            return False
+        return leader.idle[0] == inputs and now_ms < leader.idle[1]
 
     async def run_round(
         self, tps: Iterable[TopicIdPartition] | None = None
@@ -585,7 +655,26 @@ class RemoteLogManager:
         A partition ``abandon``-ed meanwhile reports ``abandoned`` (not an error)."""
         chosen = list(self._leaders) if tps is None else list(tps)
         self.metrics.rounds.inc()
-        tasks = {tp: asyncio.create_task(self._one_round(tp), name=f"round-{tp}") for tp in chosen}
+        inputs = await run_blocking(self._file_slots, self._inputs, chosen)
+        for tp in list(inputs):
+            # the metadata part, read here on the loop (the manager's state lives here)
+            applied = self.rlmm.applied_offset_of(tp)
+            if applied is None or not self.rlmm.is_ready(tp):
+                del inputs[tp]
+            else:
+                inputs[tp] = (inputs[tp], applied)
+        now_ms = self._clock_ms()
+        idle = [tp for tp in chosen if self._still_idle(tp, inputs.get(tp), now_ms)]
+        for tp in idle:  # counted as the runs they stand for
+            if not self._leaders[tp].source.retention().remote_log_copy_disable:
+                self.metrics.partition_rounds.labels("copy").inc()
+            self.metrics.partition_rounds.labels("expire").inc()
+        skipped = set(idle)
+        tasks = {
+            tp: asyncio.create_task(self._one_round(tp, inputs.get(tp)), name=f"round-{tp}")
+            for tp in chosen
+            if tp not in skipped
+        }
         self._rounds.update(tasks)
         try:
             results = await asyncio.gather(*tasks.values(), return_exceptions=True)
@@ -593,8 +682,10 @@ class RemoteLogManager:
             for tp, task in tasks.items():
                 if self._rounds.get(tp) is task:
                     del self._rounds[tp]
-        out: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = {}
-        for tp, r in zip(chosen, results, strict=True):
+        out: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = {
+            tp: (CopyResult(), ExpireResult()) for tp in idle
+        }
+        for tp, r in zip(tasks, results, strict=True):
             if isinstance(r, asyncio.CancelledError) and tp not in self._leaders:
                 out[tp] = (CopyResult(abandoned=True), ExpireResult())
             elif isinstance(r, BaseException):

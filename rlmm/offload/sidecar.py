@@ -53,7 +53,7 @@ from rlmm.offload.leadership import (
     read_node_id,
 )
 from rlmm.offload.log_source import RetentionSettings
-from rlmm.offload.logdir import LogDirSource, log_dir_problem, scan_log_dirs
+from rlmm.offload.logdir import LogDirCache, LogDirSource, log_dir_problem, scan_log_dirs
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
 from rlmm.offload.remote_log_manager import CopyResult, RemoteLogManager
 from rlmm.offload.settings import OffloadSettings
@@ -294,11 +294,12 @@ class Sidecar:
                 log.warning("%s", problem)
                 report.warnings.append(problem)
         warned: set[str] = set()
+        scanned = LogDirCache()  # unchanged dirs are not listed again each round
         found: set[TopicIdPartition] = set()
         while not self._stop.is_set():
             disabled: list[LogDirSource] = []
             sources = await asyncio.to_thread(
-                scan_log_dirs, self.log_dirs, self.settings, warned, disabled
+                scan_log_dirs, self.log_dirs, self.settings, warned, disabled, scanned
             )
             now_found = {s.topic_id_partition for s in sources}
             gone = found - now_found
