@@ -108,6 +108,9 @@ class LogDirSource(LogSource):
         self._files: dict[int, LogSegmentFiles] = {}
         # the segments listed at the dir's (inode, mtime_ns), while that mtime is settled
         self._listing: tuple[tuple[int, int], list[LogSegmentFiles]] | None = None
+        # plain strings: change_token stats them for every partition each round
+        self._dir = str(pdir.path)
+        self._epochs_file = os.path.join(self._dir, LEADER_EPOCH_CHECKPOINT)
 
     def __repr__(self) -> str:
         return f"LogDirSource({str(self.pdir.path)!r})"
@@ -131,7 +134,7 @@ class LogDirSource(LogSource):
         return segments
 
     def _segments(self) -> list[LogSegmentFiles]:
-        segments = self._listed(os.stat(self.pdir.path))
+        segments = self._listed(os.stat(self._dir))
         if not segments:
             raise LogDirError(f"{self.pdir.path}: no log segment")
         self._files = {s.base_offset: s for s in segments}
@@ -201,13 +204,14 @@ class LogDirSource(LogSource):
         creates, deletes or renames a file). None while one of them changed within
         SETTLED_S, or when one cannot be read (then nothing is promised)."""
         try:
-            d = os.stat(self.pdir.path)
+            d = os.stat(self._dir)
             segments = self._listed(d)
             if not segments:
                 return None
-            a = os.stat(segments[-1].log_path)
+            active = segments[-1]
+            a = os.stat(active.log_path)
             try:
-                e = os.stat(self.pdir.path / LEADER_EPOCH_CHECKPOINT)
+                e = os.stat(self._epochs_file)
                 epochs = (e.st_ino, e.st_size, e.st_mtime_ns)
             except FileNotFoundError:
                 epochs = None
@@ -216,8 +220,8 @@ class LogDirSource(LogSource):
         if not _settled(d.st_mtime_ns, a.st_mtime_ns, epochs[2] if epochs else 0):
             return None
         return (
-            d.st_ino, d.st_mtime_ns, segments[-1].base_offset, a.st_ino, a.st_size,
-            a.st_mtime_ns, epochs, self._log_start, self._high_watermark,
+            d.st_ino, d.st_mtime_ns, active.base_offset, a.st_ino, a.st_size, a.st_mtime_ns,
+            epochs, self._log_start, self._high_watermark,
         )  # fmt: skip
 
     def set_retention(self, retention: RetentionSettings) -> None:

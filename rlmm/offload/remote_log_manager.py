@@ -655,26 +655,28 @@ class RemoteLogManager:
         A partition ``abandon``-ed meanwhile reports ``abandoned`` (not an error)."""
         chosen = list(self._leaders) if tps is None else list(tps)
         self.metrics.rounds.inc()
+        led = {tp for tp in chosen if tp in self._leaders}
         inputs = await run_blocking(self._file_slots, self._inputs, chosen)
-        for tp in list(inputs):
-            # the metadata part, read here on the loop (the manager's state lives here)
-            applied = self.rlmm.applied_offset_of(tp)
-            if applied is None or not self.rlmm.is_ready(tp):
-                del inputs[tp]
-            else:
-                inputs[tp] = (inputs[tp], applied)
         now_ms = self._clock_ms()
-        idle = [tp for tp in chosen if self._still_idle(tp, inputs.get(tp), now_ms)]
-        for tp in idle:  # counted as the runs they stand for
-            if not self._leaders[tp].source.retention().remote_log_copy_disable:
-                self.metrics.partition_rounds.labels("copy").inc()
-            self.metrics.partition_rounds.labels("expire").inc()
-        skipped = set(idle)
-        tasks = {
-            tp: asyncio.create_task(self._one_round(tp, inputs.get(tp)), name=f"round-{tp}")
-            for tp in chosen
-            if tp not in skipped
-        }
+        idle, tasks, gone = [], {}, []
+        for tp in chosen:
+            if tp in led and tp not in self._leaders:
+                gone.append(tp)  # abandoned while the inputs were read
+                continue
+            token = inputs.get(tp)
+            # the metadata part is read here, on the loop, where the manager's state lives
+            applied = self.rlmm.applied_offset_of(tp) if token is not None else None
+            ready = applied is not None and self.rlmm.is_ready(tp)
+            token = (token, applied) if ready else None
+            if self._still_idle(tp, token, now_ms):
+                idle.append(tp)
+            else:
+                tasks[tp] = asyncio.create_task(self._one_round(tp, token), name=f"round-{tp}")
+        if idle:  # counted as the runs they stand for
+            copying = [tp for tp in idle if not self._leaders[tp].source.retention()
+                       .remote_log_copy_disable]  # fmt: skip
+            self.metrics.partition_rounds.labels("copy").inc(len(copying))
+            self.metrics.partition_rounds.labels("expire").inc(len(idle))
         self._rounds.update(tasks)
         try:
             results = await asyncio.gather(*tasks.values(), return_exceptions=True)
@@ -685,6 +687,7 @@ class RemoteLogManager:
         out: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = {
             tp: (CopyResult(), ExpireResult()) for tp in idle
         }
+        out.update({tp: (CopyResult(abandoned=True), ExpireResult()) for tp in gone})
         for tp, r in zip(tasks, results, strict=True):
             if isinstance(r, asyncio.CancelledError) and tp not in self._leaders:
                 out[tp] = (CopyResult(abandoned=True), ExpireResult())

@@ -1,0 +1,206 @@
+"""A broker's worth of partitions: what rounds reuse between them, and that they notice.
+
+Log dir listings are reused while a directory's mtime is unchanged and settled, and a
+partition whose last round did nothing is skipped while its inputs are unchanged. These
+tests change each input for real (a segment rolled, one deleted, the active segment
+grown, the metadata changed by someone else, time passing retention.ms) and check the
+next round sees it. Settled mtimes are made with ``os.utime``, as if written long ago.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from remote import PartitionDir
+from remote.local import LocalRemoteStorageManager
+from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.offload import LogDirSource, RemoteLogManager, RetentionSettings
+from rlmm.offload.logdir import LogDirCache, scan_log_dirs
+from rlmm.offload.settings import OffloadSettings
+from rlmm.offload.source import LocalSegment
+from tests.rlmm.offload.conftest import (
+    KEEP_ALL,
+    check_invariants,
+    local_keys,
+    make_config,
+    write_partition,
+)
+
+TOPIC_ID = uuid.UUID(int=0x5CA1E)
+
+
+def partition(logs: Path, records: int) -> PartitionDir:
+    """``orders-0`` with ``records`` records (deterministic: the same prefix every time)."""
+    return write_partition(
+        logs, "orders", 0, records=records, epochs=(0,), aborted_txn=False, topic_id=TOPIC_ID
+    )
+
+
+def grow(pdir: PartitionDir, tmp: Path, records: int) -> None:
+    """The broker appends and rolls: the same partition with more records, written
+    aside, its new and changed files moved in (new ``.log`` files last)."""
+    staging = tmp / f"staging-{records}"
+    bigger = partition(staging, records)
+    changed = [
+        f
+        for f in sorted(bigger.path.iterdir())
+        if not (pdir.path / f.name).exists() or (pdir.path / f.name).read_bytes() != f.read_bytes()
+    ]
+    for f in sorted(changed, key=lambda f: f.suffix == ".log"):
+        shutil.copyfile(f, pdir.path / f"{f.name}.tmp")
+        os.replace(pdir.path / f"{f.name}.tmp", pdir.path / f.name)
+    shutil.rmtree(staging)
+
+
+def settle(*dirs: Path) -> None:
+    """Every file's and directory's mtime a minute back, as if written long ago."""
+    old = time.time_ns() - 60 * 10**9
+    for d in dirs:
+        for f in d.rglob("*"):
+            os.utime(f, ns=(old, old))
+        os.utime(d, ns=(old, old))
+
+
+class CountingSource(LogDirSource):
+    """A real log dir source that counts how often a round reads its segments."""
+
+    reads = 0
+
+    def rolled_segments(self) -> Sequence[LocalSegment]:
+        self.reads += 1
+        return super().rolled_segments()
+
+
+def test_change_token_follows_every_change(tmp_path: Path) -> None:
+    pdir = partition(tmp_path / "logs", 900)
+    src = LogDirSource(pdir, KEEP_ALL)
+    assert src.change_token() is None  # just written: mtimes not settled, no promise
+    settle(pdir.path)
+    token = src.change_token()
+    assert token is not None and src.change_token() == token
+    rolled = len(src.rolled_segments())
+
+    grow(pdir, tmp_path, 1200)  # a roll: new files in the dir
+    settle(pdir.path)
+    rolled_token = src.change_token()
+    assert rolled_token not in (None, token)
+    assert len(src.rolled_segments()) > rolled  # the cached listing was dropped
+
+    with pdir.segments()[-1].log_path.open("ab") as f:  # the active segment grows
+        f.write(b"\0" * 7)
+    settle(pdir.path)
+    grown_token = src.change_token()
+    assert grown_token not in (None, rolled_token)
+
+    oldest = pdir.segments()[0]
+    for path in (oldest.log_path, oldest.offset_index_path, oldest.time_index_path):
+        path.unlink()  # local retention
+    settle(pdir.path)
+    assert src.change_token() not in (None, grown_token)
+    assert src.rolled_segments()[0].base_offset == pdir.segments()[0].base_offset
+
+    before = src.change_token()
+    src.set_offsets(log_start_offset=10, high_watermark=None)  # a new checkpoint
+    assert src.change_token() != before
+
+
+def test_scan_cache_sees_new_partition_dirs_and_topic_ids(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    settings = OffloadSettings.from_config(make_config(tmp_path / "rlmm"))
+    write_partition(logs, "orders", 0)
+    late = write_partition(logs, "orders", 1)
+    metadata = (late.path / "partition.metadata").read_bytes()
+    (late.path / "partition.metadata").unlink()
+    settle(logs)
+    cache = LogDirCache()
+    found = scan_log_dirs([logs], settings, cache=cache)
+    assert [s.topic_id_partition.partition for s in found] == [0]
+    again = scan_log_dirs([logs], settings, cache=cache)
+    assert again[0] is found[0]  # the same source, kept across rounds
+    (late.path / "partition.metadata").write_bytes(metadata)  # the log dir is unchanged
+    settle(logs)
+    assert [
+        s.topic_id_partition.partition for s in scan_log_dirs([logs], settings, cache=cache)
+    ] == [
+        0,
+        1,
+    ]
+    write_partition(logs, "clicks", 0)  # a new partition dir
+    settle(logs)
+    assert len(scan_log_dirs([logs], settings, cache=cache)) == 3
+    shutil.rmtree(logs / "orders-0")  # deleted
+    assert {str(s.pdir.path.name) for s in scan_log_dirs([logs], settings, cache=cache)} == {
+        "orders-1",
+        "clicks-0",
+    }
+
+
+async def test_idle_partition_is_skipped_until_something_changes(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    rsm: LocalRemoteStorageManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    pdir = partition(tmp_path / "logs", 900)
+    settle(pdir.path)
+    src = CountingSource(pdir, KEEP_ALL)
+    tp = src.topic_id_partition
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    first = (await rlm.run_round())[tp][0]
+    assert len(first.copied) == len(pdir.segments()) - 1
+    await rlm.run_round()  # nothing new: it reads, finds nothing, and remembers that
+    reads = src.reads
+    idle = (await rlm.run_round())[tp]
+    assert src.reads == reads, "an unchanged idle partition was read again"
+    assert idle[0].copied == [] and idle[1].deleted == []
+
+    grow(pdir, tmp_path, 1200)  # one new segment (at least), freshly written
+    copied = (await rlm.run_round())[tp][0].copied
+    assert copied and src.reads > reads
+    live = check_invariants(rlmm_manager, rsm, [pdir], local_keys(rsm.root))
+    assert len(live) == len(pdir.segments()) - 1
+
+    # Someone else changes the metadata (a finished copy deleted, leaving a hole): the
+    # next round sees it, although the log dir did not change, and copies it again.
+    settle(pdir.path)
+    await rlm.run_round()
+    await rlm.run_round()
+    reads = src.reads
+    await rlm.run_round()
+    assert src.reads == reads
+    await rlm._ops.delete(live[1])
+    again = (await rlm.run_round())[tp][0].copied
+    assert [m.start_offset for m in again] == [m.start_offset for m in live[1:]]
+
+
+async def test_idle_partition_expires_when_retention_ms_passes(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    """Nothing on disk changes, yet time does: the first retention.ms deadline of the
+    segments ends the skipping, and that round deletes them."""
+    pdir = partition(tmp_path / "logs", 900)
+    settle(pdir.path)
+    hour = 3_600_000
+    clock = [1_700_000_000_000]  # generated timestamps are 1_700_000_000_000 + offset
+    src = LogDirSource(pdir, RetentionSettings(retention_ms=hour, retention_bytes=-1))
+    tp = src.topic_id_partition
+    rlm = make_rlm(clock_ms=lambda: clock[0])
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    copied = (await rlm.run_round())[tp][0].copied
+    await rlm.run_round()
+    first_max = min(m.max_timestamp_ms for m in copied)
+    clock[0] = first_max + hour - 1
+    assert (await rlm.run_round())[tp][1].deleted == []
+    clock[0] = first_max + hour
+    deleted = (await rlm.run_round())[tp][1].deleted
+    assert [v.segment.start_offset for v in deleted] == [copied[0].start_offset]
+    assert {v.reason for v in deleted} == {"retention.ms"}
+    assert len(rlmm_manager.list_remote_log_segments(tp)) == len(copied) - 1
