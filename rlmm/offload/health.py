@@ -2,19 +2,24 @@
 
 Invariant: ``/healthz`` is 200 while the process serves; ``/readyz`` is 200 only after
 a round completed without error with the metadata caught up, else 503 with one line
-saying why; ``/metrics`` is the registry as prometheus_client renders it; every other
-path is 404. The sidecar's loop sets the state, the HTTP threads only read it.
+saying why; ``/metrics`` is the registry as prometheus_client renders it (text or
+OpenMetrics, as asked, gzipped when accepted), followed by any lines rendered ahead of
+time (the per-partition gauges); every other path is 404. The sidecar's loop sets the
+state, the HTTP threads only read it.
 """
 
 from __future__ import annotations
 
+import gzip
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from rlmm.model import TopicIdPartition
 
@@ -119,13 +124,19 @@ class QuietHandler(WSGIRequestHandler):
 
 
 def health_app(
-    registry: CollectorRegistry, readiness: Readiness
+    registry: CollectorRegistry,
+    readiness: Readiness,
+    rendered: Callable[[Collection[str] | None], bytes] | None = None,
 ) -> Callable[[dict[str, Any], _StartResponse], Iterable[bytes]]:
-    """The WSGI app of the metrics port (the module docstring says what it answers)."""
+    """The WSGI app of the metrics port (the module docstring says what it answers);
+    ``rendered(names)`` gives exposition lines to append to the registry's (of the
+    families named, all when None)."""
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: _StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
+        if path == "/metrics" and rendered is not None:
+            return _metrics(registry, rendered, environ, start_response)
         if path == "/metrics":
             return metrics(environ, start_response)
         if path == "/healthz":
@@ -144,6 +155,30 @@ def health_app(
         return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [data]
 
     return app
+
+
+def _metrics(
+    registry: CollectorRegistry,
+    rendered: Callable[[Collection[str] | None], bytes],
+    environ: dict[str, Any],
+    start_response: _StartResponse,
+) -> Iterable[bytes]:
+    """prometheus_client's /metrics answer (``make_wsgi_app``'s: the format asked for,
+    ``name[]`` filters, gzip), with ``rendered`` before OpenMetrics' EOF."""
+    encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT") or "")
+    names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
+    body = encoder(registry if names is None else registry.restricted_registry(names))
+    eof = b"# EOF\n"
+    if body.endswith(eof):
+        body = body[: -len(eof)] + rendered(names) + eof
+    else:
+        body += rendered(names)
+    headers = [("Content-Type", content_type)]
+    if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
+        body = gzip.compress(body, compresslevel=1)  # a fast level: 24k lines every scrape
+        headers.append(("Content-Encoding", "gzip"))
+    start_response("200 OK", headers)
+    return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 
 
 __all__ = ["NOT_STARTED", "PATHS", "QuietHandler", "Readiness", "health_app", "round_problem"]

@@ -3,7 +3,10 @@
 Each metric maps to one of Kafka's (``kafka.server:type=BrokerTopicMetrics`` unless
 noted); the table is in docs/offload.md. Invariant: every instance has its own
 CollectorRegistry (two managers in one process never collide), and a gauge always
-holds the value of the last round, per partition.
+holds the value of the last round, per partition. The per-partition gauges (six
+series per partition: 24,000 on a broker of 4,000) are rendered for ``/metrics`` as
+they are set, not at each scrape (``PartitionGauge``): prometheus_client formats about
+50,000 samples a second, so a scrape of that many would take half a second.
 
 ``serve`` puts the registry on an HTTP port, beside the probes of ``rlmm.offload.health``.
 """
@@ -14,11 +17,13 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Collection
 from typing import Any
 from wsgiref.simple_server import make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.utils import floatToGoString
 
 from rlmm.model import TopicIdPartition
 from rlmm.offload.health import QuietHandler, Readiness, health_app
@@ -27,6 +32,40 @@ _TOPIC = ("topic",)
 _PARTITION = ("topic", "partition")
 # Kafka's sensors keep two samples of 30 s by default: its -max looks about this far back.
 THROTTLE_MAX_WINDOW_S = 60.0
+
+
+def _escape(value: str) -> str:
+    """A label value as the text exposition format writes it."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class PartitionGauge:
+    """A gauge labelled (topic, partition) that keeps each series' exposition line,
+    rendered when set through ``set_partition``; its Gauge is in no registry, and
+    ``/metrics`` appends ``exposition()`` (the lines prometheus_client would write)."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name = name
+        self.gauge = Gauge(name, documentation, _PARTITION, registry=None)
+        doc = documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        self._header = f"# HELP {name} {doc}\n# TYPE {name} gauge\n"
+        self._lines: dict[tuple[str, str], str] = {}
+
+    def labels(self, topic: str, partition: str) -> Gauge:
+        """The series' Gauge (to read it; set it with ``set_partition``)."""
+        return self.gauge.labels(topic, partition)
+
+    def set_partition(self, tp: TopicIdPartition, value: float) -> None:
+        key = (tp.topic, str(tp.partition))
+        self.gauge.labels(*key).set(value)
+        self._lines[key] = (
+            f'{self.name}{{partition="{key[1]}",topic="{_escape(key[0])}"}}'
+            f" {floatToGoString(value)}\n"
+        )
+
+    def exposition(self) -> str:
+        # list(): one C call under the GIL, safe while the loop sets a new series
+        return self._header + "".join(list(self._lines.values()))
 
 
 class MetricsServer:
@@ -105,41 +144,29 @@ class OffloadMetrics:
             _TOPIC,
             registry=r,
         )
-        self.copy_lag_bytes = Gauge(
+        self.copy_lag_bytes = PartitionGauge(
             "rlmm_remote_copy_lag_bytes",
             "Bytes eligible but not yet copied (RemoteCopyLagBytes)",
-            _PARTITION,
-            registry=r,
         )
-        self.copy_lag_segments = Gauge(
+        self.copy_lag_segments = PartitionGauge(
             "rlmm_remote_copy_lag_segments",
             "Segments eligible but not yet copied (RemoteCopyLagSegments)",
-            _PARTITION,
-            registry=r,
         )
-        self.delete_lag_bytes = Gauge(
+        self.delete_lag_bytes = PartitionGauge(
             "rlmm_remote_delete_lag_bytes",
             "Bytes retention wants deleted, not yet deleted (RemoteDeleteLagBytes)",
-            _PARTITION,
-            registry=r,
         )
-        self.delete_lag_segments = Gauge(
+        self.delete_lag_segments = PartitionGauge(
             "rlmm_remote_delete_lag_segments",
             "Segments retention wants deleted, not yet deleted (RemoteDeleteLagSegments)",
-            _PARTITION,
-            registry=r,
         )
-        self.remote_log_size = Gauge(
+        self.remote_log_size = PartitionGauge(
             "rlmm_remote_log_size_bytes",
             "Bytes of the partition in remote storage (RemoteLogSizeBytes)",
-            _PARTITION,
-            registry=r,
         )
-        self.metadata_count = Gauge(
+        self.metadata_count = PartitionGauge(
             "rlmm_remote_log_metadata_count",
             "Remote segments known for the partition (RemoteLogMetadataCount)",
-            _PARTITION,
-            registry=r,
         )
         self.event_log_lag = Gauge(
             "rlmm_metadata_event_log_lag",
@@ -225,6 +252,17 @@ class OffloadMetrics:
         self._throttles_lock = threading.Lock()  # the scrape runs on the server's thread
         self.copy_throttle_time_max.set_function(self._throttle_max)
         self.readiness = Readiness(r)
+        self.partition_gauges = (
+            self.copy_lag_bytes, self.copy_lag_segments, self.delete_lag_bytes,
+            self.delete_lag_segments, self.remote_log_size, self.metadata_count,
+        )  # fmt: skip
+
+    def partition_exposition(self, names: Collection[str] | None = None) -> bytes:
+        """The per-partition gauges' lines (of the families ``names``, all when None),
+        for ``/metrics`` after the registry's."""
+        return "".join(
+            g.exposition() for g in self.partition_gauges if names is None or g.name in names
+        ).encode()
 
     def record_copy_throttle(self, seconds: float) -> None:
         """A copy found the quota exceeded and waits ``seconds`` (Kafka's sensor)."""
@@ -250,7 +288,11 @@ class OffloadMetrics:
             )[0][0]
 
         server = make_server(
-            addr, port, health_app(self.registry, self.readiness), Server, QuietHandler
+            addr,
+            port,
+            health_app(self.registry, self.readiness, self.partition_exposition),
+            Server,
+            QuietHandler,
         )
         thread = threading.Thread(
             target=server.serve_forever, name=f"rlmm-metrics-{port}", daemon=True
@@ -268,16 +310,16 @@ class OffloadMetrics:
             counter.labels(topic)
 
     def set_copy_lag(self, tp: TopicIdPartition, nbytes: int, segments: int) -> None:
-        self.copy_lag_bytes.labels(tp.topic, str(tp.partition)).set(nbytes)
-        self.copy_lag_segments.labels(tp.topic, str(tp.partition)).set(segments)
+        self.copy_lag_bytes.set_partition(tp, nbytes)
+        self.copy_lag_segments.set_partition(tp, segments)
 
     def set_delete_lag(self, tp: TopicIdPartition, nbytes: int, segments: int) -> None:
-        self.delete_lag_bytes.labels(tp.topic, str(tp.partition)).set(nbytes)
-        self.delete_lag_segments.labels(tp.topic, str(tp.partition)).set(segments)
+        self.delete_lag_bytes.set_partition(tp, nbytes)
+        self.delete_lag_segments.set_partition(tp, segments)
 
     def set_remote_log(self, tp: TopicIdPartition, nbytes: int, segments: int) -> None:
-        self.remote_log_size.labels(tp.topic, str(tp.partition)).set(nbytes)
-        self.metadata_count.labels(tp.topic, str(tp.partition)).set(segments)
+        self.remote_log_size.set_partition(tp, nbytes)
+        self.metadata_count.set_partition(tp, segments)
 
 
 __all__ = ["MetricsServer", "OffloadMetrics"]

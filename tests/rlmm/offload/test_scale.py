@@ -204,3 +204,47 @@ async def test_idle_partition_expires_when_retention_ms_passes(
     assert [v.segment.start_offset for v in deleted] == [copied[0].start_offset]
     assert {v.reason for v in deleted} == {"retention.ms"}
     assert len(rlmm_manager.list_remote_log_segments(tp)) == len(copied) - 1
+
+
+def test_partition_gauges_render_as_prometheus_client_does(tmp_path: Path) -> None:
+    """The per-partition lines, rendered when set, are the lines prometheus_client
+    writes for the same gauge; /metrics serves them in both formats, and name[] filters."""
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    from rlmm.model import TopicIdPartition
+    from rlmm.offload.metrics import OffloadMetrics
+
+    metrics = OffloadMetrics()
+    reference = CollectorRegistry()
+    plain = Gauge(
+        "rlmm_remote_copy_lag_bytes",
+        "Bytes eligible but not yet copied (RemoteCopyLagBytes)",
+        ("topic", "partition"),
+        registry=reference,
+    )
+    for i, (topic, value) in enumerate([("orders", 0), ("a.b_c-d", 12345678901), ("x", 1e20)]):
+        tp = TopicIdPartition(uuid.uuid4(), topic, i)
+        metrics.set_copy_lag(tp, int(value), 1)
+        plain.labels(topic, str(i)).set(int(value))
+    mine = metrics.partition_exposition(["rlmm_remote_copy_lag_bytes"]).decode()
+    assert mine == generate_latest(reference).decode()
+
+    server = metrics.serve(0)
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert 'rlmm_remote_copy_lag_bytes{partition="0",topic="orders"} 0.0' in text
+        assert "rlmm_offload_rounds_total" in text
+        request = urllib.request.Request(
+            url, headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+        )
+        om = urllib.request.urlopen(request, timeout=10).read().decode()
+        assert om.endswith("# EOF\n") and om.count("# EOF") == 1
+        assert 'rlmm_remote_copy_lag_segments{partition="0",topic="orders"} 1.0' in om
+        only = urllib.request.urlopen(f"{url}?name[]=rlmm_remote_copy_lag_segments", timeout=10)
+        lines = only.read().decode().splitlines()
+        assert lines and all("rlmm_remote_copy_lag_segments" in line for line in lines)
+    finally:
+        server.close()
