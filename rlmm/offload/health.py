@@ -13,7 +13,7 @@ from __future__ import annotations
 import gzip
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler
@@ -30,6 +30,8 @@ NOT_STARTED = "starting: no round completed yet"
 PATHS = ("/metrics", "/healthz", "/readyz")
 
 _StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+# (prometheus_client's encoder for the format asked, the name[] filter) -> the body
+Scrape = Callable[[Callable[[Any], bytes], list[str] | None], bytes]
 
 
 class Readiness:
@@ -126,17 +128,17 @@ class QuietHandler(WSGIRequestHandler):
 def health_app(
     registry: CollectorRegistry,
     readiness: Readiness,
-    rendered: Callable[[Collection[str] | None], bytes] | None = None,
+    scrape: Scrape | None = None,
 ) -> Callable[[dict[str, Any], _StartResponse], Iterable[bytes]]:
     """The WSGI app of the metrics port (the module docstring says what it answers);
-    ``rendered(names)`` gives exposition lines to append to the registry's (of the
-    families named, all when None)."""
+    ``scrape(encoder, names)``, when given, renders ``/metrics`` in the encoder's format
+    (``OffloadMetrics.scrape``: some lines rendered ahead of time)."""
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: _StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        if path == "/metrics" and rendered is not None:
-            return _metrics(registry, rendered, environ, start_response)
+        if path == "/metrics" and scrape is not None:
+            return _metrics(scrape, environ, start_response)
         if path == "/metrics":
             return metrics(environ, start_response)
         if path == "/healthz":
@@ -158,21 +160,14 @@ def health_app(
 
 
 def _metrics(
-    registry: CollectorRegistry,
-    rendered: Callable[[Collection[str] | None], bytes],
+    scrape: Scrape,
     environ: dict[str, Any],
     start_response: _StartResponse,
 ) -> Iterable[bytes]:
     """prometheus_client's /metrics answer (``make_wsgi_app``'s: the format asked for,
-    ``name[]`` filters, gzip), with ``rendered`` before OpenMetrics' EOF."""
+    ``name[]`` filters, gzip), its body made by ``scrape``."""
     encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT") or "")
-    names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
-    body = encoder(registry if names is None else registry.restricted_registry(names))
-    eof = b"# EOF\n"
-    if body.endswith(eof):
-        body = body[: -len(eof)] + rendered(names) + eof
-    else:
-        body += rendered(names)
+    body = scrape(encoder, parse_qs(environ.get("QUERY_STRING", "")).get("name[]"))
     headers = [("Content-Type", content_type)]
     if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
         body = gzip.compress(body, compresslevel=1)  # a fast level: 24k lines every scrape

@@ -17,11 +17,11 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 from wsgiref.simple_server import make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
+from prometheus_client import CollectorRegistry, Counter, Gauge, Metric, Summary
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.utils import floatToGoString
 
@@ -39,14 +39,21 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+# Set on the thread of a /metrics request while it encodes the registry: the
+# per-partition gauges then collect nothing, their pre-rendered lines follow instead.
+_prerendered = threading.local()
+
+
 class PartitionGauge:
     """A gauge labelled (topic, partition) that keeps each series' exposition line,
-    rendered when set through ``set_partition``; its Gauge is in no registry, and
-    ``/metrics`` appends ``exposition()`` (the lines prometheus_client would write)."""
+    rendered when set through ``set_partition``. It is a collector of the registry like
+    any gauge (an embedder's own exporter sees it); ``/metrics`` (``OffloadMetrics.scrape``)
+    writes ``exposition()`` instead, the lines prometheus_client would write."""
 
-    def __init__(self, name: str, documentation: str) -> None:
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
         self.name = name
         self.gauge = Gauge(name, documentation, _PARTITION, registry=None)
+        registry.register(self)
         doc = documentation.replace("\\", "\\\\").replace("\n", "\\n")
         self._header = f"# HELP {name} {doc}\n# TYPE {name} gauge\n"
         self._lines: dict[tuple[str, str], str] = {}
@@ -62,6 +69,12 @@ class PartitionGauge:
             f'{self.name}{{partition="{key[1]}",topic="{_escape(key[0])}"}}'
             f" {floatToGoString(value)}\n"
         )
+
+    def describe(self) -> Iterable[Metric]:
+        return self.gauge.describe()
+
+    def collect(self) -> Iterable[Metric]:
+        return [] if getattr(_prerendered, "active", False) else self.gauge.collect()
 
     def exposition(self) -> str:
         # list(): one C call under the GIL, safe while the loop sets a new series
@@ -147,26 +160,32 @@ class OffloadMetrics:
         self.copy_lag_bytes = PartitionGauge(
             "rlmm_remote_copy_lag_bytes",
             "Bytes eligible but not yet copied (RemoteCopyLagBytes)",
+            r,
         )
         self.copy_lag_segments = PartitionGauge(
             "rlmm_remote_copy_lag_segments",
             "Segments eligible but not yet copied (RemoteCopyLagSegments)",
+            r,
         )
         self.delete_lag_bytes = PartitionGauge(
             "rlmm_remote_delete_lag_bytes",
             "Bytes retention wants deleted, not yet deleted (RemoteDeleteLagBytes)",
+            r,
         )
         self.delete_lag_segments = PartitionGauge(
             "rlmm_remote_delete_lag_segments",
             "Segments retention wants deleted, not yet deleted (RemoteDeleteLagSegments)",
+            r,
         )
         self.remote_log_size = PartitionGauge(
             "rlmm_remote_log_size_bytes",
             "Bytes of the partition in remote storage (RemoteLogSizeBytes)",
+            r,
         )
         self.metadata_count = PartitionGauge(
             "rlmm_remote_log_metadata_count",
             "Remote segments known for the partition (RemoteLogMetadataCount)",
+            r,
         )
         self.event_log_lag = Gauge(
             "rlmm_metadata_event_log_lag",
@@ -258,11 +277,23 @@ class OffloadMetrics:
         )  # fmt: skip
 
     def partition_exposition(self, names: Collection[str] | None = None) -> bytes:
-        """The per-partition gauges' lines (of the families ``names``, all when None),
-        for ``/metrics`` after the registry's."""
+        """The per-partition gauges' lines (of the families ``names``, all when None)."""
         return "".join(
             g.exposition() for g in self.partition_gauges if names is None or g.name in names
         ).encode()
+
+    def scrape(self, encoder: Callable[[Any], bytes], names: list[str] | None = None) -> bytes:
+        """The registry (the families ``names``, all when None) through prometheus_client's
+        ``encoder``, with the per-partition gauges' pre-rendered lines in their place."""
+        registry = self.registry if names is None else self.registry.restricted_registry(names)
+        _prerendered.active = True
+        try:
+            body = encoder(registry)
+        finally:
+            _prerendered.active = False
+        eof = b"# EOF\n"  # OpenMetrics ends with it
+        head = body[: -len(eof)] if body.endswith(eof) else body
+        return head + self.partition_exposition(names) + body[len(head) :]
 
     def record_copy_throttle(self, seconds: float) -> None:
         """A copy found the quota exceeded and waits ``seconds`` (Kafka's sensor)."""
@@ -290,7 +321,7 @@ class OffloadMetrics:
         server = make_server(
             addr,
             port,
-            health_app(self.registry, self.readiness, self.partition_exposition),
+            health_app(self.registry, self.readiness, self.scrape),
             Server,
             QuietHandler,
         )

@@ -230,6 +230,9 @@ def test_partition_gauges_render_as_prometheus_client_does(tmp_path: Path) -> No
         plain.labels(topic, str(i)).set(int(value))
     mine = metrics.partition_exposition(["rlmm_remote_copy_lag_bytes"]).decode()
     assert mine == generate_latest(reference).decode()
+    # the registry itself still holds them, for an embedder's own exporter
+    full = generate_latest(metrics.registry).decode()
+    assert mine.splitlines()[2] in full and mine.splitlines()[-1] in full
 
     server = metrics.serve(0)
     try:
