@@ -20,9 +20,9 @@ from remote import PartitionDir
 from remote.local import LocalRemoteStorageManager
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.offload import LogDirSource, RemoteLogManager, RetentionSettings
+from rlmm.offload.log_source import LocalSegment
 from rlmm.offload.logdir import LogDirCache, scan_log_dirs
 from rlmm.offload.settings import OffloadSettings
-from rlmm.offload.source import LocalSegment
 from tests.rlmm.offload.conftest import (
     KEEP_ALL,
     check_invariants,
