@@ -190,11 +190,11 @@ async def test_a_partition_gained_mid_round_is_copied_before_that_round_ends(
     busy, moved = f"busy-{uuid4().hex[:6]}", f"moved-{uuid4().hex[:6]}"
     cluster.create_topic(busy, configs=TOPIC_CONFIGS, assignments={0: [a, b, 3]})
     cluster.create_topic(moved, configs=TOPIC_CONFIGS, assignments={0: [b, a, 3]})
-    await produce_waves(cluster, busy, 10, tag="busy")
+    await produce_waves(cluster, busy, 16, tag="busy")
     await produce_waves(cluster, moved, 2, tag="moved")
     _, busy_ends = await served(cluster, busy)
     _, moved_ends = await served(cluster, moved)
-    # about 1.7 kB per segment at 1 kB/s: node 1's first round lasts about 15 s
+    # about 1.7 kB per segment at 1 kB/s: node 1's first round lasts about 25 s (a controlled shutdown under load takes seconds of it)
     quota = ('"remote.log.manager.copy.max.bytes.per.second" = 1000\n'
              '"remote.log.manager.copy.quota.window.num" = 2\n')  # fmt: skip
     group = Sidecars(cluster, tmp_path, offload=quota)
