@@ -5,7 +5,9 @@ For each side, a real ``rlmm offload`` process (the CLI, its own process) runs w
 1 s task interval over a log dir of ``--partitions`` partitions into which this script
 keeps writing (``PartitionDirWriter``: every codec, records stamped now, segments rolled
 by size, old local segments deleted as a broker's local retention would), and copies
-to S3: moto's server in a process of its own on loopback, one bucket per side. Remote
+to S3: moto's server in a process of its own on loopback, behind the suite's fault
+proxy (``--fault-rate``, 0 by default: it then passes every request through), one
+bucket per side; ``/metrics`` is scraped every ``--scrape-s``. Remote
 retention (``--retention-s``) keeps deleting what it copied, so the sidecar's state is
 bounded and any growth is its own. Both sides run at the same time, on the same server.
 
@@ -14,7 +16,8 @@ defaults: one malloc arena per thread up to 8 x cores, no trim).
 
 Every 2 s each sidecar's VmRSS, anonymous memory (``smaps_rollup``), threads and open
 fds are read from /proc; the child also writes glibc's ``mallinfo2`` and its arena
-count (``malloc_info``) every 10 s from a sampler thread (``--stats``). Prints one JSON
+count (``malloc_info``) every 10 s from a sampler thread (``--stats``; it starts before
+the sidecar, so it has an arena of its own on both sides). Prints one JSON
 document: per side, RSS growth over the last half of the run by least-squares fit
 (MiB/h, target <= 5), max RSS, fds and threads (first, last, max, growth per hour).
 
@@ -228,25 +231,6 @@ region = "us-east-1"
     return path
 
 
-def start_moto(port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1).read()
-            return proc
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise SystemExit(f"moto server did not start (exit {proc.poll()})") from None
-            time.sleep(0.2)
-
-
 def summarize(rows: list[dict[str, Any]], stats: list[dict[str, Any]], t0: float) -> dict[str, Any]:
     """RSS growth over the last half (fit), max RSS, fds and threads, glibc's stats."""
     if not rows:
@@ -313,6 +297,10 @@ def main() -> None:
         help="run the baseline under memray --native"
         " --aggregate, writing this capture file (investigation)",
     )
+    parser.add_argument(
+        "--fault-rate", type=float, default=0.0,
+        help="share of S3 requests failed by the fault proxy (the soak's is 0.03)",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the work dir (samples, logs)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stats", type=Path, help=argparse.SUPPRESS)
@@ -329,10 +317,12 @@ def main() -> None:
     os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
     import boto3
 
+    from tests.fixtures.s3_faults import faulty_s3
+
     work = Path(tempfile.mkdtemp(prefix="rlmm-sidecar-memory-"))
-    port = free_port()
-    moto = start_moto(port)
-    endpoint = f"http://127.0.0.1:{port}"
+    stack = contextlib.ExitStack()
+    s3_procs = stack.enter_context(faulty_s3(work / "s3", rate=args.fault_rate, seed=405))
+    endpoint = s3_procs.url
     writers: list[Writer] = []
     procs: dict[str, subprocess.Popen[bytes]] = {}
     samples: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
@@ -341,7 +331,7 @@ def main() -> None:
     scrapes: dict[str, int] = {s: 0 for s in sides}
     t0 = time.monotonic()
     try:
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        s3 = boto3.client("s3", endpoint_url=s3_procs.moto_url, region_name="us-east-1")
         for side in sides:
             side_dir = work / side
             logs = side_dir / "kafka-logs"
@@ -416,8 +406,8 @@ def main() -> None:
             writer.stop.set()
         for writer in writers:
             writer.join(timeout=60)
-        moto.kill()
-        moto.wait(timeout=30)
+        faults = s3_procs.faults()
+        stack.close()  # moto and the proxy killed
     sides_out: dict[str, Any] = {}
     for side in sides:
         stats_path = work / side / "glibc.jsonl"
@@ -450,10 +440,14 @@ def main() -> None:
             "task_interval_ms": args.interval_ms,
             "remote_retention_s": args.retention_s,
             "scrape_every_s": args.scrape_s,
-            "s3": "moto server, own process, 127.0.0.1",
+            "s3": "moto server behind the fault proxy (tests/fixtures/s3_faults.py),"
+            " each its own process, 127.0.0.1",
+            "fault_rate": args.fault_rate,
             "baseline": "RLMM_NO_NATIVE_MEMORY_BOUND=1 (glibc defaults)",
         },
         "target_rss_growth_mib_per_hour_max": TARGET_MIB_PER_HOUR,
+        "s3_requests": faults.get("requests"),
+        "s3_faults_injected": faults.get("counts"),
         "writer_errors": [repr(w.error) for w in writers if w.error is not None],
         "sides": sides_out,
         "work_dir": str(work) if args.keep else None,
