@@ -244,8 +244,13 @@ def summarize(rows: list[dict[str, Any]], stats: list[dict[str, Any]], t0: float
 
     def span(key: str, scale: float = 1.0) -> dict[str, float]:
         values = [r[key] / scale for r in rows]
-        return {"first": round(values[0], 1), "last": round(values[-1], 1),
-                "max": round(max(values), 1), "min": round(min(values), 1)}  # fmt: skip
+        late = [r[key] / scale for r in half]
+        return {
+            "max": round(max(values), 1),
+            "last": round(values[-1], 1),
+            "last_half_min": round(min(late), 1),
+            "last_half_max": round(max(late), 1),
+        }
 
     out: dict[str, Any] = {
         "samples": len(rows),
