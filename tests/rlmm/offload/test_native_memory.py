@@ -108,6 +108,8 @@ def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not memory.active
     assert memory.bound() is False and memory.trim() is False
     assert memory.trims == 0 and memory.bounded == {}
+    # a code-path switch, not a setting: the configuration neither refuses nor reads it
+    assert load_config(env={SWITCH_ENV: "1"}).offload == load_config(env={}).offload
 
 
 @glibc_only
