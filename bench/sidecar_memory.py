@@ -21,7 +21,7 @@ the sidecar, so it has an arena of its own on both sides). Prints one JSON
 document: per side, RSS growth over the last half of the run by least-squares fit
 (MiB/h, target <= 5), max RSS, fds and threads (first, last, max, growth per hour).
 
-Usage: python bench/sidecar_memory.py [--minutes 20] [--sides fixed,baseline]
+Usage: python bench/sidecar_memory.py [--minutes 20] [--sides bounded,baseline]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 MiB = 1024 * 1024
-SIDES = ("fixed", "baseline")
+SIDES = ("bounded", "baseline")  # the sidecar as it ships; glibc's defaults
 TARGET_MIB_PER_HOUR = 5.0
 
 
@@ -281,7 +281,7 @@ def summarize(rows: list[dict[str, Any]], stats: list[dict[str, Any]], t0: float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=20.0)
-    parser.add_argument("--sides", default=",".join(SIDES), help="fixed,baseline or one of them")
+    parser.add_argument("--sides", default=",".join(SIDES), help="bounded,baseline or one of them")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--rate-kib", type=int, default=512, help="bytes written per side, KiB/s")
     parser.add_argument("--segment-kib", type=int, default=512)
