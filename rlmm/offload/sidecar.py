@@ -55,6 +55,7 @@ from rlmm.offload.leadership import (
 from rlmm.offload.log_source import RetentionSettings
 from rlmm.offload.logdir import LogDirCache, LogDirSource, log_dir_problem, scan_log_dirs
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
+from rlmm.offload.native_memory import NativeMemory
 from rlmm.offload.remote_log_manager import CopyResult, RemoteLogManager
 from rlmm.offload.settings import OffloadSettings
 
@@ -104,6 +105,7 @@ class Sidecar:
         self.metrics_port = metrics_port
         self.display = display if display is not None else Display()
         self.metrics = OffloadMetrics()
+        self.native_memory = NativeMemory()  # glibc's arenas capped, trimmed each round
         self.metrics.task_interval.set(self.settings.task_interval_ms / 1000)
         self.metrics_server: MetricsServer | None = None
         self._stop = asyncio.Event()
@@ -204,6 +206,7 @@ class Sidecar:
 
     async def run(self) -> SidecarReport:
         report = SidecarReport(tally=self.display.tally)
+        self.native_memory.bound()  # before any thread of ours exists
         self.metrics.readiness.not_ready(NOT_STARTED)
         if self.metrics_port is not None:
             try:
@@ -346,6 +349,7 @@ class Sidecar:
                 problem = report.leadership_unknown or round_problem(results) or behind
                 self.metrics.readiness.round_completed(problem)
             self.display.round_done(len(found), len(self._led))
+            self.native_memory.trim()  # the round's freed buffers go back to the OS
             if self.once:
                 return
             # Unknown leadership is asked again sooner than a round's interval.
