@@ -194,7 +194,8 @@ async def test_a_partition_gained_mid_round_is_copied_before_that_round_ends(
     await produce_waves(cluster, moved, 2, tag="moved")
     _, busy_ends = await served(cluster, busy)
     _, moved_ends = await served(cluster, moved)
-    # about 1.7 kB per segment at 1 kB/s: node 1's first round lasts about 25 s (a controlled shutdown under load takes seconds of it)
+    # about 1.7 kB per segment at 1 kB/s: node 1's first round lasts about 25 s (a
+    # controlled shutdown under load takes seconds of it)
     quota = ('"remote.log.manager.copy.max.bytes.per.second" = 1000\n'
              '"remote.log.manager.copy.quota.window.num" = 2\n')  # fmt: skip
     group = Sidecars(cluster, tmp_path, offload=quota)
