@@ -145,19 +145,19 @@ class ClusterClient:
             view = await asyncio.wait_for(self._view(sorted(topics)), self.timeout_s)
             # Python 3.11's wait_for returns the result, swallowing a cancellation that
             # came as the answer did: the caller's cancellation still wins.
-            _raise_if_cancelling(None)
+            raise_if_cancelling(None)
             return view
         except LeadershipError as e:
-            _raise_if_cancelling(e)
+            raise_if_cancelling(e)
             raise
         except TimeoutError as e:
-            _raise_if_cancelling(e)
+            raise_if_cancelling(e)
             await self._reset()
             raise LeadershipError(
                 f"the cluster at {self.bootstrap} did not answer within {self.timeout_s:g} s"
             ) from e
         except (kafka_errors.KafkaError, OSError) as e:
-            _raise_if_cancelling(e)
+            raise_if_cancelling(e)
             await self._reset()
             raise LeadershipError(_why(e, self.bootstrap, principal=self.principal)) from e
 
@@ -178,7 +178,7 @@ class ClusterClient:
             await client.close()
         # aiokafka's close() suppresses a CancelledError that reaches it while it waits
         # for its metadata task: a cancellation that came meanwhile is raised here.
-        _raise_if_cancelling(None)
+        raise_if_cancelling(None)
 
     async def _view(self, topics: list[str]) -> ClusterView:
         client = await self._connected()
@@ -193,7 +193,7 @@ class ClusterClient:
             try:
                 return await self._ask(client, node, topics, brokers)
             except (kafka_errors.KafkaConnectionError, kafka_errors.NodeNotReadyError) as e:
-                _raise_if_cancelling(e)
+                raise_if_cancelling(e)
                 last = e  # a broker that is down: the next one answers
         assert last is not None
         raise last
@@ -280,7 +280,7 @@ def _built_in(entry: Any, version: int) -> bool:
     return bool(entry[3]) if version == 0 else entry[3] == _DEFAULT_CONFIG
 
 
-def _raise_if_cancelling(exc: BaseException | None) -> None:
+def raise_if_cancelling(exc: BaseException | None = None) -> None:
     """aiokafka raises its own errors in place of CancelledError: a task being cancelled
     re-raises the cancellation instead of reading them as a failure of the cluster."""
     task = asyncio.current_task()
@@ -342,4 +342,5 @@ __all__ = [
     "MetadataRequest_v7",
     "MetadataResponse_v7",
     "PartitionLeadership",
+    "raise_if_cancelling",
 ]

@@ -40,7 +40,7 @@ from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.manager import AUTH_RETRY_S, TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
-from rlmm.offload.cluster import ClusterClient, ClusterView
+from rlmm.offload.cluster import ClusterClient, ClusterView, raise_if_cancelling
 from rlmm.offload.display import Display, Tally
 from rlmm.offload.errors import ForeignSegmentError, LeadershipError, OffloadError
 from rlmm.offload.health import NOT_STARTED, round_problem
@@ -654,12 +654,12 @@ class Sidecar:
         interval = self.settings.leadership_poll_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            _raise_if_cancelling()  # a cancellation a library swallowed ends the poll
+            raise_if_cancelling()  # a cancellation a library swallowed ends the poll
             topics = {tp.topic for tp in self._led} | {tp.topic for tp in rlm.followers}
             try:
                 view = await self._cluster.view(topics)
             except LeadershipError as e:
-                _raise_if_cancelling()
+                raise_if_cancelling()
                 if self._led:
                     log.error("leadership unknown: abandoning every partition: %s", e)
                     self.metrics.leadership_known.set(0)
@@ -726,14 +726,6 @@ class Sidecar:
         for p, end in ends.items():
             self.metrics.event_log_lag.labels(str(p)).set(max(0, end - 1 - applied[p]))
         return self.metrics.readiness.metadata_problem(applied, ends)
-
-
-def _raise_if_cancelling() -> None:
-    """Raise CancelledError if this task is being cancelled: aiokafka and Python 3.11's
-    wait_for can swallow a cancellation, and a loop that goes on after that never ends."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError()
 
 
 class _Unknown:
