@@ -35,6 +35,7 @@ from remote.errors import (
     RemoteStorageError,
     RemoteStorageUnavailableError,
 )
+from remote.segment_data import smallest_timestamp
 from remote.storage import (
     OBJECT_KINDS,
     LogSegmentData,
@@ -144,6 +145,8 @@ class SegmentUploader:
             for kind, key, source, size in plan:
                 if isinstance(source, bytes) or size <= self._settings.multipart_threshold:
                     small.append((kind, pool.submit(self._put, state, key, source)))
+            # While the uploads run: the caller's smallest timestamp, or a scan for it.
+            smallest = smallest_timestamp(segment_data)
             for kind, multipart in large:
                 objects[kind] = self._finish_multipart(state, multipart)
             for kind, future in small:
@@ -163,7 +166,7 @@ class SegmentUploader:
                     if cause is not None and not isinstance(cause, _CopyAbortedError):
                         raise cause from None
             raise
-        return SegmentManifest(objects)
+        return SegmentManifest(objects, smallest)
 
     # --- single PUT ----------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from remote.errors import (
 )
 from remote.manifest import ObjectChecksum, SegmentManifest, crc32c_of, verify_object
 from remote.naming import OBJECT_KINDS, ObjectKind, kind_label, object_name, partition_prefix
+from remote.segment_data import smallest_timestamp
 from remote.storage import IndexType, LogSegmentData, RemoteObject, RemoteStorageManager
 from remote.streams import check_range, verifying_stream
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
@@ -108,7 +109,7 @@ class LocalRemoteStorageManager(RemoteStorageManager):
             self._remove_empty_dirs(targets[0][1].parent)
             raise
         log.debug("copied %s to %s", metadata.remote_log_segment_id, targets[0][1])
-        return SegmentManifest(objects).encode()
+        return SegmentManifest(objects, smallest_timestamp(segment_data)).encode()
 
     def _write_once(self, dest: Path, source: Path | bytes) -> _Written:
         tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")

@@ -1,19 +1,28 @@
-"""From a rolled segment in a Kafka partition dir to what an RSM copies (LogSegmentData).
+"""From a rolled segment in a Kafka partition dir to what an RSM copies (LogSegmentData),
+and the smallest record timestamp an RSM records in its manifest.
 
 Invariant: the leader epoch bytes hold only the checkpoint entries that start before
 the segment's next offset (Kafka hands the RSM the checkpoint truncated that way),
-and a segment without its producer snapshot is refused, as Kafka refuses it.
+and a segment without its producer snapshot is refused, as Kafka refuses it. The
+smallest timestamp is the one the caller's full scan found, else one pass over the
+log file; a file that does not parse gives None (unknown), never a failed copy.
 """
 
 from __future__ import annotations
 
+import logging
+
 from remote.errors import SegmentFormatError
 from remote.segments import (
     LogSegmentFiles,
+    RecordBatchReader,
     SegmentSummary,
     encode_leader_epoch_checkpoint,
 )
+from remote.segments.timestamps import SmallestTimestamp
 from remote.storage import LogSegmentData
+
+log = logging.getLogger(__name__)
 
 
 def log_segment_data(segment: LogSegmentFiles, summary: SegmentSummary) -> LogSegmentData:
@@ -34,7 +43,25 @@ def log_segment_data(segment: LogSegmentFiles, summary: SegmentSummary) -> LogSe
         leader_epoch_index=encode_leader_epoch_checkpoint(
             e for e in epochs if e.start_offset < summary.next_offset
         ),
+        smallest_timestamp_ms=summary.smallest_timestamp_ms,
     )
 
 
-__all__ = ["log_segment_data"]
+def smallest_timestamp(segment_data: LogSegmentData) -> int | None:
+    """The segment's smallest record timestamp: the caller's, or one scan of its batches
+    (a LogSegmentData built by a broker that did not read them); None when the log file
+    does not parse (the copy goes on: it stores bytes, it does not judge them)."""
+    if segment_data.smallest_timestamp_ms is not None:
+        return segment_data.smallest_timestamp_ms
+    path = segment_data.log_segment
+    smallest = SmallestTimestamp(str(path))
+    try:
+        for header, data in RecordBatchReader(path).batches():
+            smallest.add(header, data)
+    except SegmentFormatError as e:
+        log.warning("%s: smallest timestamp unknown, not recorded in the manifest: %s", path, e)
+        return None
+    return smallest.value
+
+
+__all__ = ["log_segment_data", "smallest_timestamp"]

@@ -50,6 +50,9 @@ class LogSegmentData:
 
     Paths for the segment and its indexes; the leader epoch checkpoint comes as bytes
     (Kafka passes a ByteBuffer holding only the epochs up to the segment's end).
+    ``smallest_timestamp_ms`` is ours, not Kafka's: the segment's smallest record
+    timestamp when the caller already read every batch (the offloader's CRC check);
+    None lets the RemoteStorageManager find it.
     """
 
     log_segment: Path
@@ -58,6 +61,7 @@ class LogSegmentData:
     transaction_index: Path | None
     producer_snapshot_index: Path
     leader_epoch_index: bytes
+    smallest_timestamp_ms: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("log_segment", "offset_index", "time_index", "producer_snapshot_index"):

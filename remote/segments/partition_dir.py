@@ -4,8 +4,9 @@ Job: list a partition's segments (``<base:020>.log`` with ``.index``, ``.timeind
 ``.txnindex``), its producer snapshots, its ``leader-epoch-checkpoint`` and
 ``partition.metadata``, and summarise a segment the way Kafka's RemoteLogManager
 describes it before copying: base and end offset, max timestamp, size, the leader
-epoch slice, whether the transaction index is empty, and the producer snapshot that
-goes with it (the one at the next segment's base offset).
+epoch slice, whether the transaction index is empty, the producer snapshot that goes
+with it (the one at the next segment's base offset) and, from a full scan, the
+smallest record timestamp.
 
 Invariant: nothing here writes; every summary is derived from the files themselves
 (batches and indexes), and anything unreadable raises SegmentFormatError naming the
@@ -29,6 +30,7 @@ from remote.segments.checkpoints import (
     read_partition_metadata,
 )
 from remote.segments.indexes import read_offset_index, read_time_index, read_txn_index
+from remote.segments.timestamps import SmallestTimestamp
 from rlmm.model import TopicIdPartition
 
 LOG_SUFFIX = ".log"
@@ -75,6 +77,9 @@ class SegmentSummary:
     txn_index_empty: bool
     producer_snapshot_path: Path | None
     next_offset: int
+    # The smallest record timestamp (remote.segments.timestamps), known from a full
+    # scan only; None when the summary did not read every batch.
+    smallest_timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +138,8 @@ class LogSegmentFiles:
 
         The quick path scans only the batches after the last offset index entry and
         takes the max timestamp from the time index's last entry and those batches.
+        The full scan also decodes each batch's record timestamps for the smallest one
+        (in the same pass as the CRC check: the batch bytes are already in memory).
         Meant for rolled segments: a torn tail raises SegmentFormatError here.
         """
         if leader_epochs is None:
@@ -143,9 +150,12 @@ class LogSegmentFiles:
         )
         end_offset = -1
         max_ts = -1
-        for h in reader:
+        smallest = SmallestTimestamp(str(self.log_path)) if full_scan else None
+        for h, data in reader.batches():
             end_offset = h.last_offset
             max_ts = max(max_ts, h.max_timestamp)
+            if smallest is not None:
+                smallest.add(h, data)
         if end_offset < 0:
             raise SegmentFormatError(
                 f"{self.log_path}: segment holds no record batch", str(self.log_path), 0
@@ -177,6 +187,7 @@ class LogSegmentFiles:
             txn_index_empty=txn_empty,
             producer_snapshot_path=snapshot if snapshot.exists() else None,
             next_offset=next_offset,
+            smallest_timestamp_ms=None if smallest is None else smallest.value,
         )
 
 
