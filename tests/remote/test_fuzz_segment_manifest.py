@@ -22,25 +22,31 @@ def real(rng: random.Random) -> bytes:
         for kind in OBJECT_KINDS
         if rng.random() < 0.9
     }
-    return SegmentManifest(objects).encode()
+    # Half version 2 (with the smallest timestamp), half version 1.
+    smallest = rng.choice((None, -1, 0, rng.randrange(2**41), 2**63 - 1))
+    return SegmentManifest(objects, smallest).encode()
 
 
 def fuzz_segment_manifest(rng: random.Random) -> None:
     data = real(rng)
     if rng.random() < 0.5:
-        version, entries = msgpack.unpackb(data)
+        version, entries, *rest = msgpack.unpackb(data)
         at = rng.randrange(len(entries))
-        op = rng.randrange(4)
+        op = rng.randrange(6)
         if op == 0:
             entries[at] = weird_value(rng)
         elif op == 1 and entries[at]:
             entries[at][rng.randrange(2)] = interesting_int(rng) % 2**64 or weird_value(rng)
         elif op == 2:
             entries.insert(at, None)
-        else:
+        elif op == 3:
             version = weird_value(rng)
+        elif op == 4:
+            rest = [weird_value(rng)]  # the smallest timestamp, or a field too many
+        else:
+            rest = rest[:-1] if rest else [interesting_int(rng)]
         try:
-            data = msgpack.packb([version, entries])
+            data = msgpack.packb([version, entries, *rest])
         except (OverflowError, TypeError, ValueError):
             data = real(rng)
     SegmentManifest.decode(mutate_bytes(rng, data) if rng.random() < 0.5 else data)

@@ -30,6 +30,7 @@ from remote.storage import (
     object_name,
     resolve_range,
 )
+from remote.errors import CorruptObjectError
 from rlmm.errors import ConfigError
 from tests.remote.conftest import make_metadata
 
@@ -105,12 +106,58 @@ def test_manifest_roundtrip_and_size() -> None:
     assert IndexType.TRANSACTION not in SegmentManifest.decode(encoded).objects
 
 
+def test_manifest_v2_keeps_the_smallest_timestamp_and_v1_still_decodes() -> None:
+    objects = {kind: ObjectChecksum(100 + kind_no, kind_no) for kind_no, kind in enumerate(
+        OBJECT_KINDS
+    )}  # fmt: skip
+    v1 = SegmentManifest(objects).encode()
+    assert msgpack.unpackb(v1)[0] == 1  # nothing new to say: readers before v2 keep verifying
+    assert SegmentManifest.decode(v1) == SegmentManifest(objects, None)
+    # A version 1 manifest as rlmm wrote it before version 2 existed.
+    old = msgpack.packb([1, [[100 + i, i] for i in range(len(OBJECT_KINDS))]])
+    assert SegmentManifest.decode(old) == SegmentManifest(objects)
+    for smallest in (-1, 0, 1_700_000_000_000, 2**63 - 1):
+        v2 = SegmentManifest(objects, smallest).encode()
+        assert msgpack.unpackb(v2)[0] == 2
+        assert SegmentManifest.decode(v2).smallest_timestamp_ms == smallest
+        assert SegmentManifest.decode(v2) == SegmentManifest(objects, smallest)
+
+
+def test_manifest_at_its_largest_fits_kafkas_default_cap() -> None:
+    # Every object present with the largest size and CRC, and the largest timestamp.
+    big = ObjectChecksum(2**63 - 1, 0xFFFFFFFF)
+    largest = SegmentManifest(dict.fromkeys(OBJECT_KINDS, big), 2**63 - 1).encode()
+    assert len(largest) <= remote.manifest.KAFKA_CUSTOM_METADATA_MAX_BYTES == 128
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        msgpack.packb([2, [None] * 6]),  # v2 without its timestamp
+        msgpack.packb([2, [None] * 6, -2]),
+        msgpack.packb([2, [None] * 6, 2**63]),
+        msgpack.packb([2, [None] * 6, 1.5]),
+        msgpack.packb([2, [None] * 6, True]),
+        msgpack.packb([2, [None] * 6, "1700000000000"]),
+        msgpack.packb([2, [None] * 6, 1, 2]),
+        msgpack.packb([1, [None] * 6, 1]),  # v1 with a timestamp
+        msgpack.packb([3, [None] * 6, 1]),
+        msgpack.packb([2, [None] * 5, 1]),
+        msgpack.packb([2, [[1, -1]] + [None] * 5, 1]),
+        msgpack.packb([]),
+    ],
+)
+def test_corrupt_v2_manifest_is_a_corrupt_object_error(data: bytes) -> None:
+    with pytest.raises(CorruptObjectError):
+        SegmentManifest.decode(data, "seg.log")
+
+
 @pytest.mark.parametrize(
     "data",
     [
         b"",
         b"\xc1",
-        msgpack.packb([2, [None] * 6]),
+        msgpack.packb([3, [None] * 6]),
         msgpack.packb([1, [None] * 5]),
         msgpack.packb([1, [[1, -1]] + [None] * 5]),
         msgpack.packb([1, [["a", 1]] + [None] * 5]),
