@@ -21,6 +21,7 @@ from remote import (
     SegmentManifest,
     load_remote_storage_manager,
 )
+from remote.errors import CorruptObjectError
 from remote.local import LocalRemoteStorageManager
 from remote.storage import (
     OBJECT_KINDS,
@@ -30,7 +31,6 @@ from remote.storage import (
     object_name,
     resolve_range,
 )
-from remote.errors import CorruptObjectError
 from rlmm.errors import ConfigError
 from tests.remote.conftest import make_metadata
 
