@@ -113,3 +113,10 @@ class UnsupportedCompressionError(SegmentFormatError):
 
 
 __all__ += ["UnsupportedCompressionError"]
+
+
+class SideIndexError(RemoteStorageError):
+    """rlmm's side index location cannot be read or written (a read goes on without it)."""
+
+
+__all__ += ["SideIndexError"]

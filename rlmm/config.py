@@ -44,6 +44,10 @@ DEFAULTS: dict[str, Any] = {
         "retention": True,
     },
     "remote": {"type": "local"},
+    # The read side. side_index: where rlmm keeps the smallest timestamps it learns of
+    # segments whose writer did not record them (rlmm.archive.smallest_timestamps):
+    # "auto" (data_dir/side-index), "off", a directory or "s3://bucket/prefix".
+    "archive": {"side_index": "auto"},
     # The offloader (`rlmm offload`): Kafka's names; per-topic overrides of the five
     # topic-level ones go under [offload.topics.<topic>].
     "offload": {
@@ -127,6 +131,9 @@ class RlmmConfig:
         default_factory=lambda: MappingProxyType(dict(DEFAULTS["offload"]))
     )
     broker_id_configured: bool = False  # set by a layer (file, environment, flag)
+    archive: Mapping[str, Any] = field(
+        default_factory=lambda: MappingProxyType(dict(DEFAULTS["archive"]))
+    )
 
     def event_log_options(self) -> dict[str, Any]:
         """Arguments for eventlog.load_event_log, with data_dir defaults filled in."""
@@ -141,6 +148,16 @@ class RlmmConfig:
         if options.get("type", "local") == "local":
             options.setdefault("root", str(self.data_dir / "remote"))
         return options
+
+    def side_index_location(self) -> str | None:
+        """The side index's directory (absolute) or ``s3://`` URL; None when it is off."""
+        value = str(self.archive.get("side_index", "auto"))
+        if value == "off":
+            return None
+        if value.startswith("s3://"):
+            return value
+        path = self.data_dir / "side-index" if value == "auto" else Path(value)
+        return str(path.resolve())
 
     def snapshot_dir(self) -> Path:
         return Path(self.snapshot.get("dir", self.data_dir / "snapshots"))
@@ -388,6 +405,13 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
             raise ConfigError(f"snapshot.{name} must be a whole number, got {value!r}")
     offload = dict(merged["offload"])
     _check_offload(offload)
+    archive = dict(merged["archive"])
+    side_index = archive.get("side_index")
+    if not isinstance(side_index, str) or not side_index or side_index == "s3://":
+        raise ConfigError(
+            "archive.side_index must be 'auto', 'off', a directory or 's3://bucket/prefix',"
+            f" got {side_index!r}"
+        )
     broker_id = merged["broker_id"]
     if isinstance(broker_id, bool) or not isinstance(broker_id, int):
         raise ConfigError(f"broker_id must be an int, got {broker_id!r}")
@@ -401,6 +425,7 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
         kafka_properties=MappingProxyType(kafka_properties),
         source=source,
         offload=MappingProxyType(offload),
+        archive=MappingProxyType(archive),
     )
 
 

@@ -17,6 +17,7 @@ from eventlog import EventLog, EventLogConfigError
 from eventlog.registry import load_event_log
 from remote.layouts import RemoteLayout
 from remote.registry import load_remote_layout, load_remote_storage_manager
+from remote.side_index import SideIndex, is_s3_location
 from remote.storage import RemoteStorageManager
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError
@@ -58,6 +59,17 @@ def remote_layout_from_options(options: Mapping[str, Any]) -> RemoteLayout:
         full = load_config(source).remote_options()
         out.update({k: v for k, v in full.items() if is_secret(k)})
     return load_remote_layout(out)
+
+
+def open_side_index(location: str, remote_options: Mapping[str, Any]) -> SideIndex:
+    """rlmm's side index at ``location`` (a directory or ``s3://bucket/prefix``); an S3
+    one gets a boto3 client set up as the ``[remote]`` bucket's (endpoint, region,
+    retries; credentials from the process's own chain when the options carry none)."""
+    if not is_s3_location(location):
+        return SideIndex(location)
+    from remote.s3 import make_s3_client
+
+    return SideIndex(location, s3_client=make_s3_client(remote_options))
 
 
 def snapshot_store_options(config: RlmmConfig, *, read_only: bool = False) -> dict[str, Any]:
@@ -137,6 +149,7 @@ __all__ = [
     "open_event_log",
     "open_remote_layout",
     "open_remote_storage",
+    "open_side_index",
     "open_snapshot_source",
     "remote_layout_from_options",
     "snapshot_policy",

@@ -99,6 +99,11 @@ class RemoteLayout(RemoteReader):
         """The name of the object holding index ``kind`` (no I/O; for messages)."""
         return self.log_object_name(metadata)
 
+    def smallest_timestamp(self, metadata: RemoteLogSegmentMetadata) -> int | None:
+        """The segment's smallest record timestamp as its writer recorded it (rlmm's
+        manifest version 2); None when the writer recorded none (Kafka's own plugins)."""
+        return None
+
     @abc.abstractmethod
     def parse_object_name(self, name: str) -> ObjectName | None:
         """Split ``name``; None when it is not in this layout's pattern."""

@@ -56,6 +56,10 @@ class RlmmLayout(RemoteLayout):
     def __repr__(self) -> str:
         return repr(self.rsm)
 
+    def smallest_timestamp(self, metadata: RemoteLogSegmentMetadata) -> int | None:
+        manifest = SegmentManifest.of(metadata)
+        return None if manifest is None else manifest.smallest_timestamp_ms
+
     def segment_objects(self, metadata: RemoteLogSegmentMetadata) -> list[SegmentObject]:
         manifest = SegmentManifest.of(metadata)
         out = []
