@@ -311,9 +311,12 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, raw in env.items():
-        if not name.startswith("RLMM_") or name in ("RLMM_CONFIG", "RLMM_KAFKA_BOOTSTRAP",
-                                                   "RLMM_NO_FAST_PATHS",
-                                                   "RLMM_NO_NATIVE_MEMORY_BOUND"):
+        if not name.startswith("RLMM_") or name in (
+            "RLMM_CONFIG",
+            "RLMM_KAFKA_BOOTSTRAP",
+            "RLMM_NO_FAST_PATHS",
+            "RLMM_NO_NATIVE_MEMORY_BOUND",
+        ):
             continue
         rest = name[5:].lower()
         if rest in DEFAULTS and not isinstance(DEFAULTS[rest], dict):

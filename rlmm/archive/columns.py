@@ -68,6 +68,9 @@ class ColumnBuilder:
         self.include_headers = include_headers
         self.min_timestamp_ms = min_timestamp_ms
         self.max_timestamp_ms = max_timestamp_ms
+        # The smallest timestamp of every in-range record looked at, kept or not (a
+        # reader that saw all of a segment's bytes records it in rlmm's side index).
+        self.smallest_ms: int | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -139,7 +142,9 @@ class ColumnBuilder:
         # are kept (Kafka keeps no smallest timestamp, so each record is looked at).
         past_end = ts_hi is not None and header.max_timestamp > ts_hi
         if past_end and log_append:
-            return  # every record has the batch's max timestamp: all after the window
+            # every record has the batch's max timestamp: all after the window
+            self._saw(header.max_timestamp if header.record_count else None)
+            return
         if not past_end and lo <= base and last < hi and header.record_count == last - base + 1:
             # The hot path: every record wanted and offsets are base..last, so no
             # per-record offset work; one loop per case keeps the loop body minimal.
@@ -169,6 +174,9 @@ class ColumnBuilder:
                 # LogAppendTime: the broker's time, the batch max timestamp, for every record.
                 del timestamps[n:]
                 timestamps.extend([header.max_timestamp] * added)
+                self._saw(header.max_timestamp if added else None)
+            else:
+                self._saw(min(timestamps[n:], default=None))
             parts = self.offset_parts
             run = parts[-1] if parts else None
             if type(run) is tuple and run[0] + run[1] == base:
@@ -178,21 +186,29 @@ class ColumnBuilder:
             return
         oa = self._explicit_offsets().append
         max_ts = header.max_timestamp
+        top = max_ts if ts_hi is None else ts_hi  # past_end: ts_hi is set
+        low = None
         for r in records:
             o = r.offset
             if o < lo or o >= hi:
                 continue
-            if past_end:
-                t = r.timestamp
-                if t > ts_hi or (ts_lo is not None and t < ts_lo):
-                    continue
+            t = max_ts if log_append else r.timestamp
+            if low is None or t < low:
+                low = t
+            if past_end and (t > top or (ts_lo is not None and t < ts_lo)):
+                continue
             ka(r.key)
             va(r.value)
             oa(o)
-            ta(max_ts if log_append else r.timestamp)
+            ta(t)
             if with_headers:
                 pairs.extend(r.headers)
                 ends.append(len(pairs))
+        self._saw(low)
+
+    def _saw(self, timestamp: int | None) -> None:
+        if timestamp is not None and (self.smallest_ms is None or timestamp < self.smallest_ms):
+            self.smallest_ms = timestamp
 
     def _explicit_offsets(self) -> list[int]:
         parts = self.offset_parts
@@ -206,6 +222,7 @@ class ColumnBuilder:
         lo, hi = self.from_offset, self.until_offset
         oa = self._explicit_offsets().append
         with_headers = self.include_headers
+        n = len(self.timestamps)
         for r in LegacyRecordBatch(bytes(bounded_batch(header, data)), header.magic):
             o = r.offset
             if o < lo or o >= hi:
@@ -216,6 +233,7 @@ class ColumnBuilder:
             self.timestamps.append(-1 if r.timestamp is None else r.timestamp)
             if with_headers:
                 self.header_ends.append(len(self.header_pairs))
+        self._saw(min(self.timestamps[n:], default=None))
 
     # ---- building -------------------------------------------------------------------------
 

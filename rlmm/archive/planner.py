@@ -17,12 +17,16 @@ metadata alone.
 
 A query's filter (``request.where``, RowBounds) only removes records the filter
 drops: partitions it names none of, offsets outside its range, segments whose max
-timestamp is below its lower timestamp bound, and the start of the first segment
-left, up to the time index's entry below that bound. It is applied after the
-offsets and timestamps of the options are checked, so a read that fails (a gap, an
-offset outside the archive) fails the same with or without it. A segment is never
-dropped by the upper timestamp bound: Kafka records no segment's smallest
-timestamp, and timestamps need not grow with offsets.
+timestamp is below its lower timestamp bound, segments whose smallest timestamp is
+above its upper timestamp bound, and the start of the first segment left, up to the
+time index's entry below that bound. It is applied after the offsets and timestamps
+of the options are checked, so a read that fails (a gap, an offset outside the
+archive) fails the same with or without it. Kafka records no segment's smallest
+timestamp and timestamps need not grow with offsets: a segment is dropped by the
+upper bound only when its smallest timestamp is known (rlmm's manifest, or rlmm's
+side index: rlmm.archive.smallest_timestamps), else it is read and each record
+checked. A known smallest timestamp never changes where a timestamp option resolves
+to: it only spares the time index fetch of a segment wholly at or after it.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from rlmm.archive.request import (
     Slice,
     TimestampSpec,
 )
+from rlmm.archive.smallest_timestamps import SmallestTimestamps
 from rlmm.archive.storage import remote_storage_for
 from rlmm.archive.view import MetadataView
 from rlmm.archive.where import RowBounds
@@ -133,11 +138,17 @@ class _Planner:
     """Plans one request; caches the indexes it fetched (one fetch per index at most)."""
 
     def __init__(
-        self, request: ReadRequest, layout: RemoteLayout, remote_options: Mapping[str, Any]
+        self,
+        request: ReadRequest,
+        layout: RemoteLayout,
+        remote_options: Mapping[str, Any],
+        side_index: str | None = None,
     ) -> None:
         self.request = request
         self.layout = layout
         self.remote_options = dict(remote_options)
+        self.side_index = side_index
+        self.smallest = SmallestTimestamps(layout, side_index, self.remote_options)
         self._offset_indexes: dict[RemoteLogSegmentId, list[OffsetIndexEntry]] = {}
 
     # ---- losses ------------------------------------------------------------------------
@@ -249,7 +260,13 @@ class _Planner:
 
     def _offset_in_segment(self, r: LineageRange, timestamp: int) -> int | None:
         segment = r.segment
-        not_before = self.time_index_floor(r, timestamp)
+        smallest = self.smallest.of(segment)
+        if smallest is not None and smallest >= timestamp:
+            # Every time index entry is a record's timestamp, so none is below
+            # ``timestamp``: the floor is the range's first offset, without the fetch.
+            not_before = r.first_offset
+        else:
+            not_before = self.time_index_floor(r, timestamp)
         position = lookup_offset(self.offset_index(segment), not_before)
         name = self.layout.log_object_name(segment)
         with self.layout.fetch_log_segment(segment, position) as stream:
@@ -351,6 +368,7 @@ class _Planner:
             if start >= end:
                 return
         min_ts = None if where is None else where.min_timestamp_ms
+        max_ts = None if where is None else where.max_timestamp_ms
         aborted: list[AbortedTxn] = []
         if self.request.isolation_level == READ_COMMITTED:
             aborted = self.aborted_transactions(ranges, start, end)
@@ -359,6 +377,9 @@ class _Planner:
             lo, hi = max(r.first_offset, start), min(r.last_offset + 1, end)
             if lo >= hi:
                 continue  # pruned by offsets: nothing fetched
+            smallest = self.smallest.of(r.segment) if max_ts is not None else None
+            if smallest is not None and max_ts is not None and smallest > max_ts:
+                continue  # every record is newer than the filter keeps: nothing fetched
             if min_ts is not None:
                 if r.segment.max_timestamp_ms < min_ts:
                     continue  # every record is older than the filter keeps: nothing fetched
@@ -370,6 +391,9 @@ class _Planner:
                     lo = max(lo, self.time_index_floor(r, min_ts))
                     if lo >= hi:
                         continue
+            learn = None
+            if self.side_index is not None and self.smallest.of(r.segment) is None:
+                learn = self.side_index  # the reader records what it sees of the segment
             for first, until, begin, finish in self._pieces(r.segment, lo, hi):
                 txns = tuple(
                     (t.producer_id, t.first_offset, t.last_offset)
@@ -390,7 +414,8 @@ class _Planner:
                     include_headers=self.request.include_headers,
                     fail_on_data_loss=self.request.fail_on_data_loss,
                     min_timestamp_ms=min_ts,
-                    max_timestamp_ms=None if where is None else where.max_timestamp_ms,
+                    max_timestamp_ms=max_ts,
+                    side_index=learn,
                 )
 
     def _pieces(
@@ -459,9 +484,15 @@ def plan_slices(
     remote_options: Mapping[str, Any],
     *,
     layout: RemoteLayout | None = None,
+    side_index: str | None = None,
 ) -> list[Slice]:
-    """Slices covering the request, partition by partition, each in offset order."""
-    planner = _Planner(request, layout or remote_storage_for(remote_options), remote_options)
+    """Slices covering the request, partition by partition, each in offset order.
+
+    ``side_index`` (``RlmmConfig.side_index_location()``) is where smallest timestamps
+    that segments' writers did not record are looked up, and learned by the readers."""
+    planner = _Planner(
+        request, layout or remote_storage_for(remote_options), remote_options, side_index
+    )
     out: list[Slice] = []
     where = request.where or RowBounds()
     for tp in select_partitions(view, request):

@@ -26,13 +26,16 @@ from typing import BinaryIO
 import pyarrow as pa
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from remote.errors import RemoteIntegrityError
+from remote.errors import RemoteIntegrityError, SegmentFormatError
 from remote.segments.batch import RecordBatchHeader
 from remote.segments.compressed import bounded_batch
+from remote.segments.timestamps import SmallestTimestamp
+from remote.side_index import Entry
 from rlmm.archive.batches import iter_batches
 from rlmm.archive.columns import ColumnBuilder
 from rlmm.archive.errors import CorruptBatchError, DataLossError
 from rlmm.archive.request import READ_COMMITTED, Slice
+from rlmm.archive.smallest_timestamps import record_smallest_timestamp
 from rlmm.archive.storage import remote_storage_for
 from rlmm.errors import RemoteResourceNotFoundError
 from rlmm.model import kafka_uuid_to_str
@@ -122,6 +125,11 @@ def _decode(
     build_rows = min(batch_rows, BUILD_ROWS)
     chunks: list[pa.RecordBatch] = []  # built, not yet yielded: fewer than batch_rows rows
     chunk_rows = 0
+    # Learning the smallest timestamp of the bytes read, for rlmm's side index: only
+    # while every batch is contiguous, wholly in the slice's offsets and looked at.
+    learning = piece.side_index is not None
+    covered = piece.start_position
+    skipped = SmallestTimestamp(name)  # of the batches the builder does not see
     with stream as f:
         for header, data in iter_batches(
             f,
@@ -130,6 +138,20 @@ def _decode(
             object_name=name,
             skip_corrupt=not piece.fail_on_data_loss,
         ):
+            if learning:
+                learning = (
+                    header.position == covered
+                    and lo <= header.base_offset
+                    and header.last_offset < hi
+                )
+                covered = header.end_position
+                if learning and (header.is_control or header.is_transactional):
+                    # Control batches and (under read_committed) aborted ones skip the
+                    # builder; Kafka's ListOffsets counts their records all the same.
+                    try:
+                        skipped.add(header, data)
+                    except SegmentFormatError:
+                        learning = False
             if header.last_offset < lo:
                 continue
             if header.base_offset >= hi:
@@ -149,6 +171,7 @@ def _decode(
             if header.is_control:
                 continue
             if min_ts is not None and header.magic >= 2 and header.max_timestamp < min_ts:
+                learning = False  # its smallest timestamp stays unknown
                 continue  # every record is older than the query keeps: not decoded
             rows = len(builder)
             try:
@@ -163,6 +186,7 @@ def _decode(
                     header.position,
                 )
                 builder.truncate(rows)
+                learning = False
                 if piece.fail_on_data_loss:
                     raise error from e
                 log.warning("%s; batch skipped", error)
@@ -181,6 +205,15 @@ def _decode(
             chunks.append(built)
     if chunks:
         yield _concat(chunks)
+    if learning and piece.side_index is not None and covered > piece.start_position:
+        skipped.merge(builder.smallest_ms)
+        if skipped.value is not None:
+            record_smallest_timestamp(
+                piece.side_index,
+                piece.remote_options,
+                piece.segment,
+                Entry(piece.start_position, covered, skipped.value),
+            )
 
 
 def _concat(chunks: list[pa.RecordBatch]) -> pa.RecordBatch:

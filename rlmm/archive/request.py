@@ -175,6 +175,10 @@ class Slice:
     # (the query drops them anyway), and batches wholly before are not decoded.
     min_timestamp_ms: int | None = None
     max_timestamp_ms: int | None = None
+    # rlmm's side index (a directory or s3:// URL), where the reader records the
+    # smallest timestamp of this slice's bytes when it saw all their records; None
+    # when the segment's smallest timestamp is already known (or the index is off).
+    side_index: str | None = None
 
     @property
     def size_in_bytes(self) -> int:
