@@ -90,7 +90,12 @@ def read_records(config: RlmmConfig, query: RecordQuery) -> Iterator[dict[str, A
             isolation_level=query.isolation_level,
             include_headers=True,
         )
-        slices = plan_slices(view, request, remote_options=config.remote_options())
+        slices = plan_slices(
+            view,
+            request,
+            remote_options=config.remote_options(),
+            side_index=config.side_index_location(),
+        )
     remaining = query.limit
     try:
         for piece in slices:

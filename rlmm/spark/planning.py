@@ -116,12 +116,14 @@ def plan(options: KafkaArchiveOptions, where: RowBounds | None = None) -> list[S
 
     config = rlmm_config(options)
     remote = remote_options(config)
+    side_index = config.side_index_location()
     limit = options.max_bytes_per_partition
     with open_metadata_view(config) as view:
-        slices = plan_slices(view, read_request(options, limit, where), remote)
+        request = read_request(options, limit, where)
+        slices = plan_slices(view, request, remote, side_index=side_index)
         smaller = _smaller_limit(slices, options)
         if smaller is not None and smaller < limit:
-            slices = _replan(view, options, remote, smaller, where)
+            slices = _replan(view, options, remote, smaller, where, side_index)
     return split_by_offsets(slices, options)
 
 
@@ -147,11 +149,13 @@ def _replan(
     remote: Mapping[str, Any],
     limit: int,
     where: RowBounds | None,
+    side_index: str | None,
 ) -> list[Slice]:
     from rlmm.archive import plan_slices
 
     log.info("kafka-archive: planning again with slices of at most %d bytes", limit)
-    return plan_slices(view, read_request(options, limit, where), remote)
+    request = read_request(options, limit, where)
+    return plan_slices(view, request, remote, side_index=side_index)
 
 
 def _records(piece: Slice) -> int:

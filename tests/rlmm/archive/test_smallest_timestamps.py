@@ -1,0 +1,259 @@
+"""Time windows skip the segments wholly after them, by each segment's smallest timestamp:
+recorded by rlmm's offloader in its manifest, or learned by readers into rlmm's side
+index for a layout rlmm did not write (Kafka's LocalTieredStorage here; Aiven's in
+tests/integration/test_aiven_plugin_data.py). Rows never change, only what is read;
+an unknown smallest timestamp reads as before; the timestamp options resolve to the
+same offsets."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remote import IndexType
+from remote.layouts import load_remote_layout
+from remote.layouts.local_tiered_storage import ROOT_DIR_NAME
+from remote.layouts.rlmm import RlmmLayout
+from remote.naming import OBJECT_KINDS, object_name
+from remote.side_index import Entry, entry_name
+from rlmm.archive import ReadRequest, RowBounds, Slice, open_metadata_view, plan_slices, read_slice
+from rlmm.archive import smallest_timestamps as smallest_module
+from rlmm.config import RlmmConfig
+from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
+from tests.rlmm.archive.timeline_data import (
+    BASE_TS,
+    PARTITIONS,
+    SEGMENT_RECORDS,
+    TOPIC,
+    timestamp_of,
+    write_timeline,
+)
+
+Row = tuple[int, int, int, bytes]
+LTS_SUFFIX = {
+    None: ".log",
+    IndexType.OFFSET: ".index",
+    IndexType.TIMESTAMP: ".timeindex",
+    IndexType.TRANSACTION: ".txnindex",
+    IndexType.PRODUCER_SNAPSHOT: ".snapshot",
+    IndexType.LEADER_EPOCH: ".leader_epoch_checkpoint",
+}
+# The window [1200 s, 1260 s): segment 12 holds it, 7 holds a record an hour ahead (its
+# max timestamp reaches past the window's start) and 15 the straggler stamped at 300 s
+# (its smallest timestamp is before the window's end); 13, 14 and 16-19 are wholly after.
+WINDOW = RowBounds(min_timestamp_ms=BASE_TS + 1_200_000, max_timestamp_ms=BASE_TS + 1_259_999)
+WINDOW_SEGMENTS = {700, 1200, 1500}
+
+
+@pytest.fixture(scope="module")
+def timeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[RlmmConfig, list[Row], Path]:
+    tmp = tmp_path_factory.mktemp("smallest")
+    config, archived = write_timeline(tmp)
+    rows = [(p, o, ts, key) for p in range(PARTITIONS) for o, ts, key in archived[p]]
+    return config, sorted(rows), tmp
+
+
+def as_local_tiered_storage(config: RlmmConfig, root: Path) -> dict[str, Any]:
+    """The same copies laid out as Kafka's LocalTieredStorage lays them out: the remote
+    options of that layout (which records no smallest timestamp)."""
+    rsm_root = Path(config.remote_options()["root"])
+    with open_metadata_view(config) as view:
+        segments = [m for tp in view.topic_partitions() for m in view.lineage(tp)]
+    for m in segments:
+        tp = m.topic_id_partition
+        directory = (
+            root / ROOT_DIR_NAME / f"{tp.topic}-{tp.partition}-{kafka_uuid_to_str(tp.topic_id)}"
+        )
+        directory.mkdir(parents=True, exist_ok=True)
+        base = f"{m.start_offset:020d}-{kafka_uuid_to_str(m.remote_log_segment_id.id)}"
+        for kind in OBJECT_KINDS:
+            source = rsm_root / object_name(m, kind)
+            if source.exists():
+                shutil.copyfile(source, directory / (base + LTS_SUFFIX[kind]))
+    return {"type": "local-tiered-storage", "dir": str(root)}
+
+
+def read(
+    config: RlmmConfig,
+    where: RowBounds | None = None,
+    *,
+    remote: dict[str, Any] | None = None,
+    side_index: str | None = None,
+    **request: Any,
+) -> tuple[list[Slice], list[Row]]:
+    with open_metadata_view(config) as view:
+        slices = plan_slices(
+            view,
+            ReadRequest(topics=(TOPIC,), where=where, **request),
+            remote or config.remote_options(),
+            side_index=side_index,
+        )
+    out: list[Row] = []
+    for piece in slices:
+        for batch in read_slice(pickle.loads(pickle.dumps(piece))):
+            out += zip(
+                batch.column("partition").to_pylist(),
+                batch.column("offset").to_pylist(),
+                [t.value // 1000 for t in batch.column("timestamp")],
+                batch.column("key").to_pylist(),
+                strict=True,
+            )
+    return slices, sorted(out)
+
+
+def in_window(rows: list[Row], where: RowBounds) -> list[Row]:
+    lo, hi = where.min_timestamp_ms or 0, where.max_timestamp_ms or 2**63
+    return [r for r in rows if lo <= r[2] <= hi]
+
+
+def planned(slices: list[Slice]) -> set[int]:
+    return {s.segment.start_offset for s in slices}
+
+
+def every_segment() -> set[int]:
+    return set(range(0, 1900, SEGMENT_RECORDS))  # the 20th segment is the active one
+
+
+def test_the_offloader_records_each_segments_true_minimum(timeline: Any) -> None:
+    config, _, _ = timeline
+    layout = load_remote_layout(config.remote_options())
+    with open_metadata_view(config) as view:
+        for tp in view.topic_partitions():
+            for m in view.lineage(tp):
+                expected = min(timestamp_of(n) for n in range(m.start_offset, m.end_offset + 1))
+                assert layout.smallest_timestamp(m) == expected
+    # The straggler's segment: its smallest timestamp is far below its first record's.
+    assert timestamp_of(1510) < timestamp_of(1500)
+
+
+def test_a_window_plans_only_the_segments_that_can_hold_its_rows(timeline: Any) -> None:
+    config, rows, _ = timeline
+    slices, got = read(config, WINDOW)
+    assert got == in_window(rows, WINDOW)
+    assert planned(slices) == WINDOW_SEGMENTS
+    assert {s.partition for s in slices} == set(range(PARTITIONS))
+
+
+def test_unknown_smallest_timestamps_are_read_as_before(
+    timeline: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, rows, _ = timeline
+    monkeypatch.setattr(RlmmLayout, "smallest_timestamp", lambda self, m: None)
+    slices, got = read(config, WINDOW)
+    assert got == in_window(rows, WINDOW)
+    assert planned(slices) == {700} | set(range(1200, 1900, SEGMENT_RECORDS))
+
+
+@pytest.mark.parametrize("at", [0, 100, 350, 699, 700, 1200, 1510, 1898, 5000])
+def test_timestamp_options_resolve_to_the_same_offsets_with_less_fetched(
+    timeline: Any, monkeypatch: pytest.MonkeyPatch, at: int
+) -> None:
+    config, _, _ = timeline
+    ts = BASE_TS + at * 1000
+    fetched: list[int] = []
+    fetch_index = RlmmLayout.fetch_index
+
+    def counting(self: Any, m: RemoteLogSegmentMetadata, kind: IndexType) -> bytes:
+        if kind is IndexType.TIMESTAMP:
+            fetched.append(m.start_offset)
+        return fetch_index(self, m, kind)
+
+    monkeypatch.setattr(RlmmLayout, "fetch_index", counting)
+    options: dict[str, Any] = {"starting_timestamp_strategy": "latest"}
+    known_start = read(config, starting_timestamp_ms=ts, **options)
+    known_end = read(config, ending_timestamp_ms=ts)
+    with_smallest = len(fetched)
+    monkeypatch.setattr(RlmmLayout, "smallest_timestamp", lambda self, m: None)
+    fetched.clear()
+    assert read(config, starting_timestamp_ms=ts, **options) == known_start
+    assert read(config, ending_timestamp_ms=ts) == known_end
+    assert with_smallest <= len(fetched)
+    if at in (0, 100):  # the answer is a segment's first record: no time index needed
+        assert with_smallest < len(fetched)
+
+
+def test_a_foreign_layout_learns_on_first_read_then_skips(
+    timeline: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config, rows, _ = timeline
+    remote = as_local_tiered_storage(config, tmp_path / "lts")
+    side = tmp_path / "side-index"
+    # No side index: every segment from the window's start on is read, as before.
+    slices, got = read(config, WINDOW, remote=remote)
+    assert got == in_window(rows, WINDOW)
+    assert planned(slices) == {700} | set(range(1200, 1900, SEGMENT_RECORDS))
+    # The first read with the side index reads the same, and its readers learn.
+    slices, got = read(config, WINDOW, remote=remote, side_index=str(side))
+    assert got == in_window(rows, WINDOW)
+    assert planned(slices) == {700} | set(range(1200, 1900, SEGMENT_RECORDS))
+    assert all(s.side_index == str(side) for s in slices)
+    # Nothing written into the foreign layout's tree; entries under rlmm's own.
+    assert not [p for p in (tmp_path / "lts").rglob("*") if "." not in p.name and p.is_file()]
+    # Segments 13..19: read whole. (7 and 12 hold the window's start: their batches
+    # before it were skipped undecoded, so their smallest timestamp stays unknown.)
+    assert len(list(side.rglob("*.*.*.*.*"))) == PARTITIONS * 7
+    slices, got = read(config, WINDOW, remote=remote, side_index=str(side))
+    assert got == in_window(rows, WINDOW)
+    assert planned(slices) == WINDOW_SEGMENTS
+    # A full read learns the rest: segments before the window too.
+    _, got = read(config, remote=remote, side_index=str(side))
+    assert got == rows
+    slices, _ = read(config, RowBounds(max_timestamp_ms=BASE_TS + 349_999), remote=remote,
+                     side_index=str(side))  # fmt: skip
+    assert planned(slices) == {0, 100, 200, 300, 1500}
+    assert "corrupt" not in caplog.text
+
+
+def test_corrupt_or_conflicting_entries_are_unknown_never_a_wrong_skip(
+    timeline: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config, rows, _ = timeline
+    remote = as_local_tiered_storage(config, tmp_path / "lts")
+    side = tmp_path / "side-index"
+    read(config, remote=remote, side_index=str(side))  # learns every segment
+    with open_metadata_view(config) as view:
+        tp = view.find(TOPIC, 0)
+        assert tp is not None
+        by_start = {m.start_offset: m for m in view.lineage(tp)}
+    directory = next(side.rglob(f"{TOPIC}-*")) / "0"
+    # Segment 1300 (wholly after the window): a second, different value for its range.
+    m = by_start[1300]
+    (
+        directory / entry_name(m.remote_log_segment_id.id, Entry(0, m.segment_size_in_bytes, 0))
+    ).touch()
+    # Segment 1400: its entry's name damaged (the CRC no longer matches).
+    (damaged,) = directory.glob(
+        f"{m.remote_log_segment_id.id.hex[:0]}{by_start[1400].remote_log_segment_id.id.hex}.*"
+    )
+    damaged.rename(damaged.with_name(damaged.name.replace(".0.", ".1.", 1)))
+    (directory / "not-an-entry").touch()
+    caplog.set_level(logging.WARNING)
+    slices, got = read(config, WINDOW, remote=remote, side_index=str(side))
+    assert got == in_window(rows, WINDOW)
+    assert {s.segment.start_offset for s in slices if s.partition == 0} == WINDOW_SEGMENTS | {
+        1300,
+        1400,
+    }
+    assert {s.segment.start_offset for s in slices if s.partition == 1} == WINDOW_SEGMENTS
+    assert "two smallest timestamps" in caplog.text and "corrupt" in caplog.text
+
+
+def test_an_unusable_side_index_never_fails_a_read(
+    timeline: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config, rows, _ = timeline
+    remote = as_local_tiered_storage(config, tmp_path / "lts")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    smallest_module._failed.clear()
+    caplog.set_level(logging.WARNING)
+    for _ in range(2):
+        slices, got = read(config, WINDOW, remote=remote, side_index=str(blocker / "side"))
+        assert got == in_window(rows, WINDOW)
+        assert planned(slices) == {700} | set(range(1200, 1900, SEGMENT_RECORDS))
+    assert caplog.text.count("cannot be used") == 1
