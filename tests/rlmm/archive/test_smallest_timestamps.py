@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,32 +16,24 @@ import pytest
 
 from remote import IndexType
 from remote.layouts import load_remote_layout
-from remote.layouts.local_tiered_storage import ROOT_DIR_NAME
 from remote.layouts.rlmm import RlmmLayout
-from remote.naming import OBJECT_KINDS, object_name
+from remote.naming import partition_prefix
 from remote.side_index import Entry, entry_name
 from rlmm.archive import ReadRequest, RowBounds, Slice, open_metadata_view, plan_slices, read_slice
 from rlmm.archive import smallest_timestamps as smallest_module
 from rlmm.config import RlmmConfig
-from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
+from rlmm.model import RemoteLogSegmentMetadata
 from tests.rlmm.archive.timeline_data import (
     BASE_TS,
     PARTITIONS,
     SEGMENT_RECORDS,
     TOPIC,
+    as_local_tiered_storage,
     timestamp_of,
     write_timeline,
 )
 
 Row = tuple[int, int, int, bytes]
-LTS_SUFFIX = {
-    None: ".log",
-    IndexType.OFFSET: ".index",
-    IndexType.TIMESTAMP: ".timeindex",
-    IndexType.TRANSACTION: ".txnindex",
-    IndexType.PRODUCER_SNAPSHOT: ".snapshot",
-    IndexType.LEADER_EPOCH: ".leader_epoch_checkpoint",
-}
 # The window [1200 s, 1260 s): segment 12 holds it, 7 holds a record an hour ahead (its
 # max timestamp reaches past the window's start) and 15 the straggler stamped at 300 s
 # (its smallest timestamp is before the window's end); 13, 14 and 16-19 are wholly after.
@@ -56,26 +47,6 @@ def timeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[RlmmConfig, list
     config, archived = write_timeline(tmp)
     rows = [(p, o, ts, key) for p in range(PARTITIONS) for o, ts, key in archived[p]]
     return config, sorted(rows), tmp
-
-
-def as_local_tiered_storage(config: RlmmConfig, root: Path) -> dict[str, Any]:
-    """The same copies laid out as Kafka's LocalTieredStorage lays them out: the remote
-    options of that layout (which records no smallest timestamp)."""
-    rsm_root = Path(config.remote_options()["root"])
-    with open_metadata_view(config) as view:
-        segments = [m for tp in view.topic_partitions() for m in view.lineage(tp)]
-    for m in segments:
-        tp = m.topic_id_partition
-        directory = (
-            root / ROOT_DIR_NAME / f"{tp.topic}-{tp.partition}-{kafka_uuid_to_str(tp.topic_id)}"
-        )
-        directory.mkdir(parents=True, exist_ok=True)
-        base = f"{m.start_offset:020d}-{kafka_uuid_to_str(m.remote_log_segment_id.id)}"
-        for kind in OBJECT_KINDS:
-            source = rsm_root / object_name(m, kind)
-            if source.exists():
-                shutil.copyfile(source, directory / (base + LTS_SUFFIX[kind]))
-    return {"type": "local-tiered-storage", "dir": str(root)}
 
 
 def read(
@@ -220,7 +191,7 @@ def test_corrupt_or_conflicting_entries_are_unknown_never_a_wrong_skip(
         tp = view.find(TOPIC, 0)
         assert tp is not None
         by_start = {m.start_offset: m for m in view.lineage(tp)}
-    directory = next(side.rglob(f"{TOPIC}-*")) / "0"
+    directory = side / partition_prefix(tp)
     # Segment 1300 (wholly after the window): a second, different value for its range.
     m = by_start[1300]
     (

@@ -23,7 +23,13 @@ from pyspark.sql.datasource import (
 from rlmm.archive import RowBounds
 from rlmm.spark import FILTER_PUSHDOWN_CONF
 from rlmm.spark.source import filter_bounds, pushdown_is_scan_scoped
-from tests.rlmm.archive.timeline_data import BASE_TS, OUT_OF_ORDER, TOPIC, write_timeline
+from tests.rlmm.archive.timeline_data import (
+    BASE_TS,
+    OUT_OF_ORDER,
+    TOPIC,
+    as_local_tiered_storage,
+    write_timeline,
+)
 from tests.rlmm.spark.spark_data import UNPACKED, overrides, read
 
 pytestmark = pytest.mark.spark
@@ -117,11 +123,51 @@ def test_filtered_reads_equal_spark_filtering_the_whole_read(
 def test_a_window_reads_few_partitions(registered: Any, timeline: dict[str, str]) -> None:
     whole = read(registered, **timeline)
     window = whole.where(WINDOW)
-    # 19 archived segments per partition; the window is in segment 12, and segment 7
-    # holds a record an hour ahead (its max timestamp): 7, then 12..18 of each partition.
+    # 19 archived segments per partition; the window is in segment 12, segment 7 holds
+    # a record an hour ahead (its max timestamp) and 15 a straggler stamped at 300 s (its
+    # smallest timestamp, in rlmm's manifest): 7, 12 and 15 of each partition.
     assert whole.rdd.getNumPartitions() == 38
-    assert window.rdd.getNumPartitions() == 2 * (1 + 7)
+    assert window.rdd.getNumPartitions() == 2 * 3
     assert window.count() == 2 * 60
+
+
+def test_a_foreign_layout_learns_smallest_timestamps_then_skips(
+    registered: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Kafka's LocalTieredStorage records no smallest timestamp: the first read's
+    executors learn them into rlmm's side index, and the next window skips the segments
+    wholly after it, with rows equal to the unpruned read; the timestamp options give
+    the same rows with the side index on or off."""
+    tmp = tmp_path_factory.mktemp("spark-lts")
+    config, _ = write_timeline(tmp / "rlmm-copy")
+    remote = as_local_tiered_storage(config, tmp / "lts")
+    options = {
+        **overrides(config),
+        **{f"rlmm.remote.{k}": v for k, v in remote.items() if k != "root"},
+        "subscribe": TOPIC,
+        **UNPACKED,
+        "filterPushdown": "true",
+    }
+    learning = {**options, "rlmm.archive.side_index": str(tmp / "side-index")}
+    unpruned = registered.createDataFrame(read(registered, **options).toArrow())
+    expected = collected(unpruned.where(WINDOW))
+    first = read(registered, **learning).where(WINDOW)
+    assert first.rdd.getNumPartitions() == 2 * (1 + 7)  # unknown: read as before
+    assert collected(first) == expected  # ... and its executors learned
+    second = read(registered, **learning).where(WINDOW)
+    assert second.rdd.getNumPartitions() == 2 * 3
+    assert collected(second) == expected
+    # startingTimestamp / endingTimestamp: offsets resolved the same either way.
+    window = {
+        "startingTimestamp": str(BASE_TS + 100_000),
+        "endingTimestamp": str(BASE_TS + 160_000),
+    }
+    off = {**options, "rlmm.archive.side_index": "off", **window}
+    by_options = collected(read(registered, **{**learning, **window}))
+    assert by_options == collected(read(registered, **off))
+    assert [(p, o) for p, o, *_ in by_options] == [
+        (p, o) for p in range(2) for o in range(100, 160)
+    ]
 
 
 def test_pushdown_is_scan_scoped_from_spark_5() -> None:
