@@ -2,8 +2,10 @@
 
 The one library layer under the Spark source (``rlmm.spark``) and the CLI's
 ``records`` and listing commands. Invariant: nothing here writes to the event log,
-the snapshot store or remote storage; the metadata view is the only part that reads
-the event log, and a slice's reader needs only the slice (and remote storage).
+the snapshot store or remote storage (the one write is rlmm's own side index of
+smallest timestamps, ``smallest_timestamps``, never a layout's objects); the metadata
+view is the only part that reads the event log, and a slice's reader needs only the
+slice (and remote storage).
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ offset, and stop being so at their producer's ABORT marker); with the slice's
 timestamp bounds (a query's filter), only records inside them come out. A corrupt
 batch raises CorruptBatchError, a segment deleted since planning DataLossError
 (with fail_on_data_loss false, both are logged and skipped). The fetched stream is
-closed whatever happens.
+closed whatever happens. A slice that names a side index records there the smallest
+timestamp of its bytes only when the read ran to its end and looked at every record
+of every batch in them (contiguous, inside the slice's offsets, none skipped).
 """
 
 from __future__ import annotations
