@@ -219,3 +219,50 @@ def test_breakage_is_found_and_gc_removes_only_garbage(cluster: dict[str, Any]) 
         s3.put_object(Bucket=bucket, Key=key, Body=data)
     clean = rlmm(config, "verify", "--deep", "--safety-window", "0s")
     assert clean.returncode == 0, clean.stdout + clean.stderr
+
+
+@pytest.mark.parametrize("cluster", ["plain"], indirect=True)  # the layout reads each alike
+def test_a_window_learns_and_then_skips_segments_after_it(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """Aiven's plugin records no smallest timestamp: the first read learns each segment's
+    into rlmm's side index (a directory of rlmm's, nothing in the plugin's bucket), and
+    the next window skips the segments wholly after it, with the same rows."""
+    from rlmm.archive import ReadRequest, RowBounds, open_metadata_view, plan_slices, read_slice
+    from rlmm.config import load_config
+
+    config = load_config(cluster["config"])
+    side = str(tmp_path / "side-index")
+    rows = cluster["records"]["read_uncommitted"]
+    before = {o["Key"] for o in cluster["s3"].list_objects_v2(Bucket=cluster["bucket"])["Contents"]}
+
+    def read(where: RowBounds) -> tuple[set[tuple[int, int]], list[tuple[int, int]]]:
+        with open_metadata_view(config) as view:
+            request = ReadRequest(topics=("orders",), where=where)
+            slices = plan_slices(view, request, config.remote_options(), side_index=side)
+        got = [
+            (p, o)
+            for piece in slices
+            for batch in read_slice(piece)
+            for p, o in zip(
+                batch["partition"].to_pylist(), batch["offset"].to_pylist(), strict=True
+            )
+        ]
+        return {(s.partition, s.segment.start_offset) for s in slices}, sorted(got)
+
+    first_segment_end = min(r["timestamp"] for r in rows) + 1  # the first batch's records
+    window = RowBounds(max_timestamp_ms=first_segment_end)
+    expected = sorted(
+        (r["partition"], r["offset"]) for r in rows if r["timestamp"] <= first_segment_end
+    )
+    unknown, got = read(window)  # unknown: every segment, and its readers learn
+    assert got == expected
+    learned, got = read(window)
+    assert got == expected
+    assert learned < unknown and learned
+    # Every segment skipped holds only records after the window.
+    for p, start in unknown - learned:
+        later = [r for r in rows if r["partition"] == p and r["offset"] >= start]
+        assert all(r["timestamp"] > first_segment_end for r in later)
+    after = {o["Key"] for o in cluster["s3"].list_objects_v2(Bucket=cluster["bucket"])["Contents"]}
+    assert after == before
