@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -96,6 +97,13 @@ def test_manifest_records_sizes_and_crcs(s3_mock_factory: S3Factory, tmp_path: P
         data = seg.contents[field_name]
         assert manifest.objects[kind].size == len(data)
         assert manifest.objects[kind].crc32c == crc32c_of(data)
+    # Random bytes are no Kafka log: the smallest timestamp is unknown (version 1) ...
+    assert manifest.smallest_timestamp_ms is None
+    # ... and the offloader's, from its CRC pass, is recorded as it is (version 2).
+    known = dataclasses.replace(seg.data, smallest_timestamp_ms=1_700_000_000_000)
+    custom = b.rsm.copy_log_segment_data(make_metadata(), known)
+    assert custom is not None and len(custom) <= 128
+    assert SegmentManifest.decode(custom).smallest_timestamp_ms == 1_700_000_000_000
 
 
 @pytest.mark.parametrize(

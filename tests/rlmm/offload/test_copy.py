@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from remote import PartitionDirWriter, available_codecs, generate_records
+from remote import (
+    PartitionDir,
+    PartitionDirWriter,
+    ProducerRecord,
+    RecordBatchReader,
+    SegmentManifest,
+    available_codecs,
+    decode_batch,
+    generate_records,
+    segment_data,
+)
 from remote.local import LocalRemoteStorageManager
 from rlmm.errors import RemoteResourceNotFoundError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
@@ -145,3 +156,45 @@ async def test_becoming_follower_stops_the_task(
         rlm.highest_remote_offset(tp)
     await rlm.stop_partitions([tp])
     assert tp not in rlm.rlmm.assigned_partitions
+
+
+async def test_each_copy_records_its_segments_smallest_timestamp_from_the_crc_pass(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    rsm: LocalRemoteStorageManager,
+    make_rlm: Callable[..., RemoteLogManager],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Out-of-order timestamps (negative deltas in a batch, late records): the manifest
+    holds each segment's true minimum, which the CRC check's pass over the batches
+    found (the RSM's own scan of the file, for callers that did not, is not used)."""
+    rng = random.Random(29)
+    records = [
+        ProducerRecord(
+            b"%d" % n, b"v" * 30, (), 1_700_000_000_000 + n * 1000 - rng.randrange(600_000)
+        )
+        for n in range(900)
+    ]
+    with PartitionDirWriter(tmp_path / "logs", "orders", 0, segment_bytes=16 * 1024) as w:
+        w.append_records(records, batch_records=10)
+    pdir = PartitionDir(tmp_path / "logs" / "orders-0")
+
+    def no_second_pass(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the RSM scanned the log again")
+
+    monkeypatch.setattr(segment_data, "RecordBatchReader", no_second_pass)
+    src = source(pdir)
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    result = await rlm.copy_round(src.topic_id_partition)
+    assert len(result.copied) >= 2
+    below_its_base_timestamp = 0  # batches whose header does not give their minimum
+    for m in rlmm_manager.list_remote_log_segments(src.topic_id_partition):
+        truth = min(records[n].timestamp or 0 for n in range(m.start_offset, m.end_offset + 1))
+        manifest = SegmentManifest.of(m)
+        assert manifest is not None and manifest.smallest_timestamp_ms == truth
+        for h, data in RecordBatchReader(pdir.segment(m.start_offset).log_path).batches():
+            below_its_base_timestamp += min(r.timestamp for r in decode_batch(h, data)) < (
+                h.base_timestamp
+            )
+    assert below_its_base_timestamp
