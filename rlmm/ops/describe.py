@@ -4,8 +4,10 @@ Invariant: the field names produced here are the stable vocabulary of every tool
 output (``rlmm --json``, event dumps): ``topic``, ``partition``, ``topic_id``,
 ``segment_id`` (Kafka's base64 uuid text), ``start_offset``, ``end_offset``,
 ``segment_leader_epochs``, ``segment_size_in_bytes``, ``max_timestamp_ms``,
-``event_timestamp_ms``, ``broker_id``, ``state`` (Kafka's constant name). Adding a
-field is fine; renaming one breaks operators' scripts.
+``event_timestamp_ms``, ``broker_id``, ``state`` (Kafka's constant name),
+``smallest_timestamp_ms`` (the smallest record timestamp rlmm's manifest recorded;
+null when the writer recorded none). Adding a field is fine; renaming one breaks
+operators' scripts.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from remote.manifest import SegmentManifest
 from rlmm.model import (
     RemoteLogMetadata,
     RemoteLogSegmentMetadata,
@@ -35,6 +38,12 @@ def custom_metadata_text(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
+def smallest_timestamp_ms(m: RemoteLogSegmentMetadata) -> int | None:
+    """The smallest record timestamp in rlmm's manifest (version 2), else None."""
+    manifest = SegmentManifest.of(m)
+    return None if manifest is None else manifest.smallest_timestamp_ms
+
+
 def segment_fields(m: RemoteLogSegmentMetadata) -> dict[str, Any]:
     """Every field of one segment's metadata."""
     return {
@@ -45,6 +54,7 @@ def segment_fields(m: RemoteLogSegmentMetadata) -> dict[str, Any]:
         "segment_leader_epochs": {str(e): o for e, o in m.segment_leader_epochs.items()},
         "segment_size_in_bytes": m.segment_size_in_bytes,
         "max_timestamp_ms": m.max_timestamp_ms,
+        "smallest_timestamp_ms": smallest_timestamp_ms(m),
         "event_timestamp_ms": m.event_timestamp_ms,
         "broker_id": m.broker_id,
         "state": m.state.name,

@@ -68,6 +68,9 @@ def test_show_one_segment(store: Store) -> None:
     assert detail["segment"] == segment_fields(m)
     manifest = SegmentManifest.of(m)
     assert manifest is not None
+    # The smallest record timestamp the copy recorded (manifest version 2).
+    assert manifest.smallest_timestamp_ms is not None
+    assert detail["segment"]["smallest_timestamp_ms"] == manifest.smallest_timestamp_ms
     assert [o["name"] for o in detail["objects"]] == [
         object_name(m, k) for k in OBJECT_KINDS if k in manifest.objects
     ]
