@@ -39,6 +39,7 @@ Row = tuple[int, int, int, bytes]
 # (its smallest timestamp is before the window's end); 13, 14 and 16-19 are wholly after.
 WINDOW = RowBounds(min_timestamp_ms=BASE_TS + 1_200_000, max_timestamp_ms=BASE_TS + 1_259_999)
 WINDOW_SEGMENTS = {700, 1200, 1500}
+UNKNOWN = {700} | set(range(1200, 1900, SEGMENT_RECORDS))  # every segment not before it
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,15 @@ def planned(slices: list[Slice]) -> set[int]:
     return {s.segment.start_offset for s in slices}
 
 
+def window_plans(
+    config: RlmmConfig, rows: list[Row], where: RowBounds = WINDOW, **kw: Any
+) -> set[int]:
+    """The segments a windowed read planned, once its rows are checked exact."""
+    slices, got = read(config, where, **kw)
+    assert got == in_window(rows, where)
+    return planned(slices)
+
+
 def every_segment() -> set[int]:
     return set(range(0, 1900, SEGMENT_RECORDS))  # the 20th segment is the active one
 
@@ -104,10 +114,7 @@ def test_the_offloader_records_each_segments_true_minimum(timeline: Any) -> None
 
 def test_a_window_plans_only_the_segments_that_can_hold_its_rows(timeline: Any) -> None:
     config, rows, _ = timeline
-    slices, got = read(config, WINDOW)
-    assert got == in_window(rows, WINDOW)
-    assert planned(slices) == WINDOW_SEGMENTS
-    assert {s.partition for s in slices} == set(range(PARTITIONS))
+    assert window_plans(config, rows) == WINDOW_SEGMENTS
 
 
 def test_unknown_smallest_timestamps_are_read_as_before(
@@ -115,9 +122,7 @@ def test_unknown_smallest_timestamps_are_read_as_before(
 ) -> None:
     config, rows, _ = timeline
     monkeypatch.setattr(RlmmLayout, "smallest_timestamp", lambda self, m: None)
-    slices, got = read(config, WINDOW)
-    assert got == in_window(rows, WINDOW)
-    assert planned(slices) == {700} | set(range(1200, 1900, SEGMENT_RECORDS))
+    assert window_plans(config, rows) == UNKNOWN
 
 
 @pytest.mark.parametrize("at", [0, 100, 350, 699, 700, 1200, 1510, 1898, 5000])
@@ -155,28 +160,24 @@ def test_a_foreign_layout_learns_on_first_read_then_skips(
     remote = as_local_tiered_storage(config, tmp_path / "lts")
     side = tmp_path / "side-index"
     # No side index: every segment from the window's start on is read, as before.
-    slices, got = read(config, WINDOW, remote=remote)
-    assert got == in_window(rows, WINDOW)
-    assert planned(slices) == {700} | set(range(1200, 1900, SEGMENT_RECORDS))
+    assert window_plans(config, rows, remote=remote) == UNKNOWN
     # The first read with the side index reads the same, and its readers learn.
-    slices, got = read(config, WINDOW, remote=remote, side_index=str(side))
-    assert got == in_window(rows, WINDOW)
-    assert planned(slices) == {700} | set(range(1200, 1900, SEGMENT_RECORDS))
+    slices, _ = read(config, WINDOW, remote=remote, side_index=str(side))
+    assert planned(slices) == UNKNOWN
     assert all(s.side_index == str(side) for s in slices)
     # Nothing written into the foreign layout's tree; entries under rlmm's own.
     assert not [p for p in (tmp_path / "lts").rglob("*") if "." not in p.name and p.is_file()]
     # Segments 13..19: read whole. (7 and 12 hold the window's start: their batches
     # before it were skipped undecoded, so their smallest timestamp stays unknown.)
     assert len(list(side.rglob("*.*.*.*.*"))) == PARTITIONS * 7
-    slices, got = read(config, WINDOW, remote=remote, side_index=str(side))
-    assert got == in_window(rows, WINDOW)
-    assert planned(slices) == WINDOW_SEGMENTS
+    assert window_plans(config, rows, remote=remote, side_index=str(side)) == WINDOW_SEGMENTS
     # A full read learns the rest: segments before the window too.
     _, got = read(config, remote=remote, side_index=str(side))
     assert got == rows
-    slices, _ = read(config, RowBounds(max_timestamp_ms=BASE_TS + 349_999), remote=remote,
-                     side_index=str(side))  # fmt: skip
-    assert planned(slices) == {0, 100, 200, 300, 1500}
+    early = RowBounds(max_timestamp_ms=BASE_TS + 349_999)
+    assert window_plans(config, rows, early, remote=remote, side_index=str(side)) == {
+        0, 100, 200, 300, 1500
+    }  # fmt: skip
     assert "corrupt" not in caplog.text
 
 
@@ -198,18 +199,14 @@ def test_corrupt_or_conflicting_entries_are_unknown_never_a_wrong_skip(
         directory / entry_name(m.remote_log_segment_id.id, Entry(0, m.segment_size_in_bytes, 0))
     ).touch()
     # Segment 1400: its entry's name damaged (the CRC no longer matches).
-    (damaged,) = directory.glob(
-        f"{m.remote_log_segment_id.id.hex[:0]}{by_start[1400].remote_log_segment_id.id.hex}.*"
-    )
+    (damaged,) = directory.glob(f"{by_start[1400].remote_log_segment_id.id.hex}.*")
     damaged.rename(damaged.with_name(damaged.name.replace(".0.", ".1.", 1)))
     (directory / "not-an-entry").touch()
     caplog.set_level(logging.WARNING)
     slices, got = read(config, WINDOW, remote=remote, side_index=str(side))
     assert got == in_window(rows, WINDOW)
-    assert {s.segment.start_offset for s in slices if s.partition == 0} == WINDOW_SEGMENTS | {
-        1300,
-        1400,
-    }
+    damaged_too = WINDOW_SEGMENTS | {1300, 1400}
+    assert {s.segment.start_offset for s in slices if s.partition == 0} == damaged_too
     assert {s.segment.start_offset for s in slices if s.partition == 1} == WINDOW_SEGMENTS
     assert "two smallest timestamps" in caplog.text and "corrupt" in caplog.text
 
@@ -224,7 +221,7 @@ def test_an_unusable_side_index_never_fails_a_read(
     smallest_module._failed.clear()
     caplog.set_level(logging.WARNING)
     for _ in range(2):
-        slices, got = read(config, WINDOW, remote=remote, side_index=str(blocker / "side"))
-        assert got == in_window(rows, WINDOW)
-        assert planned(slices) == {700} | set(range(1200, 1900, SEGMENT_RECORDS))
+        assert window_plans(config, rows, remote=remote, side_index=str(blocker / "side")) == (
+            UNKNOWN
+        )
     assert caplog.text.count("cannot be used") == 1
