@@ -56,11 +56,27 @@ def test_kafka_property_names(tmp_path: Path) -> None:
         ({"eventlog.type": "zookeeper"}, {}, "eventlog.type must be"),
         ({}, {"RLMM_BOGUS_X": "1"}, "RLMM_BOGUS_X"),
         ({"remote.log.metadata.consumer.x": "1"}, {}, "need eventlog.type = 'kafka'"),
+        ({"archive.side_index": ""}, {}, "archive.side_index must be"),
+        ({"archive.side_index": 3}, {}, "archive.side_index must be"),
+        ({"archive.bogus": "x"}, {}, "unknown setting 'archive.bogus'"),
     ],
 )
 def test_bad_settings_are_named(overrides: dict, env: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(overrides=overrides, env=env)
+
+
+def test_the_side_index_lives_under_data_dir_unless_told(tmp_path: Path) -> None:
+    """[archive] side_index: rlmm's own place for the smallest timestamps it learns."""
+    config = load_config(overrides={"data_dir": str(tmp_path)}, env={})
+    assert config.side_index_location() == str((tmp_path / "side-index").resolve())
+    env = {"RLMM_ARCHIVE_SIDE_INDEX": "s3://bucket/side"}
+    assert load_config(env=env).side_index_location() == "s3://bucket/side"
+    assert (
+        load_config(overrides={"archive.side_index": "off"}, env={}).side_index_location() is None
+    )
+    there = load_config(overrides={"archive.side_index": str(tmp_path / "x")}, env={})
+    assert there.side_index_location() == str(tmp_path / "x")
 
 
 def test_bad_files(tmp_path: Path) -> None:
