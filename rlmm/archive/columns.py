@@ -60,6 +60,7 @@ class ColumnBuilder:
         include_headers: bool = False,
         min_timestamp_ms: int | None = None,
         max_timestamp_ms: int | None = None,
+        track_smallest: bool = False,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -68,8 +69,10 @@ class ColumnBuilder:
         self.include_headers = include_headers
         self.min_timestamp_ms = min_timestamp_ms
         self.max_timestamp_ms = max_timestamp_ms
-        # The smallest timestamp of every in-range record looked at, kept or not (a
-        # reader that saw all of a segment's bytes records it in rlmm's side index).
+        # With track_smallest: the smallest timestamp of every in-range record looked
+        # at, kept or not (a reader that saw all of a segment's bytes records it in
+        # rlmm's side index); off, the loops pay nothing for it.
+        self.track_smallest = track_smallest
         self.smallest_ms: int | None = None
         self._reset()
 
@@ -143,7 +146,8 @@ class ColumnBuilder:
         past_end = ts_hi is not None and header.max_timestamp > ts_hi
         if past_end and log_append:
             # every record has the batch's max timestamp: all after the window
-            self._saw(header.max_timestamp if header.record_count else None)
+            if self.track_smallest and header.record_count:
+                self._saw(header.max_timestamp)
             return
         if not past_end and lo <= base and last < hi and header.record_count == last - base + 1:
             # The hot path: every record wanted and offsets are base..last, so no
@@ -174,8 +178,9 @@ class ColumnBuilder:
                 # LogAppendTime: the broker's time, the batch max timestamp, for every record.
                 del timestamps[n:]
                 timestamps.extend([header.max_timestamp] * added)
-                self._saw(header.max_timestamp if added else None)
-            else:
+                if self.track_smallest and added:
+                    self._saw(header.max_timestamp)
+            elif self.track_smallest:
                 self._saw(min(timestamps[n:], default=None))
             parts = self.offset_parts
             run = parts[-1] if parts else None
@@ -187,13 +192,14 @@ class ColumnBuilder:
         oa = self._explicit_offsets().append
         max_ts = header.max_timestamp
         top = max_ts if ts_hi is None else ts_hi  # past_end: ts_hi is set
+        track = self.track_smallest
         low = None
         for r in records:
             o = r.offset
             if o < lo or o >= hi:
                 continue
             t = max_ts if log_append else r.timestamp
-            if low is None or t < low:
+            if track and (low is None or t < low):
                 low = t
             if past_end and (t > top or (ts_lo is not None and t < ts_lo)):
                 continue
@@ -233,7 +239,8 @@ class ColumnBuilder:
             self.timestamps.append(-1 if r.timestamp is None else r.timestamp)
             if with_headers:
                 self.header_ends.append(len(self.header_pairs))
-        self._saw(min(self.timestamps[n:], default=None))
+        if self.track_smallest:
+            self._saw(min(self.timestamps[n:], default=None))
 
     # ---- building -------------------------------------------------------------------------
 

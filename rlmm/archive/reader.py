@@ -109,6 +109,9 @@ skipped_slices = 0
 def _decode(
     piece: Slice, stream: BinaryIO, segment_id: str, name: str, batch_rows: int
 ) -> Iterator[pa.RecordBatch]:
+    # Learning the smallest timestamp of the bytes read, for rlmm's side index: only
+    # while every batch is contiguous, wholly in the slice's offsets and looked at.
+    learning = piece.side_index is not None
     builder = ColumnBuilder(
         piece.topic,
         piece.partition,
@@ -117,6 +120,7 @@ def _decode(
         piece.include_headers,
         piece.min_timestamp_ms,
         piece.max_timestamp_ms,
+        track_smallest=learning,
     )
     min_ts = piece.min_timestamp_ms
     lo, hi = piece.from_offset, piece.until_offset
@@ -127,9 +131,6 @@ def _decode(
     build_rows = min(batch_rows, BUILD_ROWS)
     chunks: list[pa.RecordBatch] = []  # built, not yet yielded: fewer than batch_rows rows
     chunk_rows = 0
-    # Learning the smallest timestamp of the bytes read, for rlmm's side index: only
-    # while every batch is contiguous, wholly in the slice's offsets and looked at.
-    learning = piece.side_index is not None
     covered = piece.start_position
     skipped = SmallestTimestamp(name)  # of the batches the builder does not see
     with stream as f:
@@ -147,13 +148,6 @@ def _decode(
                     and header.last_offset < hi
                 )
                 covered = header.end_position
-                if learning and (header.is_control or header.is_transactional):
-                    # Control batches and (under read_committed) aborted ones skip the
-                    # builder; Kafka's ListOffsets counts their records all the same.
-                    try:
-                        skipped.add(header, data)
-                    except SegmentFormatError:
-                        learning = False
             if header.last_offset < lo:
                 continue
             if header.base_offset >= hi:
@@ -167,10 +161,13 @@ def _decode(
                 if header.is_control:
                     if _is_abort_marker(header, data):
                         aborting.discard(header.producer_id)
+                    learning = learning and _learn(skipped, header, data)
                     continue
                 if header.is_transactional and header.producer_id in aborting:
+                    learning = learning and _learn(skipped, header, data)
                     continue
             if header.is_control:
+                learning = learning and _learn(skipped, header, data)
                 continue
             if min_ts is not None and header.magic >= 2 and header.max_timestamp < min_ts:
                 learning = False  # its smallest timestamp stays unknown
@@ -216,6 +213,16 @@ def _decode(
                 piece.segment,
                 Entry(piece.start_position, covered, skipped.value),
             )
+
+
+def _learn(skipped: SmallestTimestamp, header: RecordBatchHeader, data: memoryview) -> bool:
+    """Fold in a batch the builder does not see (Kafka's ListOffsets counts control and
+    aborted records too); False when its records cannot be decoded."""
+    try:
+        skipped.add(header, data)
+    except SegmentFormatError:
+        return False
+    return True
 
 
 def _concat(chunks: list[pa.RecordBatch]) -> pa.RecordBatch:

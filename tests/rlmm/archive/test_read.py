@@ -388,3 +388,35 @@ def test_a_gap_is_data_loss_or_skipped(tmp_path: Path, caplog: Any) -> None:
     # Offsets beyond the archive are data loss too.
     with pytest.raises(DataLossError, match="not in the archive"):
         read(config, ReadRequest(topics=("g",), ending_offsets={("g", 0): 10**6}))
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_what_readers_learn_equals_what_the_offloader_recorded(
+    history: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolation: str
+) -> None:
+    """Every codec, control batches, aborted transactions (skipped undecoded under
+    read_committed): a read's side index entries give each segment the smallest
+    timestamp the offloader found over all its records."""
+    from remote.layouts import load_remote_layout
+    from remote.layouts.rlmm import RlmmLayout
+    from remote.side_index import SideIndex, smallest_of
+
+    config, _ = history
+    layout = load_remote_layout(config.remote_options())
+    with open_metadata_view(config) as view:
+        segments = [m for tp in view.topic_partitions() for m in view.lineage(tp)]
+    recorded = {m.remote_log_segment_id: layout.smallest_timestamp(m) for m in segments}
+    assert None not in recorded.values()
+    monkeypatch.setattr(RlmmLayout, "smallest_timestamp", lambda self, m: None)
+    side = str(tmp_path / "side")
+    with open_metadata_view(config) as view:
+        for tp in view.topic_partitions():
+            request = ReadRequest(partitions={tp.topic: (tp.partition,)}, isolation_level=isolation)
+            for piece in plan_slices(view, request, config.remote_options(), side_index=side):
+                for _ in read_slice(piece):
+                    pass
+    index = SideIndex(side)
+    for m in segments:
+        entries = index.read(m.topic_id_partition).get(m.remote_log_segment_id.id, [])
+        learned = smallest_of(entries, m.segment_size_in_bytes)
+        assert learned == recorded[m.remote_log_segment_id], m
