@@ -47,6 +47,7 @@ def _side_index(location: str, remote_options: Mapping[str, Any]) -> SideIndex |
             except Exception as e:  # a bad location or S3 settings: read on without it
                 _failed_once(location, e)
                 return None
+            atexit.register(index.close)  # one per location and process: kept till exit
         return index
 
 
@@ -59,17 +60,6 @@ def _failed_once(location: str, error: BaseException) -> None:
             location,
             error,
         )
-
-
-def close_side_indexes() -> None:
-    with _lock:
-        indexes = list(_indexes.values())
-        _indexes.clear()
-    for index in indexes:
-        index.close()
-
-
-atexit.register(close_side_indexes)
 
 
 class SmallestTimestamps:
@@ -128,4 +118,4 @@ def record_smallest_timestamp(
         _failed_once(location, e)
 
 
-__all__ = ["SmallestTimestamps", "close_side_indexes", "record_smallest_timestamp"]
+__all__ = ["SmallestTimestamps", "record_smallest_timestamp"]

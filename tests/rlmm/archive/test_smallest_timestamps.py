@@ -153,12 +153,17 @@ def test_timestamp_options_resolve_to_the_same_offsets_with_less_fetched(
         assert with_smallest < len(fetched)
 
 
-def test_a_foreign_layout_learns_on_first_read_then_skips(
-    timeline: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+@pytest.fixture
+def foreign(timeline: Any, tmp_path: Path) -> tuple[RlmmConfig, list[Row], dict[str, Any], Path]:
+    """The timeline as Kafka's LocalTieredStorage holds it, and a fresh side index."""
     config, rows, _ = timeline
-    remote = as_local_tiered_storage(config, tmp_path / "lts")
-    side = tmp_path / "side-index"
+    return config, rows, as_local_tiered_storage(config, tmp_path / "lts"), tmp_path / "side"
+
+
+def test_a_foreign_layout_learns_on_first_read_then_skips(
+    foreign: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config, rows, remote, side = foreign
     # No side index: every segment from the window's start on is read, as before.
     assert window_plans(config, rows, remote=remote) == UNKNOWN
     # The first read with the side index reads the same, and its readers learn.
@@ -182,11 +187,9 @@ def test_a_foreign_layout_learns_on_first_read_then_skips(
 
 
 def test_corrupt_or_conflicting_entries_are_unknown_never_a_wrong_skip(
-    timeline: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    foreign: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config, rows, _ = timeline
-    remote = as_local_tiered_storage(config, tmp_path / "lts")
-    side = tmp_path / "side-index"
+    config, rows, remote, side = foreign
     read(config, remote=remote, side_index=str(side))  # learns every segment
     with open_metadata_view(config) as view:
         tp = view.find(TOPIC, 0)
@@ -212,10 +215,9 @@ def test_corrupt_or_conflicting_entries_are_unknown_never_a_wrong_skip(
 
 
 def test_an_unusable_side_index_never_fails_a_read(
-    timeline: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    foreign: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config, rows, _ = timeline
-    remote = as_local_tiered_storage(config, tmp_path / "lts")
+    config, rows, remote, _ = foreign
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     smallest_module._failed.clear()
