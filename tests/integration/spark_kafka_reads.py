@@ -5,7 +5,9 @@ Run as ``python -m tests.integration.spark_kafka_reads REQUEST.json``. REQUEST h
 ``bootstrap``, ``topic``, ``ending`` ({partition: exclusive end offset}), ``isolation``
 levels to read at, ``jars`` (Spark's Kafka source, for ``spark.jars``), optional
 ``rlmm_config``, ``filters`` (SQL conditions: each read is done again with
-``.where(condition)``, keyed ``<source>/<isolation>/<condition>``) and ``output``.
+``.where(condition)``, keyed ``<source>/<isolation>/<condition>``), ``time_options``
+(Spark's timestamp options, such as ``startingTimestamp``: read again with them, at
+the first isolation level only, keyed ``<source>/<isolation>/options``) and ``output``.
 It runs in its own process because ``spark.jars`` is fixed when a JVM starts: the
 test session's shared Spark JVM has no Kafka source.
 
@@ -81,6 +83,20 @@ def main(request_path: str) -> None:
             result[f"kafka/{isolation}"] = rows(live)
             for condition in filters:
                 result[f"kafka/{isolation}/{condition}"] = rows(live.where(condition))
+            time_options = (
+                request.get("time_options") if isolation == request["isolation"][0] else None
+            )
+            if time_options:
+                timed = spark.read.format("kafka")
+                for key, value in {
+                    "kafka.bootstrap.servers": request["bootstrap"],
+                    "subscribe": topic,
+                    "includeHeaders": "true",
+                    "kafka.isolation.level": isolation,
+                    **time_options,
+                }.items():
+                    timed = timed.option(key, value)
+                result[f"kafka/{isolation}/options"] = rows(timed.load())
             if request.get("rlmm_config"):
                 import rlmm.spark
 
@@ -102,6 +118,12 @@ def main(request_path: str) -> None:
                     result[f"kafka-archive/{isolation}/{condition}"] = rows(
                         archived.load().where(condition)
                     )
+                if time_options:
+                    timed = archived
+                    for key, value in time_options.items():
+                        timed = timed.option(key, value)
+                    # Without endingOffsets: the timestamp options win, as in Spark.
+                    result[f"kafka-archive/{isolation}/options"] = rows(timed.load())
         Path(request["output"]).write_text(json.dumps(result))
     finally:
         spark.stop()

@@ -209,6 +209,13 @@ partitions = 4
             "jars": [str(j) for j in jars],
             "rlmm_config": str(config_path),
             "filters": (filters := pushed_filters(topic, base_ts)),
+            # Spark's timestamp options resolve to offsets per partition (the first whose
+            # timestamp is at or after them): the same offsets from the broker's time
+            # index and from the archive, whose segments carry their smallest timestamp.
+            "time_options": {
+                "startingTimestamp": str(base_ts + 20),
+                "endingTimestamp": str(base_ts + 105),
+            },
             "output": str(tmp_path / "rows.json"),
         },
         tmp_path,
@@ -222,6 +229,9 @@ partitions = 4
             assert archived == live, f"{isolation}, where {condition}: kafka-archive differs"
         window = result[f"kafka/{isolation}/{filters[0]}"]
         assert 0 < len(window) < len(result[f"kafka/{isolation}"])
+    timed = result["kafka/read_uncommitted/options"]
+    assert result["kafka-archive/read_uncommitted/options"] == timed
+    assert 0 < len(timed) < len(result["kafka/read_uncommitted"])
     uncommitted, committed = result["kafka/read_uncommitted"], result["kafka/read_committed"]
     values = [bytes.fromhex(str(r["value"])) for r in uncommitted]
     assert sum(v.startswith(b"aborted-") for v in values) == 10
