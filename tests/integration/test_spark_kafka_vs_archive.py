@@ -11,7 +11,9 @@ included, under ``read_uncommitted`` and under ``read_committed``
 (``kafka.isolation.level``); aborted records appear only in the first. The same holds
 with filters that kafka-archive pushes down (a timestamp window, a partition, an
 offset range, IN, the topic, and their AND): Spark's Kafka source reads everything
-and filters, kafka-archive prunes and Spark filters what it returns.
+and filters, kafka-archive prunes and Spark filters what it returns. And with Spark's
+``startingTimestamp`` / ``endingTimestamp`` options: both resolve them to the same
+offsets (the broker by its time index, the archive by its segments' timestamps).
 """
 
 from __future__ import annotations
