@@ -348,7 +348,9 @@ class RemoteLogManager:
             return True
         return self._clock_ms() - m.event_timestamp_ms >= self._leftover_grace_ms
 
-    def _continue_after(self, tp: TopicIdPartition, copied: int, view: _LogView) -> int:
+    def _continue_after(
+        self, tp: TopicIdPartition, copied: int, view: _LogView
+    ) -> int:
         """``copied``, or the end of the archive's first hole below it when the local log
         still holds the hole's start (so copying goes back and fills it)."""
         finished = sorted(

@@ -374,7 +374,9 @@ class _Verifier:
                 name,
             )
 
-    def orphans(self, listing: dict[str, RemoteObject], live: set[str], expected: set[str]) -> None:
+    def orphans(
+        self, listing: dict[str, RemoteObject], live: set[str], expected: set[str]
+    ) -> None:
         for obj in listing.values():
             parsed = self.layout.parse_object_name(obj.name)
             if parsed is None:
