@@ -22,7 +22,6 @@ from rlmm.archive import (
     close_remote_storage,
     open_metadata_view,
     plan_slices,
-    read_slice,
 )
 from rlmm.config import RlmmConfig
 from rlmm.errors import RemoteResourceNotFoundError
@@ -91,6 +90,8 @@ def read_records(config: RlmmConfig, query: RecordQuery) -> Iterator[dict[str, A
             include_headers=True,
         )
         slices = plan_slices(view, request, remote_options=config.remote_options())
+    from rlmm.archive import read_slice  # pyarrow: only when records are read
+
     remaining = query.limit
     try:
         for piece in slices:
