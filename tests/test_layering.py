@@ -167,6 +167,17 @@ def test_the_core_and_the_archive_do_not_import_the_ops_library() -> None:
         assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
+@pytest.mark.parametrize("module", ["rlmm.cli", "rlmm.offload.sidecar", "rlmm.spark.source"])
+def test_what_only_plans_or_lists_does_not_load_pyarrow(module: str) -> None:
+    """The CLI (every command starts through it), the sidecar and the Spark source's
+    driver side load pyarrow only when records are decoded."""
+    probe = f"import sys, {module}; print(sorted(m for m in sys.modules if m == 'pyarrow'))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]", f"importing {module} loads pyarrow"
+
+
 def _backend_modules() -> set[str]:
     paths = [*EVENT_LOG_BACKENDS.values(), *SNAPSHOT_STORE_BACKENDS.values()]
     for entry in REMOTE_TYPES.values():

@@ -22,7 +22,6 @@ from rlmm.archive import (
     close_remote_storage,
     open_metadata_view,
     plan_slices,
-    read_slice,
 )
 from rlmm.config import RlmmConfig
 from rlmm.errors import RemoteResourceNotFoundError
@@ -96,6 +95,8 @@ def read_records(config: RlmmConfig, query: RecordQuery) -> Iterator[dict[str, A
             remote_options=config.remote_options(),
             side_index=config.side_index_location(),
         )
+    from rlmm.archive import read_slice  # pyarrow: only when records are read
+
     remaining = query.limit
     try:
         for piece in slices:
