@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from rlmm.config import RlmmConfig, load_config
 from rlmm.errors import ConfigError
 from rlmm.spark.errors import KafkaArchiveOptionError
-from rlmm.spark.options import OVERRIDE_PREFIX, KafkaArchiveOptions
+from rlmm.spark.options import KafkaArchiveOptions
 
 if TYPE_CHECKING:
     from rlmm.archive import MetadataView, ReadRequest, RowBounds, Slice
@@ -36,13 +36,15 @@ log = logging.getLogger(__name__)
 
 
 def rlmm_config(options: KafkaArchiveOptions) -> RlmmConfig:
-    """The configuration of the ``config`` file plus the ``rlmm.*`` overrides."""
+    """The configuration of the ``config`` file under the ``spark.rlmm.*`` Spark conf
+    under the ``rlmm.*`` options."""
+    settings = options.settings()
     try:
-        return load_config(options.config_path, overrides=dict(options.config_overrides))
+        return load_config(options.config_path, overrides=settings)
     except ConfigError as e:
         text = str(e)
-        named = [key for key in options.config_overrides if f"'{key}'" in text]
-        option = f"{OVERRIDE_PREFIX}{named[0]}" if named else "config"
+        named = [key for key in settings if f"'{key}'" in text]
+        option = options.setting_name(named[0]) if named else "config"
         raise KafkaArchiveOptionError(option, text) from e
 
 
