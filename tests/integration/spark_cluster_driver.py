@@ -9,8 +9,8 @@ stdin, answers one JSON line on stdout:
 - ``{"op": "read", "options": {...}, "conf": {...}, "out": PATH, "notify_running": B}``:
   sets the Spark confs (and registers again, which is when kafka-archive reads them),
   reads ``format("kafka-archive")`` with the options into an Arrow IPC file at PATH and
-  answers ``{"ok": true, "rows": N, "failed_tasks": F}``, or ``{"ok": false, "error":
-  TEXT}``; with ``notify_running`` it first answers ``{"running": true}`` once two tasks
+  answers ``{"ok": true, "rows": N, "failed_tasks": F, "load_s": ..., "read_s": ...}``,
+  or ``{"ok": false, "error": TEXT}``; with ``notify_running`` it first answers ``{"running": true}`` once two tasks
   run at the same time (one per worker), so a test can kill a worker mid-read;
 - ``{"op": "stop"}``: stops the session and exits 0.
 
@@ -73,9 +73,13 @@ def read(spark: Any, command: dict[str, Any]) -> dict[str, Any]:
     tracker = spark.sparkContext.statusTracker()
     result: dict[str, Any] = {}
 
+    started = time.monotonic()
+
     def run() -> None:
         try:
-            result["table"] = reader.load().toArrow()
+            df = reader.load()
+            result["load_s"] = round(time.monotonic() - started, 1)
+            result["table"] = df.toArrow()
         except Exception as e:
             result["error"] = str(e)
 
@@ -100,7 +104,8 @@ def read(spark: Any, command: dict[str, Any]) -> dict[str, Any]:
         w.write_table(table)
     infos = [tracker.getStageInfo(s) for s in stages]
     failed = sum(i.numFailedTasks for i in infos if i is not None)
-    return {"ok": True, "rows": table.num_rows, "failed_tasks": failed}
+    return {"ok": True, "rows": table.num_rows, "failed_tasks": failed,
+            "load_s": result["load_s"], "read_s": round(time.monotonic() - started, 1)}  # fmt: skip
 
 
 def main(master: str, conf: dict[str, str]) -> None:

@@ -12,7 +12,8 @@ Spark conf (``spark.rlmm.*``) and options, the AWS credentials through
 Invariants checked: the rows equal the records known to be in the archive under both
 isolation levels, for both layouts; 5xx answers and dropped connections during the
 read, or a worker SIGKILLed mid-read, cost retries, never a row; an executor without
-credentials fails its tasks with one line naming the setting and the host.
+credentials (here: the AWS profile a read names, which only the driver's host has) fails
+its tasks with one line naming the setting and the host.
 """
 
 from __future__ import annotations
@@ -167,20 +168,29 @@ def archives(tmp_path_factory: pytest.TempPathFactory, s3: FaultyS3) -> Archives
     return Archives(tmp_path_factory.mktemp("cluster-archives"), s3)
 
 
-def start_driver(
-    cluster: SparkCluster, tmp: Path, archives: Archives, **conf: str
-) -> ClusterDriver:
-    """A driver whose own environment has credentials (it plans: it reads indexes)."""
-    return ClusterDriver(cluster, tmp, {**archives.conf, **conf}, CREDENTIALS)
+PROFILE = "archive-reader"
 
 
 @pytest.fixture(scope="module")
 def driver(
     spark_cluster: SparkCluster, archives: Archives, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ClusterDriver]:
-    """The driver whose executors get credentials from ``spark.executorEnv``."""
-    env = {f"spark.executorEnv.{k}": v for k, v in CREDENTIALS.items()}
-    with start_driver(spark_cluster, tmp_path_factory.mktemp("driver"), archives, **env) as d:
+    """The driver: its executors get credentials from ``spark.executorEnv``; its own
+    environment has credentials too (it plans: it reads indexes), and an AWS profile
+    that only the driver's host has."""
+    tmp = tmp_path_factory.mktemp("driver")
+    shared = tmp / "aws-credentials"
+    shared.write_text(
+        f"[{PROFILE}]\naws_access_key_id = testing\naws_secret_access_key = testing\n"
+    )
+    env = {
+        **CREDENTIALS,
+        "AWS_SHARED_CREDENTIALS_FILE": str(shared),
+        "AWS_CONFIG_FILE": str(tmp / "no-aws-config"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    conf = {**archives.conf, **{f"spark.executorEnv.{k}": v for k, v in CREDENTIALS.items()}}
+    with ClusterDriver(spark_cluster, tmp, conf, env) as d:
         yield d
 
 
@@ -192,25 +202,24 @@ def read(driver: ClusterDriver, out: Path, **options: str) -> pa.Table:
         return pa.ipc.open_file(f).read_all()
 
 
-def test_an_executor_without_credentials_fails_naming_the_setting_and_the_host(
-    spark_cluster: SparkCluster, archives: Archives, tmp_path: Path
+def test_an_executor_without_the_credentials_fails_naming_the_setting_and_the_host(
+    driver: ClusterDriver, tmp_path: Path
 ) -> None:
-    # No spark.executorEnv.AWS_*: the executors' hosts have no credentials of their own.
-    # (Run first: the module's other driver holds both workers' cores.)
-    with start_driver(spark_cluster, tmp_path, archives, **{"spark.task.maxFailures": "2"}) as d:
-        answer = d.request({"op": "read", "options": {"subscribe": TOPIC},
-                            "out": str(tmp_path / "none.arrow")})  # fmt: skip
+    # The read asks for a profile: the driver's host has it (planning works), the
+    # executors' hosts do not, and a named profile makes boto3 ignore their
+    # environment's keys: the executors have no credentials for this read.
+    options = {"subscribe": TOPIC, "rlmm.remote.profile": PROFILE}
+    answer = driver.request({"op": "read", "out": str(tmp_path / "none.arrow"), "options": options})
     assert not answer["ok"]
     lines = [line for line in answer["error"].splitlines() if "kafka-archive on executor" in line]
     assert lines, answer["error"][-3000:]
     line = lines[-1]
-    host = socket.gethostname()
-    assert (
-        f"kafka-archive on executor host {host}: no AWS credentials for remote.bucket {BUCKET}"
-        in line
+    start = (
+        f"kafka-archive on executor host {socket.gethostname()}: remote.profile '{PROFILE}'"
+        f" for remote.bucket {BUCKET} is not configured on this host"
     )
-    assert "spark.executorEnv.AWS_ACCESS_KEY_ID" in line, line
-    assert "remote.aws_secret_access_key is never sent to executors" in line, line
+    assert start in line, line
+    assert "give executors credentials through their environment" in line, line
 
 
 @pytest.mark.parametrize("isolation", ISOLATION)
@@ -240,15 +249,17 @@ def test_aiven_data_over_s3_equals_what_the_broker_served(
 def test_5xx_and_dropped_connections_during_the_read_cost_retries_not_rows(
     driver: ClusterDriver, archives: Archives, s3: FaultyS3, tmp_path: Path
 ) -> None:
-    before = s3.faults(rate=0.25, error=1, throttle=1, drop=1, lost=1, slow=0)
+    # No 503 SlowDown: botocore's adaptive mode would then rate-limit the client of each
+    # Python worker for the rest of the module, which tests nothing more.
+    before = s3.faults(rate=0.2, error=1, throttle=0, drop=1, lost=1, slow=0)
     try:
         table = read(driver, tmp_path / "rows.arrow", isolationLevel="read_committed",
-                     maxRecordsPerPartition="40")  # fmt: skip
+                     maxRecordsPerPartition="50")  # ranged GETs inside segments  # fmt: skip
     finally:
         after = s3.faults(rate=0)
     assert by_partition(table) == archives.expected("read_committed")
     injected = {k: after["counts"][k] - before["counts"][k] for k in after["counts"]}
-    assert injected["error"] + injected["throttle"] > 0 and injected["drop"] + injected["lost"] > 0
+    assert injected["error"] > 0 and injected["drop"] + injected["lost"] > 0, injected
 
 
 def test_a_worker_killed_mid_read_costs_a_retried_task_not_a_row(
