@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,10 @@ def rlmm_config(options: KafkaArchiveOptions) -> RlmmConfig:
         return load_config(options.config_path, overrides=settings)
     except ConfigError as e:
         text = str(e)
-        named = [key for key in settings if f"'{key}'" in text]
+        # The setting the message is about: quoted ('remote.bucket') or a bare word.
+        named = [
+            key for key in settings if re.search(rf"(?<![\w.]){re.escape(key)}(?![\w.])", text)
+        ]
         option = options.setting_name(named[0]) if named else "config"
         raise KafkaArchiveOptionError(option, text) from e
 
