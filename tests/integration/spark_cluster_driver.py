@@ -10,8 +10,9 @@ stdin, answers one JSON line on stdout:
   sets the Spark confs (and registers again, which is when kafka-archive reads them),
   reads ``format("kafka-archive")`` with the options into an Arrow IPC file at PATH and
   answers ``{"ok": true, "rows": N, "failed_tasks": F, "load_s": ..., "read_s": ...}``,
-  or ``{"ok": false, "error": TEXT}``; with ``notify_running`` it first answers ``{"running": true}`` once two tasks
-  run at the same time (one per worker), so a test can kill a worker mid-read;
+  or ``{"ok": false, "error": TEXT}``; with ``notify_running`` it first answers
+  ``{"running": true}`` once two tasks run at the same time (one per worker), so a
+  test can kill a worker mid-read;
 - ``{"op": "stop"}``: stops the session and exits 0.
 
 Invariant: stdout carries only those JSON lines (everything else, the JVM's included,

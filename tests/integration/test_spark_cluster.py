@@ -35,29 +35,9 @@ import pytest
 from remote import available_codecs
 from tests.fixtures.s3_faults import FaultyS3, faulty_s3
 from tests.fixtures.spark_cluster import ClusterDriver, SparkCluster
-from tests.integration.test_aiven_plugin_data import (
-    DATA as AIVEN_DATA,
-)
-from tests.integration.test_aiven_plugin_data import (
-    METADATA_PARTITIONS as AIVEN_METADATA_PARTITIONS,
-)
-from tests.integration.test_aiven_plugin_data import (
-    expected_rows as aiven_expected_rows,
-)
-from tests.integration.test_aiven_plugin_data import (
-    load_metadata,
-    properties,
-)
-from tests.rlmm.archive.archive_data import (
-    PARTITIONS,
-    Expected,
-    archived,
-    expected_rows,
-    make_config,
-    offload,
-    rows,
-    write_history,
-)
+from tests.integration import test_aiven_plugin_data as aiven
+from tests.rlmm.archive import archive_data as data
+from tests.rlmm.archive.archive_data import Expected, expected_rows, rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -83,41 +63,43 @@ class Archives:
         remote = {"remote.type": "s3", "remote.bucket": BUCKET, "remote.endpoint_url": s3.moto_url,
                   "remote.region": "us-east-1", "remote.aws_access_key_id": "testing",
                   "remote.aws_secret_access_key": "testing"}  # the writer's own  # fmt: skip
-        config = make_config(tmp / "rlmm", **remote)
+        config = data.make_config(tmp / "rlmm", **remote)
         topic_id = uuid.uuid4()
         self.ours: dict[int, list[Expected]] = {}
         pdirs = []
         for partition, codec in enumerate(available_codecs()[:4]):
-            pdir, written = write_history(tmp / "logs", TOPIC, partition, codec, topic_id=topic_id)
+            pdir, written = data.write_history(
+                tmp / "logs", TOPIC, partition, codec, topic_id=topic_id
+            )
             pdirs.append(pdir)
-            self.ours[partition] = archived(pdir, written)
-        asyncio.run(offload(config, pdirs))
+            self.ours[partition] = data.archived(pdir, written)
+        asyncio.run(data.offload(config, pdirs))
         # The driver's settings of it, as Spark conf: the executors read them from the
         # plan (the S3 endpoint is the fault proxy, through which every read goes).
         self.conf = {
             "spark.rlmm.data_dir": str(config.data_dir),
-            "spark.rlmm.eventlog.partitions": str(PARTITIONS),
+            "spark.rlmm.eventlog.partitions": str(data.PARTITIONS),
             "spark.rlmm.remote.type": "s3",
             "spark.rlmm.remote.bucket": BUCKET,
             "spark.rlmm.remote.endpoint_url": s3.url,
             "spark.rlmm.remote.region": "us-east-1",
         }
         # The Aiven plugin's objects and Kafka's metadata records, as they were written.
-        variant = AIVEN_DATA / "zstd"
-        props = properties(variant)
+        variant = aiven.DATA / "zstd"
+        props = aiven.properties(variant)
         self.aiven_bucket = props["storage.s3.bucket.name"]
         client.create_bucket(Bucket=self.aiven_bucket)
         root = variant / "bucket"
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             client.put_object(Bucket=self.aiven_bucket, Key=path.relative_to(root).as_posix(),
                               Body=path.read_bytes())  # fmt: skip
-        asyncio.run(load_metadata(variant, tmp / "aiven" / "metadata-log"))
+        asyncio.run(aiven.load_metadata(variant, tmp / "aiven" / "metadata-log"))
         self.aiven_records = json.loads((variant / "records.json").read_text())
         # Options over the Spark conf above: another layout, bucket and event log.
         self.aiven_options = {
             "rlmm.data_dir": str(tmp / "aiven"),
             "rlmm.eventlog.dir": str(tmp / "aiven" / "metadata-log"),
-            "rlmm.eventlog.partitions": str(AIVEN_METADATA_PARTITIONS),
+            "rlmm.eventlog.partitions": str(aiven.METADATA_PARTITIONS),
             "rlmm.remote.type": "aiven-s3",
             "rlmm.remote.bucket": self.aiven_bucket,
             **{f"rlmm.remote.{k}": v for k, v in props.items()
@@ -243,7 +225,7 @@ def test_aiven_data_over_s3_equals_what_the_broker_served(
     table = read(driver, tmp_path / "rows.arrow", includeHeaders="true",
                  **{"kafka.isolation.level": isolation, "maxRecordsPerPartition": "97"},
                  **archives.aiven_options)  # fmt: skip
-    assert as_consumer_rows(table) == aiven_expected_rows(archives.aiven_records[isolation])
+    assert as_consumer_rows(table) == aiven.expected_rows(archives.aiven_records[isolation])
 
 
 def test_5xx_and_dropped_connections_during_the_read_cost_retries_not_rows(
@@ -251,7 +233,7 @@ def test_5xx_and_dropped_connections_during_the_read_cost_retries_not_rows(
 ) -> None:
     # No 503 SlowDown: botocore's adaptive mode would then rate-limit the client of each
     # Python worker for the rest of the module, which tests nothing more.
-    before = s3.faults(rate=0.2, error=1, throttle=0, drop=1, lost=1, slow=0)
+    before = s3.faults(rate=0.25, error=2, throttle=0, drop=1, lost=1, slow=0)
     try:
         table = read(driver, tmp_path / "rows.arrow", isolationLevel="read_committed",
                      maxRecordsPerPartition="50")  # ranged GETs inside segments  # fmt: skip

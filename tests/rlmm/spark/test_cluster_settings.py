@@ -30,14 +30,8 @@ from rlmm.spark.options import parse_options
 from rlmm.spark.planning import plan_groups, rlmm_config
 from rlmm.spark.source import KafkaArchiveDataSource, SlicePartition, kafka_struct, with_spark_conf
 from tests.fixtures.s3 import free_port
-from tests.rlmm.archive.archive_data import (
-    archived,
-    expected_rows,
-    make_config,
-    offload,
-    rows,
-    write_history,
-)
+from tests.rlmm.archive import archive_data as data
+from tests.rlmm.archive.archive_data import expected_rows, rows
 
 SECRET = "aws-secret-4711"
 JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required password="jaas-7342";'
@@ -116,14 +110,14 @@ def s3_archive(s3_endpoint: str, tmp_path: Path) -> tuple[dict[str, str], Path, 
     """An archive in moto; the options naming it (no file) and the records archived."""
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="travel")
     remote = {"remote.type": "s3", "remote.bucket": "travel", "remote.endpoint_url": s3_endpoint}
-    config = make_config(tmp_path / "rlmm", **remote)
-    pdir, expected = write_history(tmp_path / "logs", "tr", 0, "zstd")
-    asyncio.run(offload(config, [pdir]))
+    config = data.make_config(tmp_path / "rlmm", **remote)
+    pdir, expected = data.write_history(tmp_path / "logs", "tr", 0, "zstd")
+    asyncio.run(data.offload(config, [pdir]))
     close_remote_storage()
     options = {"subscribe": "tr", "rlmm.data_dir": str(config.data_dir),
                "rlmm.eventlog.partitions": "4"}  # fmt: skip
     options.update({f"rlmm.{k}": v for k, v in remote.items()})
-    return options, tmp_path, archived(pdir, expected)
+    return options, tmp_path, data.archived(pdir, expected)
 
 
 @pytest.mark.s3
@@ -223,12 +217,12 @@ def test_an_executor_that_cannot_reach_the_endpoint_says_so_in_one_line(
 
 
 def test_an_executor_without_the_local_root_says_so_before_reading(tmp_path: Path) -> None:
-    config = make_config(tmp_path / "rlmm")
-    pdir, expected = write_history(tmp_path / "logs", "lr", 0)
-    asyncio.run(offload(config, [pdir]))
+    config = data.make_config(tmp_path / "rlmm")
+    pdir, expected = data.write_history(tmp_path / "logs", "lr", 0)
+    asyncio.run(data.offload(config, [pdir]))
     options = {"subscribe": "lr", "rlmm.data_dir": str(config.data_dir),
                "rlmm.eventlog.partitions": "4"}  # fmt: skip
-    assert _read_everything(options) == expected_rows(archived(pdir, expected), headers=False)
+    assert _read_everything(options) == expected_rows(data.archived(pdir, expected), headers=False)
     groups = plan_groups(parse_options(options))
     root = Path(groups[0][0].remote_options["root"])
     root.rename(tmp_path / "elsewhere")  # as on a host that does not mount it
