@@ -35,7 +35,7 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 # What every session here sets: small executors (1 core each, so each worker runs
-# one), the venv's Python, a driver on loopback, and no task given up after one loss.
+# one), the venv's Python, a driver on loopback, and a task given a second attempt.
 DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1",
@@ -44,7 +44,7 @@ DEFAULTS = {
     "spark.executor.memory": "512m",
     "spark.executor.cores": "1",
     "spark.cores.max": "2",
-    "spark.task.maxFailures": "4",
+    "spark.task.maxFailures": "2",  # a lost executor costs one failure of its tasks
     "spark.pyspark.python": sys.executable,
     "spark.python.worker.reuse": "true",
     "spark.sql.shuffle.partitions": "2",
@@ -99,7 +99,8 @@ def read(spark: Any, command: dict[str, Any]) -> dict[str, Any]:
             notified = True
         job.join(timeout=0.05)
     if "error" in result:
-        return {"ok": False, "error": result["error"]}
+        return {"ok": False, "error": result["error"], "load_s": result.get("load_s"),
+                "read_s": round(time.monotonic() - started, 1)}  # fmt: skip
     table = result["table"]
     with pa.OSFile(command["out"], "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)

@@ -180,6 +180,7 @@ def read(driver: ClusterDriver, out: Path, **options: str) -> pa.Table:
     answer = driver.request({"op": "read", "options": {"subscribe": TOPIC, **options},
                              "out": str(out)})  # fmt: skip
     assert answer["ok"], answer.get("error")
+    print("read", answer)
     with pa.OSFile(str(out), "rb") as f:
         return pa.ipc.open_file(f).read_all()
 
@@ -192,6 +193,7 @@ def test_an_executor_without_the_credentials_fails_naming_the_setting_and_the_ho
     # environment's keys: the executors have no credentials for this read.
     options = {"subscribe": TOPIC, "rlmm.remote.profile": PROFILE}
     answer = driver.request({"op": "read", "out": str(tmp_path / "none.arrow"), "options": options})
+    print("ready", driver.ready, "read", {k: v for k, v in answer.items() if k != "error"})
     assert not answer["ok"]
     lines = [line for line in answer["error"].splitlines() if "kafka-archive on executor" in line]
     assert lines, answer["error"][-3000:]
