@@ -68,7 +68,8 @@ def spark_conf_settings(spark: Any) -> dict[str, str]:
     from rlmm.secrets import is_secret
 
     try:
-        everything = dict(spark.conf.getAll)
+        found = spark.conf.getAll  # a property of RuntimeConfig (pyspark 4)
+        everything = dict(found() if callable(found) else found)
     except Exception:  # a stand-in session, or a Spark without RuntimeConfig.getAll
         everything = {}
     settings = conf_settings(everything)
