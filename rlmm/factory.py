@@ -50,14 +50,17 @@ def open_remote_layout(config: RlmmConfig) -> RemoteLayout:
 def remote_layout_from_options(options: Mapping[str, Any]) -> RemoteLayout:
     """The read side of ``[remote]`` options as a Spark input partition carries them:
     options that left their secrets behind get them again from the config file they
-    name, when this process can read it (else the process's own credentials apply)."""
+    name, when this process can read it (else the process's own credentials apply,
+    the access key id that came without its secret included)."""
     out = dict(options)
     source = out.pop(SECRETS_FROM, None)
     if source is not None and Path(source).is_file():
-        from rlmm.config import load_config
-
-        full = load_config(source).remote_options()
-        out.update({k: v for k, v in full.items() if is_secret(k)})
+        out.update(_file_remote_secrets(Path(source)))
+    if "aws_access_key_id" in out and "aws_secret_access_key" not in out:
+        # The key id travelled, its secret did not (this host lacks the file): a key id
+        # alone would make boto3 fail on "partial credentials" instead of trying this
+        # host's own chain (environment, profile, instance role).
+        del out["aws_access_key_id"]
     return load_remote_layout(out)
 
 
@@ -70,6 +73,28 @@ def open_side_index(location: str, remote_options: Mapping[str, Any]) -> SideInd
     from remote.s3 import make_s3_client
 
     return SideIndex(location, s3_client=make_s3_client(remote_options))
+
+
+def _file_remote_secrets(path: Path) -> dict[str, Any]:
+    """The secret ``[remote]`` settings of the TOML file at ``path``. Read as they are,
+    not through ``load_config``: the file may hold only those, the other settings
+    (``remote.type`` among them) having come from Spark options or conf."""
+    import tomllib
+
+    try:
+        with path.open("rb") as f:
+            remote = tomllib.load(f).get("remote", {})
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
+    flat: dict[str, Any] = {}
+    todo: list[tuple[str, Any]] = list(remote.items())
+    while todo:  # dotted keys written bare are nested tables: flatten them back
+        key, value = todo.pop()
+        if isinstance(value, Mapping):
+            todo.extend((f"{key}.{k}", v) for k, v in value.items())
+        elif is_secret(key):
+            flat[key] = value
+    return flat
 
 
 def snapshot_store_options(config: RlmmConfig, *, read_only: bool = False) -> dict[str, Any]:

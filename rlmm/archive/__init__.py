@@ -2,18 +2,13 @@
 
 The one library layer under the Spark source (``rlmm.spark``) and the CLI's
 ``records`` and listing commands. Invariant: nothing here writes to the event log,
-<<<<<<< HEAD
 the snapshot store or remote storage (the one write is rlmm's own side index of
 smallest timestamps, ``smallest_timestamps``, never a layout's objects); the metadata
 view is the only part that reads the event log, and a slice's reader needs only the
-slice (and remote storage).
-=======
-the snapshot store or remote storage; the metadata view is the only part that reads
-the event log, and a slice's reader needs only the slice (and remote storage).
-The Arrow parts (``kafka_schema``, ``read_slice``) are imported on first use, so
-what only plans or lists (the sidecar, ``segments``, ``verify``, ``gc``) never loads
-pyarrow: about 50 MiB of a sidecar's memory and 0.2 s of every CLI start.
->>>>>>> main
+slice (and remote storage). The Arrow parts (``kafka_schema``, ``read_slice``) are
+imported on first use, so what only plans or lists (the sidecar, ``segments``,
+``verify``, ``gc``) never loads pyarrow: about 50 MiB of a sidecar's memory and 0.2 s
+of every CLI start.
 """
 
 from __future__ import annotations

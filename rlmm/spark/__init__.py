@@ -8,7 +8,10 @@ Usage::
           .option("config", "rlmm.toml").option("subscribe", "orders").load())
 
 ``register`` also sets ``spark.sql.python.filterPushdown.enabled`` to true in the
-session (see :func:`enable_filter_pushdown`).
+session (see :func:`enable_filter_pushdown`), and reads the session's ``spark.rlmm.*``
+Spark conf (rlmm settings, below a read's ``rlmm.*`` options): a Python data source runs
+in a worker process without a SparkSession, so the conf travels with the registered
+class; set it before ``register`` (or register again after changing it).
 
 Invariant: ``import rlmm.spark`` is cheap and works without pyspark installed; the
 data source class (which subclasses pyspark's) loads on first use, and a missing
@@ -26,7 +29,7 @@ import sys
 from typing import Any
 
 from rlmm.spark.errors import KafkaArchiveOptionError, WorkerPythonError
-from rlmm.spark.options import KafkaArchiveOptions, parse_options
+from rlmm.spark.options import CONF_PREFIX, KafkaArchiveOptions, conf_settings, parse_options
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +57,32 @@ def register(spark: Any) -> None:
     problem = worker_python_problem(worker)
     if problem is not None:
         raise WorkerPythonError(problem)
+    settings = spark_conf_settings(spark)
     enable_filter_pushdown(spark)
-    spark.dataSource.register(_source_module().KafkaArchiveDataSource)
+    spark.dataSource.register(_source_module().with_spark_conf(settings))
+
+
+def spark_conf_settings(spark: Any) -> dict[str, str]:
+    """The session's ``spark.rlmm.*`` entries; KafkaArchiveOptionError for a secret one
+    (Spark sends its conf to every executor and shows it in its UI)."""
+    from rlmm.secrets import is_secret
+
+    try:
+        found = spark.conf.getAll  # a property of RuntimeConfig (pyspark 4)
+        everything = dict(found() if callable(found) else found)
+    except Exception:  # a stand-in session, or a Spark without RuntimeConfig.getAll
+        everything = {}
+    settings = conf_settings(everything)
+    for key in sorted(settings):
+        if is_secret(key):
+            raise KafkaArchiveOptionError(
+                key,
+                "is a secret, and Spark sends its conf to every executor and shows it in"
+                " its UI: give the driver and the executors credentials through their"
+                " environment (spark.executorEnv.AWS_ACCESS_KEY_ID, ...), a profile or an"
+                " instance profile, or put the secret in the driver's config file",
+            )
+    return settings
 
 
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -112,6 +139,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CONF_PREFIX",
     "FILTER_PUSHDOWN_CONF",
     "KafkaArchiveDataSource",
     "KafkaArchiveOptionError",
@@ -120,5 +148,6 @@ __all__ = [
     "enable_filter_pushdown",
     "parse_options",
     "register",
+    "spark_conf_settings",
     "worker_python_problem",
 ]

@@ -7,7 +7,9 @@ Names and meanings follow Spark's Kafka source (``subscribe``, ``subscribePatter
 ``maxRecordsPerPartition``); ours are ``isolationLevel``, ``maxBytesPerPartition``
 and ``openCostInBytes`` (how slices are cut and grouped into input partitions),
 ``filterPushdown`` (whether pushed filters prune), ``config`` (the rlmm TOML) and
-``rlmm.<section>.<key>`` overrides of it. Options only meaningful to a live consumer
+``rlmm.<section>.<key>`` overrides of it. The same settings may come from the Spark conf
+as ``spark.rlmm.<section>.<key>`` (read by ``rlmm.spark.register``); a setting's
+precedence is option > Spark conf > config file. Options only meaningful to a live consumer
 (``kafka.*``, streaming rate limits) are accepted and ignored, so switching
 ``format("kafka")`` to ``format("kafka-archive")`` is one word.
 
@@ -17,7 +19,9 @@ hands a data source its option names lower-cased: a known option is then named i
 Spark's spelling; an unknown one as it came, with the close match when there is one);
 no message points at a file of the repository; it imports neither pyspark nor
 pyarrow. Timestamp precedence is Spark's: ``*Timestamp`` over ``*OffsetsByTimestamp``
-over ``*Offsets``.
+over ``*Offsets``. Secret settings (by name, ``rlmm.secrets.is_secret``) are held
+apart: ``KafkaArchiveOptions.split_secrets`` gives the value that may travel to
+executors and the secrets that stay on the driver.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import difflib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,8 @@ LATEST = -1
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
 OVERRIDE_PREFIX = "rlmm."
+CONF_PREFIX = "spark.rlmm."
+"""Spark conf keys ``spark.rlmm.<section>.<key>`` are rlmm settings, below the options."""
 PartitionKey = tuple[str, int]
 
 # Spark's spelling of every option we read (keys arrive lower-cased from Spark).
@@ -84,7 +90,9 @@ class KafkaArchiveOptions:
     """One read's options, validated; a small picklable value (driver side only)."""
 
     config_path: str | None
-    config_overrides: Mapping[str, Any]
+    config_overrides: Mapping[str, Any]  # rlmm.<section>.<key> options
+    # spark.rlmm.<section>.<key> Spark conf entries (the options win over them)
+    conf_overrides: Mapping[str, Any] = field(default_factory=dict)
     topics: tuple[str, ...] = ()
     pattern: str | None = None
     assign: Mapping[str, tuple[int, ...]] | None = None
@@ -117,6 +125,35 @@ class KafkaArchiveOptions:
         if self.assign is not None:
             return tuple(self.assign)
         return self.topics
+
+    def settings(self) -> dict[str, Any]:
+        """The rlmm settings over the config file: Spark conf, then options over it."""
+        return {**self.conf_overrides, **self.config_overrides}
+
+    def setting_name(self, key: str) -> str:
+        """Where setting ``key`` was given: its option, or its Spark conf key."""
+        if key in self.config_overrides or key not in self.conf_overrides:
+            return f"{OVERRIDE_PREFIX}{key}"
+        return f"{CONF_PREFIX}{key}"
+
+    def split_secrets(self) -> tuple[KafkaArchiveOptions, dict[str, Any]]:
+        """(these options without their secret settings, those settings): what may be
+        pickled for executors, and what only the driver's planning may use."""
+        from rlmm.secrets import is_secret
+
+        secrets = {k: v for k, v in self.settings().items() if is_secret(k)}
+        public = replace(
+            self,
+            config_overrides={k: v for k, v in self.config_overrides.items() if k not in secrets},
+            conf_overrides={k: v for k, v in self.conf_overrides.items() if k not in secrets},
+        )
+        return public, secrets
+
+    def with_secrets(self, secrets: Mapping[str, Any]) -> KafkaArchiveOptions:
+        """These options with ``secrets`` (from ``split_secrets``) back, as options."""
+        if not secrets:
+            return self
+        return replace(self, config_overrides={**self.config_overrides, **secrets})
 
     def offset_keys(self) -> list[tuple[str, PartitionKey]]:
         """(option, (topic, partition)) of every partition named in an offsets option."""
@@ -306,14 +343,20 @@ def _subscription(options: Mapping[str, str]) -> dict[str, Any]:
     return {"assign": assign}
 
 
-def _overrides(options: Mapping[str, str]) -> dict[str, Any]:
+def _overrides(options: Mapping[str, str], prefix: str = OVERRIDE_PREFIX) -> dict[str, Any]:
+    """The rlmm settings among ``options`` (keys ``<prefix><section>.<key>``)."""
     from rlmm.config import parse_scalar
 
     return {
-        key[len(OVERRIDE_PREFIX) :]: parse_scalar(str(value))
+        key[len(prefix) :]: parse_scalar(str(value))
         for key, value in options.items()
-        if key.startswith(OVERRIDE_PREFIX)
+        if key.startswith(prefix) and len(key) > len(prefix)
     }
+
+
+def conf_settings(conf: Mapping[str, str]) -> dict[str, str]:
+    """The ``spark.rlmm.*`` entries of a Spark conf (as given, prefix kept)."""
+    return {str(k): str(v) for k, v in conf.items() if str(k).startswith(CONF_PREFIX)}
 
 
 def _unknown_option(key: str) -> str:
@@ -327,9 +370,12 @@ def _unknown_option(key: str) -> str:
     )
 
 
-def parse_options(options: Mapping[str, str]) -> KafkaArchiveOptions:
+def parse_options(
+    options: Mapping[str, str], conf: Mapping[str, str] | None = None
+) -> KafkaArchiveOptions:
     """Validate Spark's options (its names are case-insensitive, and Spark passes them
-    lower-cased); raise KafkaArchiveOptionError naming one."""
+    lower-cased); raise KafkaArchiveOptionError naming one. ``conf``: the session's
+    ``spark.rlmm.*`` Spark conf entries (``conf_settings``), below the options."""
     spelled = {str(k).lower(): str(k) for k in options}  # the caller's spelling
     options = {str(k).lower(): v for k, v in options.items()}
     ignored = []
@@ -342,14 +388,17 @@ def parse_options(options: Mapping[str, str]) -> KafkaArchiveOptions:
         raise KafkaArchiveOptionError(spelled[key], _unknown_option(key))
     config_path = options.get("config")
     overrides = _overrides(options)
+    from_conf = _overrides(conf or {}, CONF_PREFIX)
     if config_path is not None:
         path = Path(str(config_path)).expanduser()
         if not path.is_file():
             raise KafkaArchiveOptionError("config", f"file {str(config_path)!r} does not exist")
         config_path = str(path.resolve())
-    elif not overrides:
+    elif not overrides and not from_conf:
         raise KafkaArchiveOptionError(
-            "config", "is required: the path of the rlmm TOML (or rlmm.<section>.<key> settings)"
+            "config",
+            "is required: the path of the rlmm TOML (or rlmm.<section>.<key> settings, or"
+            f" {CONF_PREFIX}<section>.<key> in the Spark conf)",
         )
     if "isolationlevel" in options and KAFKA_ISOLATION_LEVEL in options:
         raise KafkaArchiveOptionError(
@@ -370,6 +419,7 @@ def parse_options(options: Mapping[str, str]) -> KafkaArchiveOptions:
     parsed = KafkaArchiveOptions(
         config_path=config_path,
         config_overrides=overrides,
+        conf_overrides=from_conf,
         starting_offsets=starting_offsets,
         ending_offsets=ending_offsets,
         starting_timestamp_ms=starting_ts,
@@ -407,10 +457,12 @@ def _check_offsets_in_subscription(parsed: KafkaArchiveOptions) -> None:
 
 
 __all__ = [
+    "CONF_PREFIX",
     "EARLIEST",
     "LATEST",
     "READ_COMMITTED",
     "READ_UNCOMMITTED",
     "KafkaArchiveOptions",
+    "conf_settings",
     "parse_options",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from rlmm.config import RlmmConfig, load_config
 from rlmm.errors import ConfigError
 from rlmm.spark.errors import KafkaArchiveOptionError
-from rlmm.spark.options import OVERRIDE_PREFIX, KafkaArchiveOptions
+from rlmm.spark.options import KafkaArchiveOptions
 
 if TYPE_CHECKING:
     from rlmm.archive import MetadataView, ReadRequest, RowBounds, Slice
@@ -36,13 +37,18 @@ log = logging.getLogger(__name__)
 
 
 def rlmm_config(options: KafkaArchiveOptions) -> RlmmConfig:
-    """The configuration of the ``config`` file plus the ``rlmm.*`` overrides."""
+    """The configuration of the ``config`` file under the ``spark.rlmm.*`` Spark conf
+    under the ``rlmm.*`` options."""
+    settings = options.settings()
     try:
-        return load_config(options.config_path, overrides=dict(options.config_overrides))
+        return load_config(options.config_path, overrides=settings)
     except ConfigError as e:
         text = str(e)
-        named = [key for key in options.config_overrides if f"'{key}'" in text]
-        option = f"{OVERRIDE_PREFIX}{named[0]}" if named else "config"
+        # The setting the message is about: quoted ('remote.bucket') or a bare word.
+        named = [
+            key for key in settings if re.search(rf"(?<![\w.]){re.escape(key)}(?![\w.])", text)
+        ]
+        option = options.setting_name(named[0]) if named else "config"
         raise KafkaArchiveOptionError(option, text) from e
 
 

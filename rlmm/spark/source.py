@@ -14,15 +14,17 @@ handed back to Spark as not handled, so Spark still applies them all and a query
 result is the same with or without pushdown; an input partition carries everything
 its reader needs (its slices: segment metadata, byte and offset range, aborted
 transactions, remote storage options) and never a path to the driver's event log or
-snapshots, so executors on other machines only need to reach remote storage; this
-module imports neither pyarrow, boto3 nor the archive reader at import time.
+snapshots, so executors on other machines only need to reach remote storage; what
+pyspark pickles for executors (input partitions, the reader, the data source) holds no
+secret setting, so executors use their own credentials; a task that fails for what its
+executor lacks says so in one line (``rlmm.spark.executor``); this module imports
+neither pyarrow, boto3 nor the archive reader at import time.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -39,6 +41,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from rlmm.secrets import is_secret
 from rlmm.spark.errors import KafkaArchiveOptionError
 from rlmm.spark.options import KafkaArchiveOptions, parse_options
 
@@ -169,9 +172,18 @@ class KafkaArchiveReader(DataSourceReader):
     (DATA_SOURCE_RETURN_SCHEMA_MISMATCH: no dictionary, run-end or large types either).
     """
 
-    def __init__(self, options: KafkaArchiveOptions) -> None:
-        self.options = options
+    def __init__(
+        self, options: KafkaArchiveOptions, secrets: Mapping[str, Any] | None = None
+    ) -> None:
+        self.options = options  # without secrets: this object travels to executors
         self.where: RowBounds | None = None
+        # Secret settings given as options (used to plan, on the driver): never pickled.
+        self._secrets = dict(secrets or {})
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_secrets"] = {}
+        return state
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:
         """Keep the bounds of ``filters`` for planning, when pushdown is on for this
@@ -192,7 +204,7 @@ class KafkaArchiveReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         from rlmm.spark.planning import plan_groups
 
-        groups = plan_groups(self.options, self.where)
+        groups = plan_groups(self.options.with_secrets(self._secrets), self.where)
         log.info(
             "kafka-archive: %d slices in %d input partitions",
             sum(map(len, groups)),
@@ -205,19 +217,39 @@ class KafkaArchiveReader(DataSourceReader):
         pieces: tuple[Slice, ...] = getattr(partition, "slices", ())
         if not pieces:
             return iter(())
-        from rlmm.archive import read_slice
+        return _read_pieces(pieces)
 
-        return itertools.chain.from_iterable(
-            read_slice(piece, batch_rows=ARROW_BATCH_ROWS) for piece in pieces
-        )
+
+def _read_pieces(pieces: Sequence[Slice]) -> Iterator[pa.RecordBatch]:
+    """The slices' batches, one slice after the other; a failure caused by what this
+    executor lacks (credentials, endpoint, local root) is one line naming the setting."""
+    from rlmm.archive import read_slice
+    from rlmm.spark.executor import executor_setting_error, missing_local_root
+
+    options = pieces[0].remote_options  # one read: every slice has the same
+    missing = missing_local_root(options)
+    if missing is not None:
+        raise missing
+    try:
+        for piece in pieces:
+            yield from read_slice(piece, batch_rows=ARROW_BATCH_ROWS)
+    except Exception as e:
+        lacking = executor_setting_error(e, options)
+        if lacking is None:
+            raise
+        raise lacking from e
 
 
 class KafkaArchiveDataSource(DataSource):
     """``spark.read.format("kafka-archive")``: register with ``rlmm.spark.register(spark)``."""
 
+    # The session's spark.rlmm.* Spark conf entries: ``register`` registers a subclass
+    # that sets them (a data source runs in a Python worker without a SparkSession).
+    spark_conf: dict[str, str] = {}
+
     def __init__(self, options: Any) -> None:
         super().__init__(options)
-        self.parsed = parse_options(dict(options))
+        self.parsed = parse_options(dict(options), self.spark_conf)
         if self.parsed.ignored:
             log.info("kafka-archive: ignoring live-consumer options %s", self.parsed.ignored)
         from rlmm.spark.planning import check_subscription
@@ -239,7 +271,27 @@ class KafkaArchiveDataSource(DataSource):
                 f"kafka-archive has the fixed schema {expected.simpleString()}"
                 f" (includeHeaders picks the headers column), got {schema.simpleString()}",
             )
-        return KafkaArchiveReader(self.parsed)
+        # pyspark pickles this data source with the reader into the read function it
+        # ships to every executor; reader() is called in the planning worker just
+        # before that (never before this object's earlier trip to the JVM, which needs
+        # the secrets to plan): from here on neither carries a secret setting, the
+        # reader keeps them for planning in an attribute that is not pickled.
+        public, secrets = self.parsed.split_secrets()
+        self.parsed = public
+        self.options = {k: v for k, v in dict(self.options).items() if not is_secret(str(k))}
+        return KafkaArchiveReader(public, secrets)
+
+
+def with_spark_conf(conf: Mapping[str, str]) -> type[KafkaArchiveDataSource]:
+    """KafkaArchiveDataSource reading the ``spark.rlmm.*`` entries ``conf`` as settings
+    under its options (pickled by value with the class: keep secrets out of ``conf``)."""
+    if not conf:
+        return KafkaArchiveDataSource
+    return type(
+        "KafkaArchiveDataSource",
+        (KafkaArchiveDataSource,),
+        {"spark_conf": dict(conf), "__module__": __name__},
+    )
 
 
 __all__ = [
@@ -251,4 +303,5 @@ __all__ = [
     "kafka_struct",
     "pushdown_enabled",
     "pushdown_is_scan_scoped",
+    "with_spark_conf",
 ]
