@@ -15,10 +15,14 @@ SPARK_CORES = 2
 
 
 def start_spark(
-    app: str, jars: Sequence[Path] = (), conf: Mapping[str, str] | None = None
+    app: str,
+    jars: Sequence[Path] = (),
+    conf: Mapping[str, str] | None = None,
+    master: str = f"local[{SPARK_CORES}]",
 ) -> tuple[Any, float]:
-    """A ``local[SPARK_CORES]`` session named ``app`` with ``jars`` and extra ``conf``,
-    ``kafka-archive`` registered; and the seconds it took to start."""
+    """A session named ``app`` on ``master`` (default ``local[SPARK_CORES]``) with
+    ``jars`` and extra ``conf``, ``kafka-archive`` registered; and the seconds it took
+    to start."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -27,7 +31,7 @@ def start_spark(
 
     t0 = time.perf_counter()
     builder = (
-        SparkSession.builder.master(f"local[{SPARK_CORES}]")
+        SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "2g")

@@ -26,6 +26,15 @@ record) per partition, explicit ``endingOffsets`` on both sides, ``minPartitions
   own ``startingTimestamp`` / ``endingTimestamp`` options (plus the same ``where``),
   the manual way a Kafka-source user narrows the read.
 
+  And (d) kafka-archive given the window through its own ``startingTimestamp`` /
+  ``endingTimestamp`` (plus the same ``where``): it must match or beat (c).
+
+``--cluster`` runs it the way a backfill runs: a Spark standalone cluster (a master
+and two 1-core workers, each its own JVM and work dir, from pyspark's own launcher)
+with the driver in client mode, the archive in S3 (moto's server on loopback; the
+sidecar copies there), executors given only the remote settings the read carries and
+credentials through ``spark.executorEnv`` (no shared disk, no config file).
+
 Each query runs once to warm up (JIT, Python workers), then ``--repeat`` rounds with
 the sides of a query interleaved; the best wall time counts. Counts and sums must be
 equal across the sides of a query, or the bench fails (exit 1). Also reported: Spark's
@@ -35,13 +44,14 @@ planned input partitions, and the CPU seconds of the broker, Spark's JVM and its
 Python workers during each best run. Prints ONE JSON document. Usage:
   python bench/spark_vs_kafka.py [--records 3000000] [--record-size 100]
       [--partitions 2] [--repeat 3] [--hours 24] [--window-hours 1] [--window-at 0,12,23]
-      [--segment-mb 16]
+      [--segment-mb 16] [--cluster]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -72,6 +82,8 @@ from tests.fixtures.apache_kafka import (
     require_tools,
     spark_kafka_jars,
 )
+from tests.fixtures.s3 import moto_process
+from tests.fixtures.spark_cluster import standalone_cluster
 
 HOUR_MS = 3_600_000
 # segment.ms: segments roll by size (--segment-mb); the records end this long before
@@ -81,6 +93,10 @@ FIXED_RECORDS = 500  # per partition: the tiny query that measures Spark's fixed
 MANY_PARTITIONS = 40  # the same tiny query cut into this many input partitions
 FIXED_RUNS = 5  # best of
 TARGETS = {"full_scan": 3.0, "window": 20.0}
+S3_BUCKET = "rlmm"
+# What executors on the cluster get: credentials through their environment, as an
+# instance profile would give them (moto accepts any), nothing else.
+EXECUTOR_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 # Records with explicit CreateTime timestamps, spread evenly over [t0, t1): Kafka's
 # ProducerPerformance cannot set them. Run from source (java Source.java).
@@ -210,13 +226,21 @@ def wait_rolled(broker: ApacheKafkaBroker, topic: str, rolls: dict[int, int]) ->
         time.sleep(0.5)
 
 
-def offload(broker: ApacheKafkaBroker, root: Path, topic: str) -> tuple[Path, dict[str, Any]]:
-    """``rlmm offload --once`` over the broker's log dir (this topic only); its summary."""
+def offload(
+    broker: ApacheKafkaBroker, root: Path, topic: str, s3_endpoint: str | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """``rlmm offload --once`` over the broker's log dir (this topic only), into the
+    local remote dir, or the ``rlmm`` bucket at ``s3_endpoint``; its summary."""
     config = root / "rlmm.toml"
+    remote = (
+        ""
+        if s3_endpoint is None
+        else f'[remote]\ntype = "s3"\nbucket = "{S3_BUCKET}"\nendpoint_url = "{s3_endpoint}"\n'
+        'region = "us-east-1"\n'
+    )
     config.write_text(
         f'data_dir = "{root / "rlmm"}"\n'
-        "[eventlog]\npartitions = 4\n"
-        '[offload]\n"remote.storage.enable" = false\n'
+        "[eventlog]\npartitions = 4\n" + remote + '[offload]\n"remote.storage.enable" = false\n'
         f'[offload.topics."{topic}"]\n"remote.storage.enable" = true\n"retention.ms" = -1\n'
     )
     rlmm_bin = Path(sys.executable).parent / "rlmm"
@@ -422,6 +446,11 @@ def main() -> None:
         help="comma-separated start hours of the windows (default: first, middle, last)",
     )
     parser.add_argument("--segment-mb", type=int, default=16)
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="a Spark standalone cluster (master + 2 workers) reading the archive from S3",
+    )
     args = parser.parse_args()
     if args.window_at is None:
         starts = sorted({0, args.hours // 2, args.hours - args.window_hours})
@@ -441,7 +470,12 @@ def main() -> None:
         "window_hours": args.window_hours,
         "segment_ms": ROLL_MS,
         "segment_mb": args.segment_mb,
-        "spark_master": f"local[{SPARK_CORES}]",
+        "spark_master": (
+            "standalone: a master and 2 one-core workers, client-mode driver"
+            if args.cluster
+            else f"local[{SPARK_CORES}]"
+        ),
+        "remote_storage": "s3 (moto's server on loopback)" if args.cluster else "local directory",
         "targets": {
             "full_scan_archive_vs_kafka_source": TARGETS["full_scan"],
             f"window_at_hour_{middle}_archive_vs_kafka_source": TARGETS["window"],
@@ -452,7 +486,24 @@ def main() -> None:
     broker = ApacheKafkaBroker(root, heap="1g")
     spark = None
     failed: list[str] = []
+    stack = contextlib.ExitStack()
     try:
+        s3_endpoint = None
+        master = f"local[{SPARK_CORES}]"
+        conf = {"spark.sql.session.timeZone": "UTC"}
+        if args.cluster:
+            s3_endpoint = stack.enter_context(moto_process())
+            for k, v in {**EXECUTOR_ENV, "AWS_DEFAULT_REGION": "us-east-1"}.items():
+                os.environ[k] = v  # the sidecar's and the driver's own chain
+            import boto3
+
+            boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(
+                Bucket=S3_BUCKET
+            )
+            cluster = stack.enter_context(standalone_cluster(root / "spark-cluster"))
+            master = cluster.master_url
+            conf |= {f"spark.executorEnv.{k}": v for k, v in EXECUTOR_ENV.items()}
+            conf |= {"spark.executor.memory": "768m", "spark.executor.cores": "1"}
         broker.start()
         assert broker.process is not None
         broker_pid = broker.process.pid
@@ -471,7 +522,7 @@ def main() -> None:
             sum(f.stat().st_size for f in broker.data_dir.glob(f"{topic}-*/*.log")) / 1e6, 1
         )
         t0 = time.perf_counter()
-        config, summary = offload(broker, root, topic)
+        config, summary = offload(broker, root, topic, s3_endpoint)
         out["offload_s"] = round(time.perf_counter() - t0, 1)
         out["offload"] = {
             k: summary[k] for k in ("segments_copied", "bytes_copied", "errors", "warnings")
@@ -479,9 +530,7 @@ def main() -> None:
         if summary["segments_copied"] != segments:
             raise RuntimeError(f"the sidecar copied {summary} of {segments} rolled segments")
 
-        spark, startup = start_spark(
-            "rlmm-bench-spark-vs-kafka", jars, {"spark.sql.session.timeZone": "UTC"}
-        )
+        spark, startup = start_spark("rlmm-bench-spark-vs-kafka", jars, conf, master)
         out["spark_session_start_s"] = round(startup, 1)
         ending = json.dumps({topic: {str(p): o for p, o in rolls.items()}})
         tiny = json.dumps({topic: {str(p): FIXED_RECORDS for p in rolls}})
@@ -540,6 +589,7 @@ def main() -> None:
                     "a": lambda c=cond: aggregate(kafka().where(c)),
                     "b": lambda c=cond: aggregate(archive().where(c)),
                     "c": lambda c=cond, o=by_ts: aggregate(kafka(**o).where(c)),
+                    "d": lambda c=cond, o=by_ts: aggregate(archive(**o).where(c)),
                 },
                 args.repeat,
                 broker_pid,
@@ -600,8 +650,8 @@ def main() -> None:
 
         out["windows"] = {}
         for hour, w0, w1, cond, by_ts, w in windows:
-            wa, wb, wc = w["a"], w["b"], w["c"]
-            sides = {(m["rows"], m["value_bytes"]) for m in (wa, wb, wc)}
+            wa, wb, wc, wd = w["a"], w["b"], w["c"], w["d"]
+            sides = {(m["rows"], m["value_bytes"]) for m in (wa, wb, wc, wd)}
             if len(sides) != 1 or wa["rows"] == 0:
                 failed.append(f"window at hour {hour}: (rows, value bytes) differ or 0: {sides}")
             ratio = wa["wall_s"] / wb["wall_s"]
@@ -619,8 +669,12 @@ def main() -> None:
                 "a_kafka_source_where": fmt(wa, fixed_a, args.records),
                 "b_kafka_archive_where_pushed_down": fmt(wb, fixed_b, planned["records"]),
                 "c_kafka_source_starting_ending_timestamp": fmt(wc, fixed_a, wc["rows"]),
+                "d_kafka_archive_starting_ending_timestamp": fmt(wd, fixed_b, wd["rows"]),
                 "archive_vs_kafka_source": round(ratio, 2),
                 "archive_vs_kafka_source_by_timestamp": round(wc["wall_s"] / wb["wall_s"], 2),
+                "archive_by_timestamp_vs_kafka_source_by_timestamp": round(
+                    wc["wall_s"] / wd["wall_s"], 2
+                ),
             }
             if hour == middle:
                 entry["target"] = TARGETS["window"]
@@ -632,6 +686,7 @@ def main() -> None:
         if spark is not None:
             spark.stop()
         broker.stop()
+        stack.close()
         shutil.rmtree(root, ignore_errors=True)
     out["bench_wall_s"] = round(time.perf_counter() - bench_t0, 1)
     print(json.dumps(out, indent=2))

@@ -79,6 +79,9 @@ def main(request_path: str) -> None:
                 .option("includeHeaders", "true")
                 .option("kafka.isolation.level", isolation)
                 .load()
+                # Read from the broker once: each condition below is Spark filtering
+                # these rows (the Kafka source pushes no filter down), as on a re-read.
+                .cache()
             )
             result[f"kafka/{isolation}"] = rows(live)
             for condition in filters:

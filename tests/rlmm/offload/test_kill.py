@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 RLMM = str(Path(sys.executable).parent / "rlmm")
 TIMED = ("copy.upload", "delete.rsm")  # killed from a timer: lands inside the RSM call
+KILLS = 30  # the first two scenarios cycle through every step, the rest draw at random
 
 
 def scenario(tmp: Path, seed: int) -> tuple[Path, Path, list[PartitionDir]]:
@@ -111,7 +112,7 @@ async def test_sigkill_at_every_step_then_recover(tmp_path: Path) -> None:
     kills = 0
     hit_steps: set[str] = set()
     seed = 0
-    while kills < 56:
+    while kills < KILLS:
         rng = random.Random(seed)
         logs, config, pdirs = scenario(tmp_path / f"s{seed}", seed)
         for _ in range(6):
