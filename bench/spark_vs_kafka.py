@@ -621,7 +621,7 @@ def main() -> None:
                 f"best of {FIXED_RUNS} (after one) reads of {FIXED_RECORDS} records per"
                 f" partition on {tiny_parts} input partitions (per query), and on"
                 f" {MANY_PARTITIONS}: the difference per extra input partition (wall time"
-                f" on local[{SPARK_CORES}])"
+                f" on {out['spark_master']})"
             ),
         }
 
