@@ -17,4 +17,5 @@ pytest_plugins = [
     "tests.fixtures.spark",
     "tests.fixtures.spark_cluster",
     "tests.fixtures.prometheus",
+    "tests.fixtures.soak",
 ]

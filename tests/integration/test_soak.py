@@ -1,4 +1,5 @@
-"""The short soak (bench/soak.py for 150 s): everything failing at once, nothing lost.
+"""The short soak (bench/soak.py for 150 s, run in the background from the session's
+start by tests/fixtures/soak.py): everything failing at once, nothing lost.
 
 Invariant checked: on a real Apache Kafka 4.1.1 broker with producers of every codec,
 keys, headers and aborted transactions, Kafka deleting local segments, the sidecar
@@ -15,47 +16,27 @@ dashboard query has data, and no process outlives the run.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.fixtures.prometheus import PrometheusTools
+from tests.fixtures.soak import BackgroundSoak
 
 pytestmark = [
     pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow, pytest.mark.timeout(600),
 ]  # fmt: skip
 
-ROOT = Path(__file__).resolve().parents[2]
-DURATION_S = 150
 
-
-def test_short_soak(
-    apache_kafka_libs: Path, prometheus_bin: PrometheusTools, tmp_path: Path
-) -> None:
-    work = tmp_path / "soak"
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "soak.py"), "--duration", str(DURATION_S),
-         "--seed", "19", "--no-kills-in-storm", "--alert-scale", "0.25", "--storm", "0.1,0.65",
-         "--broker-restart-at", "0.7", "--kills-end", "0.75", "--work", str(work)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-        cwd=ROOT, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=540)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert out.strip(), f"no report (exit {proc.returncode}):\n{err[-4000:]}"
+def test_short_soak(short_soak: BackgroundSoak) -> None:
+    # Started in the background with the session's first test (tests/fixtures/soak.py).
+    code = short_soak.wait(timeout=540)
+    assert code is not None, "the soak did not end within 540 s"
+    out, err, work = short_soak.out, short_soak.err, short_soak.work
+    assert out.strip(), f"no report (exit {code}):\n{err[-4000:]}"
     report = json.loads(out)
     summary = {k: v for k, v in report.items() if k not in ("partitions", "machine", "settings")}
     assert report["ok"], f"{report['failures']}\n{json.dumps(summary, indent=1)[:6000]}"
-    assert proc.returncode == 0
+    assert code == 0
     assert report["records_lost"] == report["duplicates"] == report["mismatched"] == 0
     assert report["records_compared"] > 5000
     assert report["kills"]["total"] >= 2 and report["broker_restarts"] == 1

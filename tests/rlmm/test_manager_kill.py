@@ -21,7 +21,7 @@ from tests.rlmm.helpers import read_all, sequential_replay
 from tests.rlmm.kill_worker import PARTITIONS, TPS, open_manager
 
 ROOT = Path(__file__).resolve().parents[2]
-KILLS = 30  # each kill at a random moment of appends, snapshots and restores
+KILLS = 24  # each kill at a random moment of appends, snapshots and restores
 
 
 def run_and_kill(directory: Path, seed: int, delay_s: float, *extra: str) -> list[bytes]:

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 RLMM = str(Path(sys.executable).parent / "rlmm")
 TIMED = ("copy.upload", "delete.rsm")  # killed from a timer: lands inside the RSM call
-KILLS = 30  # the first two scenarios cycle through every step, the rest draw at random
+KILLS = 24  # the first two scenarios cycle through every step, the rest draw at random
 
 
 def scenario(tmp: Path, seed: int) -> tuple[Path, Path, list[PartitionDir]]:
