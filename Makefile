@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,spark]'
+	$(BIN)/pip install --quiet --no-compile -e '.[test,spark]'
 	touch $(STAMP)
 
 lint: $(STAMP)
