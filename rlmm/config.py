@@ -296,13 +296,14 @@ def _check_offload(offload: dict[str, Any]) -> None:
             raise ConfigError(f"offload.{key} must be positive, got {offload[key]!r}")
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_table(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A TOML table as dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``)."""
     out: dict[str, Any] = {}
     for key, value in data.items():
         full = f"{prefix}{key}"
         if isinstance(value, Mapping):
             # [eventlog.properties] keeps its place (a Kafka name, quoted or dotted)
-            out.update(_flatten(value, f"{full}."))
+            out.update(flatten_table(value, f"{full}."))
         else:
             out[full] = value
     return out
@@ -351,7 +352,7 @@ def load_config(
             raise ConfigError(f"config file {file} does not exist") from e
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"config file {file} is not valid TOML: {e}") from e
-        layers.append((str(file), _flatten(data)))
+        layers.append((str(file), flatten_table(data)))
         source = str(file)
     layers.append(("environment", _from_env(env)))
     layers.append(("command line", dict(overrides or {})))

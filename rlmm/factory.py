@@ -19,7 +19,7 @@ from remote.layouts import RemoteLayout
 from remote.registry import load_remote_layout, load_remote_storage_manager
 from remote.side_index import SideIndex, is_s3_location
 from remote.storage import RemoteStorageManager
-from rlmm.config import RlmmConfig
+from rlmm.config import RlmmConfig, flatten_table
 from rlmm.errors import ConfigError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.secrets import SECRETS_FROM, is_secret
@@ -86,15 +86,7 @@ def _file_remote_secrets(path: Path) -> dict[str, Any]:
             remote = tomllib.load(f).get("remote", {})
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
-    flat: dict[str, Any] = {}
-    todo: list[tuple[str, Any]] = list(remote.items())
-    while todo:  # dotted keys written bare are nested tables: flatten them back
-        key, value = todo.pop()
-        if isinstance(value, Mapping):
-            todo.extend((f"{key}.{k}", v) for k, v in value.items())
-        elif is_secret(key):
-            flat[key] = value
-    return flat
+    return {k: v for k, v in flatten_table(remote).items() if is_secret(k)}
 
 
 def snapshot_store_options(config: RlmmConfig, *, read_only: bool = False) -> dict[str, Any]:
