@@ -41,6 +41,7 @@ from tests.fixtures.apache_kafka import (
     METADATA_PARTITIONS,
     ApacheKafkaBroker,
     new_broker,
+    run_java,
     start_or_fail,
 )
 from tests.integration.test_spark_kafka_vs_archive import headers_for
@@ -437,6 +438,40 @@ def test_sigkilled_three_times_and_resumed_writes_every_record_once(
     name = "dr-crash"
     rng = random.Random()
     config = ["--topic", TOPIC, "--target-topic", name, "--transaction-records", "10"]
+    # Archived batches go over whole: unthrottled the restore takes about a second, too
+    # short for three kills at random moments. A produce quota on its client id makes
+    # it last several.
+    _produce_quota(target, 40_000)
+    try:
+        mid_way, seen = _kill_three_times(source, target, name, config, rng)
+    finally:
+        _produce_quota(target, None)
+    assert mid_way >= 2, f"the SIGKILLs did not land inside the restore: {seen}"
+    done = restore(source, target, *config, "--resume", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["resumed"]
+    assert asyncio.run(consume(target.bootstrap, name)) == source.capture[TOPIC]
+
+
+def _produce_quota(target: ApacheKafkaBroker, rate: int | None) -> None:
+    """Set (or, with None, remove) a producer_byte_rate quota on the restore's client id."""
+    change = (
+        ["--add-config", f"producer_byte_rate={rate}"]
+        if rate is not None
+        else ["--delete-config", "producer_byte_rate"]
+    )
+    done = run_java(
+        target.libs, "kafka.admin.ConfigCommand", "--bootstrap-server", target.bootstrap,
+        "--alter", *change, "--entity-type", "clients", "--entity-name", "rlmm-restore",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _kill_three_times(
+    source: Source, target: ApacheKafkaBroker, name: str, config: list[str], rng: random.Random
+) -> tuple[int, list[Any]]:
+    """Three runs (the first, then resumes), each SIGKILLed at a random moment after its
+    first commit; how many left the restore unfinished, and where each left it."""
     client = {"bootstrap_servers": target.bootstrap}
     mid_way = 0
     seen: list[Any] = []
@@ -466,7 +501,7 @@ def test_sigkilled_three_times_and_resumed_writes_every_record_once(
                 if asyncio.run(_committed(client, name)) > before:
                     break
                 time.sleep(0.2)
-            time.sleep(rng.uniform(0.0, 3.0))
+            time.sleep(rng.uniform(0.0, 2.0))
         finally:
             proc.send_signal(signal.SIGKILL)
             _, err = proc.communicate(timeout=30)
@@ -475,11 +510,7 @@ def test_sigkilled_three_times_and_resumed_writes_every_record_once(
         seen.append((proc.returncode, {p: s.next_offset for p, s in progress.items()}))
         if progress and not all(p.done for p in progress.values()):
             mid_way += 1
-    assert mid_way >= 2, f"the SIGKILLs did not land inside the restore: {seen}"
-    done = restore(source, target, *config, "--resume", "--json")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["resumed"]
-    assert asyncio.run(consume(target.bootstrap, name)) == source.capture[TOPIC]
+    return mid_way, seen
 
 
 async def _committed(client: dict[str, Any], target: str) -> int:
