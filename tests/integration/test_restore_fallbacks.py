@@ -6,7 +6,8 @@ Invariants checked: a read_committed consumer of the target holds exactly the ar
 committed records, per partition and in order, with keys, values, headers and
 timestamps (a LogAppendTime record's is its batch's time, now as CreateTime); the
 report counts each batch re-encoded with its reason and the rest as passed through;
-without passthrough (every record re-encoded) the target holds the same records.
+without passthrough (every record re-encoded), and into a target whose
+max.message.bytes is below most archived batches, the target holds the same records.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from remote import PartitionDir, PartitionDirWriter, ProducerRecord, generate_records
 from rlmm.restore import RestoreOptions, RestoreSelection, restore
+from rlmm.restore.target import TargetCluster
 from tests.fixtures.apache_kafka import ApacheKafkaBroker
 from tests.integration.test_restore_apache_kafka import consume
-from tests.integration.test_restore_s3 import _create
 from tests.rlmm.archive.archive_data import make_config, offload
 from tests.rlmm.archive.test_read_edges import _log_append_time
 
@@ -85,11 +87,15 @@ def test_compacted_and_log_append_time_batches_are_reencoded_exactly(
     dirs = [PartitionDir(d) for d in sorted((tmp_path / "logs").iterdir())]
     asyncio.run(offload(config, dirs))
     client = {"bootstrap_servers": apache_kafka_broker.bootstrap}
-    reports: dict[bool, Any] = {}
-    for passthrough in (True, False):
-        target = f"{topic}-{'raw' if passthrough else 'records'}"
-        # The archive's timestamps are from 2023: keep the broker's retention off them.
-        asyncio.run(_create(apache_kafka_broker.bootstrap, target))
+    reports: dict[str, Any] = {}
+    # A target whose max.message.bytes is below most archived batches: those re-encoded
+    # (the restore reads the limit from the topic's configs).
+    for how, passthrough, limit in (("raw", True, None), ("records", False, None),
+                                    ("small", True, 150)):  # fmt: skip
+        target = f"{topic}-{how}"
+        asyncio.run(_create(apache_kafka_broker.bootstrap, target, limit))
+        if limit is not None:
+            assert asyncio.run(_max_message_bytes(client, target)) == limit
         report = restore(
             config,
             RestoreSelection(topic, target_topic=target),
@@ -98,9 +104,12 @@ def test_compacted_and_log_append_time_batches_are_reencoded_exactly(
         )
         assert all(r.done for r in report.results)
         got = asyncio.run(consume(apache_kafka_broker.bootstrap, target))
-        assert got == want, passthrough
-        reports[passthrough] = report
-    raw, records = reports[True], reports[False]
+        assert got == want, how
+        reports[how] = report
+    raw, records = reports["raw"], reports["records"]
+    small = reports["small"].reencoded
+    assert small["too large"] >= 5 and small["offset gaps"] == 2
+    assert reports["small"].batches_passed_through < raw.batches_passed_through
     by_partition = {r.partition: r for r in raw.results}
     assert by_partition[0].reencoded == {"offset gaps": 2}
     assert by_partition[0].batches_passed_through >= 5
@@ -113,3 +122,21 @@ def test_compacted_and_log_append_time_batches_are_reencoded_exactly(
     assert shown["batches_passed_through"] == raw.batches_passed_through
     assert shown["reencoded"] == {"LogAppendTime": by_partition[1].batches_reencoded,
                                   "offset gaps": 2}  # fmt: skip
+
+
+async def _create(bootstrap: str, topic: str, max_message_bytes: int | None) -> None:
+    """Two partitions; no retention (the archive's timestamps are from 2023)."""
+    configs = {"retention.ms": "-1"}
+    if max_message_bytes is not None:
+        configs["max.message.bytes"] = str(max_message_bytes)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 2, 1, topic_configs=configs)])
+    finally:
+        await admin.close()
+
+
+async def _max_message_bytes(client: dict[str, Any], topic: str) -> int:
+    async with TargetCluster(client) as cluster:
+        return await cluster.max_message_bytes(topic)
