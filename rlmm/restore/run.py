@@ -70,6 +70,12 @@ _PROGRESS_CONFIGS = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
 # Kafka's message.max.bytes default: the largest batch assumed when the target's
 # max.message.bytes cannot be read (describing configs may be denied by ACLs).
 _DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+# aiokafka puts one batch of every partition with data ready in a produce request and
+# does not cap its size: batches stay small enough that the partitions in flight fit
+# under the brokers' socket.request.max.bytes (100 MiB by default).
+_MAX_BATCH_BYTES = 8 << 20
+# With murmur2 every target partition may have a batch open: aiokafka's default size.
+_MURMUR2_BATCH_BYTES = 16_384
 
 # partition, offsets done, offsets in this run, records written, bytes read
 ProgressCallback = Callable[[int, int, int, int, int], None]
@@ -323,6 +329,7 @@ async def run_restore(
         except TargetClusterError as e:
             log.warning("%s; assuming Kafka's default, %d bytes", e, _DEFAULT_MAX_MESSAGE_BYTES)
             max_bytes = _DEFAULT_MAX_MESSAGE_BYTES
+        max_bytes = min(max_bytes, _MAX_BATCH_BYTES)
     writer = _Writer(report, dict(client), options, saved, on_progress, max_bytes)
     try:
         await writer.run()
@@ -386,9 +393,11 @@ class _Writer:
             enable_idempotence=True,
             acks="all",
             linger_ms=5,
-            # Re-encoded batches as large as the target takes, and room for archived
-            # batches that size (a bigger one is re-encoded).
-            max_batch_size=max_bytes,
+            # Re-encoded batches as large as archived ones may be (the target's limit),
+            # but for murmur2, which may keep a batch open in every target partition.
+            max_batch_size=max_bytes
+            if report.plan.selection.partitioner == IDENTITY
+            else _MURMUR2_BATCH_BYTES,
         )
 
     async def run(self) -> None:

@@ -41,7 +41,7 @@ PARTITIONER = "partitioner"  # murmur2 spreads a batch's records over partitions
 BOUNDARY = "range boundary"  # records outside the slice (range ends, a resume point)
 LOG_APPEND_TIME = "LogAppendTime"  # the broker would keep the attribute's meaning
 OFFSET_GAPS = "offset gaps"  # compacted: Kafka refuses inner offsets that are not 0..n-1
-TOO_LARGE = "too large"  # above the producer's batch size or max.message.bytes
+TOO_LARGE = "too large"  # above the target's max.message.bytes (or the writer's cap)
 ATTRIBUTES = "attributes"  # magic 0/1, or a flag (delete horizon) a producer never sets
 
 _PASSABLE_ATTRIBUTES = COMPRESSION_CODEC_MASK | TRANSACTIONAL_FLAG_MASK
