@@ -254,6 +254,8 @@ def main() -> None:
             "records_per_s": round(tiered / wall),
             "restore_elapsed_s": summary["elapsed_s"],
             "records_per_s_in_restore": summary["records_per_s"],
+            "batches_passed_through": summary["batches_passed_through"],
+            "batches_reencoded": summary["batches_reencoded"],
             "source_running": False,
         }
         a, b = out["a_mirror_maker_2"], out["b_rlmm_restore"]

@@ -9,7 +9,8 @@ and ``partition.metadata``. Record bodies are encoded by aiokafka's
 assigns (base offset, leader epoch, control flag) are patched in and the CRC redone.
 
 Invariant: every file written reads back with this package's readers and with Kafka's
-own decoders (kafka-python in the tests); offsets are dense from ``start_offset`` and
+own decoders (kafka-python in the tests); offsets are dense from ``start_offset`` (but
+inside a batch written with ``offset_deltas``, as Kafka's log cleaner leaves one) and
 every batch lands whole in one segment. Not thread-safe; one writer per directory.
 """
 
@@ -21,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from types import TracebackType
 
@@ -223,10 +225,21 @@ class PartitionDirWriter:
         producer_id: int = -1,
         producer_epoch: int = -1,
         transactional: bool = False,
+        offset_deltas: Sequence[int] | None = None,
     ) -> RecordBatchHeader:
-        """Append ``records`` as one batch; idempotent when ``producer_id`` ≥ 0."""
+        """Append ``records`` as one batch; idempotent when ``producer_id`` ≥ 0.
+
+        ``offset_deltas`` (increasing, from 0) gives the records the offsets a compacted
+        batch keeps: the batch spans up to the last delta, the offsets between are gone."""
         if not records:
             raise ValueError("a record batch needs at least one record")
+        deltas = list(range(len(records))) if offset_deltas is None else list(offset_deltas)
+        if (
+            len(deltas) != len(records)
+            or deltas[0] != 0
+            or any(b <= a for a, b in pairwise(deltas))
+        ):
+            raise ValueError(f"offset deltas {deltas} are not increasing from 0, one per record")
         if transactional and producer_id < 0:
             raise ValueError("a transactional batch needs a producer id")
         base_sequence = -1
@@ -245,16 +258,16 @@ class PartitionDirWriter:
         )
         now = int(time.time() * 1000)
         stamps = [now if r.timestamp is None else r.timestamp for r in records]
-        for delta, (r, ts) in enumerate(zip(records, stamps, strict=True)):
+        for delta, r, ts in zip(deltas, records, stamps, strict=True):
             builder.append(delta, timestamp=ts, key=r.key, value=r.value, headers=list(r.headers))
-        max_delta = stamps.index(max(stamps))
+        max_delta = deltas[stamps.index(max(stamps))]
         header = self._append(bytearray(builder.build()), len(records), max_delta, control=False)
         if producer_id >= 0:
             st = self._producers.setdefault(producer_id, _ProducerState(producer_epoch))
             st.producer_epoch = producer_epoch
             st.last_sequence = base_sequence + len(records) - 1
             st.last_offset = header.last_offset
-            st.offset_delta = len(records) - 1
+            st.offset_delta = deltas[-1]
             st.timestamp = header.max_timestamp
             if transactional and st.current_txn_first_offset < 0:
                 st.current_txn_first_offset = header.base_offset

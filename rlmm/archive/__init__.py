@@ -40,9 +40,14 @@ from rlmm.archive.where import RowBounds, comparison_bounds
 
 if TYPE_CHECKING:
     from rlmm.archive.columns import kafka_schema
-    from rlmm.archive.reader import read_slice
+    from rlmm.archive.reader import decode_batches, read_slice, read_slice_batches
 
-_ARROW = {"kafka_schema": "rlmm.archive.columns", "read_slice": "rlmm.archive.reader"}
+_ARROW = {
+    "kafka_schema": "rlmm.archive.columns",
+    "decode_batches": "rlmm.archive.reader",
+    "read_slice": "rlmm.archive.reader",
+    "read_slice_batches": "rlmm.archive.reader",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -72,12 +77,14 @@ __all__ = [
     "ViewStats",
     "close_remote_storage",
     "comparison_bounds",
+    "decode_batches",
     "kafka_schema",
     "load_metadata_view",
     "open_metadata_view",
     "pack_slices",
     "plan_slices",
     "read_slice",
+    "read_slice_batches",
     "remote_storage_for",
     "select_partitions",
     "snapshot_source",

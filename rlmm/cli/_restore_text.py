@@ -3,7 +3,7 @@
 Invariant: the table has one row per source partition, with the same numbers as the
 JSON document (``RestoreReport.to_dict``); the lines after it say what was or would be
 done, naming the target, the progress topic and anything the operator must know
-(gaps, LogAppendTime timestamps).
+(gaps, batches re-encoded and why, LogAppendTime timestamps).
 """
 
 from __future__ import annotations
@@ -89,6 +89,12 @@ def restore_lines(
         + (" (resumed)" if report.resumed else "")
         + ("; done" if data["done"] else "")
     )
+    if data["batches_passed_through"] or data["batches_reencoded"]:
+        why = ", ".join(f"{n} {reason}" for reason, n in data["reencoded"].items())
+        lines.append(
+            f"batches: {data['batches_passed_through']} archived batches sent as they are,"
+            f" {data['batches_reencoded']} decoded and re-encoded" + (f" ({why})" if why else "")
+        )
     if data["log_append_time_records"]:
         lines.append(
             f"note: {data['log_append_time_records']} records had LogAppendTime timestamps in"

@@ -163,7 +163,14 @@ def _partition_bars(topic: str) -> Iterator[ProgressCallback | None]:
     type=click.IntRange(min=1),
     default=10_000,
     show_default=True,
-    help="records per transaction",
+    help="records per transaction (a transaction commits once it holds this many)",
+)
+@click.option(
+    "--partitions-in-flight",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="source partitions read and sent at once",
 )
 @common_options
 def restore(
@@ -171,7 +178,7 @@ def restore(
     from_timestamp: str | None, to_timestamp: str | None, target_topic: str | None,
     bootstrap_server: str, command_config: Path | None, properties: tuple[str, ...],
     from_store: bool, partitioner: str, resume: bool, dry_run: bool, skip_missing: bool,
-    progress_topic: str, transaction_records: int,
+    progress_topic: str, transaction_records: int, partitions_in_flight: int,
 ) -> None:  # fmt: skip
     """Restore TOPIC from the archive into a topic of a live cluster, exactly once."""
     from rlmm.restore import RestoreOptions, RestoreSelection, client_settings
@@ -191,7 +198,7 @@ def restore(
     client = client_settings(bootstrap_server, _properties(command_config, properties))
     options = RestoreOptions(
         resume=resume, dry_run=dry_run, progress_topic=progress_topic,
-        transaction_records=transaction_records,
+        transaction_records=transaction_records, partitions_in_flight=partitions_in_flight,
     )  # fmt: skip
     s = session()
     with _partition_bars(topic) as on_progress:

@@ -3,22 +3,28 @@
 Job: check the target against the plan (partition count, data already there, saved
 progress and whose it is), create the target and the progress topic when absent, then
 read the plan's slices (the archive's read_committed reader: aborted records and
-control batches never come out) and append each record, with its key, value, headers
-and CreateTime timestamp, to a batch of its target partition, sent through one
-transactional producer whose ``transactional_id`` is derived from the restore's
-identity.
+control batches never come out) and send them through one transactional producer
+whose ``transactional_id`` is derived from the restore's identity: each archived batch
+that can be is sent whole, re-stamped for the producer (``RawBatch``); the records of
+any other are appended, with their key, value, headers and CreateTime timestamp, to a
+batch of their target partition (``rlmm.restore.source`` says which is which). Up to
+``partitions_in_flight`` source partitions are read at once.
 
 Invariants:
-- every transaction holds records of one source partition and, last, that partition's
-  progress record (the next source offset to read): data and position commit together
-  or not at all, so a run killed at any instant and resumed writes each record once;
+- every transaction holds records of one or more source partitions and, last, one
+  progress record (the next source offset to read) for each source partition whose
+  position it moves: data and position commit together or not at all, so a run
+  killed at any instant and resumed writes each record once;
 - starting the producer fences any earlier run of the same restore (same
   transactional id) and aborts its open transaction before progress is read;
 - every bad input is found before anything is written (RestoreInputError);
 - within a source partition records are produced in offset order to one target
   partition (identity), or to the partition Kafka's murmur2 gives their key: the
-  relative order of records sharing a key is kept either way;
-- the producer and every reader stream opened are closed before the call returns.
+  relative order of records sharing a key is kept either way. One task alone sends,
+  in each partition's order; a passed-through batch goes after the records
+  re-encoded before it (their batch is sent first);
+- the producer, every reader stream and reader thread opened are closed before the
+  call returns.
 """
 
 from __future__ import annotations
@@ -27,17 +33,16 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from rlmm.archive import read_slice
 from rlmm.restore.errors import (
     MissingSegmentsError,
     PartitionCountMismatchError,
@@ -54,12 +59,23 @@ from rlmm.restore.progress import (
     progress_key,
     read_progress,
 )
+from rlmm.restore.raw_batch import RawBatch
+from rlmm.restore.source import Passthrough, Row, SliceEnd, Step, partition_steps
 from rlmm.restore.target import TargetCluster
 
 log = logging.getLogger(__name__)
 _LOG_APPEND_TIME = 1
 # What the progress topic keeps: the newest record per key.
 _PROGRESS_CONFIGS = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+# Kafka's message.max.bytes default: the largest batch assumed when the target's
+# max.message.bytes cannot be read (describing configs may be denied by ACLs).
+_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+# aiokafka puts one batch of every partition with data ready in a produce request and
+# does not cap its size: batches stay small enough that the partitions in flight fit
+# under the brokers' socket.request.max.bytes (100 MiB by default).
+_MAX_BATCH_BYTES = 8 << 20
+# With murmur2 every target partition may have a batch open: aiokafka's default size.
+_MURMUR2_BATCH_BYTES = 16_384
 
 # partition, offsets done, offsets in this run, records written, bytes read
 ProgressCallback = Callable[[int, int, int, int, int], None]
@@ -70,7 +86,11 @@ class RestoreOptions:
     resume: bool = False
     dry_run: bool = False
     progress_topic: str = PROGRESS_TOPIC
-    transaction_records: int = 10_000  # records per transaction (one partition's)
+    # Records per transaction: it commits once it holds this many (an archived
+    # batch passed through whole may take it past).
+    transaction_records: int = 10_000
+    partitions_in_flight: int = 4  # source partitions read and sent at once
+    passthrough: bool = True  # False: every record is decoded and re-encoded
 
 
 @dataclass
@@ -86,6 +106,9 @@ class PartitionResult:
     bytes_read: int = 0
     log_append_time_records: int = 0
     transactions: int = 0
+    batches_passed_through: int = 0  # archived batches sent as they are
+    batches_reencoded: int = 0  # archived batches decoded, their records re-batched
+    reencoded: Counter[str] = field(default_factory=Counter)  # why, per batch
 
     @property
     def done(self) -> bool:
@@ -102,6 +125,9 @@ class PartitionResult:
             "bytes_read": self.bytes_read,
             "log_append_time_records": self.log_append_time_records,
             "transactions": self.transactions,
+            "batches_passed_through": self.batches_passed_through,
+            "batches_reencoded": self.batches_reencoded,
+            "reencoded": dict(sorted(self.reencoded.items())),
             "done": self.done,
         }
 
@@ -132,6 +158,18 @@ class RestoreReport:
     def log_append_time_records(self) -> int:
         return sum(r.log_append_time_records for r in self.results)
 
+    @property
+    def batches_passed_through(self) -> int:
+        return sum(r.batches_passed_through for r in self.results)
+
+    @property
+    def batches_reencoded(self) -> int:
+        return sum(r.batches_reencoded for r in self.results)
+
+    @property
+    def reencoded(self) -> Counter[str]:
+        return sum((r.reencoded for r in self.results), Counter())
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "dry_run": self.dry_run,
@@ -147,6 +185,9 @@ class RestoreReport:
                 "cleared_progress": self.cleared_progress,
                 "records": self.records,
                 "log_append_time_records": self.log_append_time_records,
+                "batches_passed_through": self.batches_passed_through,
+                "batches_reencoded": self.batches_reencoded,
+                "reencoded": dict(sorted(self.reencoded.items())),
                 "elapsed_s": round(self.elapsed_s, 3),
                 "records_per_s": round(self.records / self.elapsed_s, 1)
                 if self.elapsed_s > 0
@@ -283,7 +324,13 @@ async def run_restore(
             )
         if options.progress_topic not in await cluster.partition_counts():
             await cluster.create_topic(options.progress_topic, 1, _PROGRESS_CONFIGS)
-    writer = _Writer(report, dict(client), options, saved, on_progress)
+        try:
+            max_bytes = await cluster.max_message_bytes(plan.target_topic)
+        except TargetClusterError as e:
+            log.warning("%s; assuming Kafka's default, %d bytes", e, _DEFAULT_MAX_MESSAGE_BYTES)
+            max_bytes = _DEFAULT_MAX_MESSAGE_BYTES
+        max_bytes = min(max_bytes, _MAX_BATCH_BYTES)
+    writer = _Writer(report, dict(client), options, saved, on_progress, max_bytes)
     try:
         await writer.run()
     finally:
@@ -306,8 +353,17 @@ async def run_restore(
     return report
 
 
+# A reader's hand-over: a list of steps, None at the partition's end, or its error.
+_Item = tuple[PartitionPlan, list[Step] | Exception | None]
+
+
 class _Writer:
-    """One run's transactional producer over the plan's partitions, one at a time."""
+    """One run's transactional producer over the plan's partitions, several at a time.
+
+    Reader tasks (at most ``partitions_in_flight``, each reading in a thread of its
+    own) hand each partition's steps, in order, to one queue; this writer alone sends
+    them, so a transaction holds whatever partitions' records arrived while it was
+    open, and, last, one progress record for each partition it touched."""
 
     def __init__(
         self,
@@ -316,14 +372,20 @@ class _Writer:
         options: RestoreOptions,
         saved: Mapping[int, Progress],
         on_progress: ProgressCallback | None,
+        max_bytes: int,
     ) -> None:
         self.report = report
         self.plan = report.plan
         self.options = options
         self.saved = saved
         self.on_progress = on_progress
+        self.max_bytes = max_bytes
         self._builders: dict[int, BatchBuilder] = {}  # target partition -> open batch
+        self._pending: list[asyncio.Future[Any]] = []  # sends of the open transaction
+        self._open = False  # a transaction is open
         self._in_txn = 0  # records in the open transaction
+        # Source partitions whose position moved in the open transaction.
+        self._touched: dict[int, tuple[PartitionPlan, PartitionResult]] = {}
         self.producer = AIOKafkaProducer(
             **client,
             client_id="rlmm-restore",
@@ -331,6 +393,11 @@ class _Writer:
             enable_idempotence=True,
             acks="all",
             linger_ms=5,
+            # Re-encoded batches as large as archived ones may be (the target's limit),
+            # but for murmur2, which may keep a batch open in every target partition.
+            max_batch_size=max_bytes
+            if report.plan.selection.partitioner == IDENTITY
+            else _MURMUR2_BATCH_BYTES,
         )
 
     async def run(self) -> None:
@@ -345,48 +412,133 @@ class _Writer:
         try:
             if self.report.cleared_progress:
                 await self._clear(self.report.cleared_progress)
-            for p in self.plan.partitions:
-                await self._partition(p)
+            await self._partitions()
         except KafkaError as e:
             raise TargetClusterError(f"restoring into {self.plan.target_topic!r}: {e}") from e
         finally:
+            # Unsent or unacknowledged records of the open transaction: never
+            # committed (stopping aborts it, or the next run's fencing drops them).
+            for future in self._pending:
+                future.cancel()
             await self.producer.stop()
 
-    async def _partition(self, p: PartitionPlan) -> None:
-        previous = self.saved.get(p.source.partition)
-        result = PartitionResult(
-            p.source.partition, p.start_offset, p.start_offset, p.end_offset,
-            records_total=previous.records if previous is not None else 0,
-        )  # fmt: skip
-        self.report.results.append(result)
-        if p.start_offset >= p.run_end:
-            return
-        pending: list[asyncio.Future[Any]] = []
-        total = max(1, p.run_end - p.start_offset)
-        await self.producer.begin_transaction()
-        self._report(result, total)
+    async def _partitions(self) -> None:
+        in_flight = max(1, self.options.partitions_in_flight)
+        queue: asyncio.Queue[_Item] = asyncio.Queue(maxsize=2 * in_flight)
+        results: dict[int, PartitionResult] = {}
+        for p in self.plan.partitions:
+            previous = self.saved.get(p.source.partition)
+            results[p.source.partition] = PartitionResult(
+                p.source.partition, p.start_offset, p.start_offset, p.end_offset,
+                records_total=previous.records if previous is not None else 0,
+            )  # fmt: skip
+        self.report.results = list(results.values())
+        todo = [p for p in self.plan.partitions if p.start_offset < p.run_end]
+        live: set[int] = set()
+        readers: set[asyncio.Task[None]] = set()
+        executor = ThreadPoolExecutor(in_flight, thread_name_prefix="rlmm-restore-read")
+
+        def start_readers() -> None:
+            while todo and len(live) < in_flight:
+                p = todo.pop(0)
+                live.add(p.source.partition)
+                self._report(p, results[p.source.partition])
+                task = asyncio.create_task(self._read(p, queue, executor))
+                readers.add(task)
+                task.add_done_callback(readers.discard)
+
         try:
-            for piece in p.slices:
-                result.bytes_read += piece.size_in_bytes
-                stream = _rows(piece)
-                try:
-                    # Fetching and decoding block: off the loop, so the producer's
-                    # sender keeps sending meanwhile.
-                    while (rows := await asyncio.to_thread(next, stream, None)) is not None:
-                        await self._send_rows(p, result, rows, pending, total)
-                finally:
-                    stream.close()
-                # Offsets after the slice's last record (aborted ones, markers) are done.
-                result.next_offset = max(result.next_offset, piece.until_offset)
-            result.next_offset = max(result.next_offset, p.run_end)
-            await self._commit(p, result, pending)
-            self._report(result, total)
-        except BaseException:
-            # Unsent or unacknowledged records of the open transaction: never
-            # committed (its abort, or the next run's fencing, drops them).
-            for future in pending:
-                future.cancel()
-            raise
+            start_readers()
+            while live:
+                p, item = await queue.get()
+                result = results[p.source.partition]
+                if isinstance(item, Exception):
+                    raise item
+                if item is None:
+                    live.discard(p.source.partition)
+                    # Offsets after the last record (aborted ones, markers) are done.
+                    await self._moved(p, result, p.run_end)
+                    start_readers()
+                    continue
+                for step in item:
+                    await self._step(p, result, step)
+            if self._open:
+                await self._commit()
+        finally:
+            for task in list(readers):
+                task.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+            executor.shutdown(wait=True)
+
+    async def _read(
+        self, p: PartitionPlan, queue: asyncio.Queue[_Item], executor: ThreadPoolExecutor
+    ) -> None:
+        """Hand the partition's steps to the writer: lists of them, then None (or the
+        error that stopped the reading)."""
+        identity = self.plan.selection.partitioner == IDENTITY
+        stream = partition_steps(
+            p, passthrough=identity and self.options.passthrough, max_bytes=self.max_bytes
+        )
+        running: Future[list[Step] | None] | None = None
+        try:
+            while True:
+                # Fetching and decoding block: off the loop, so the producer's sender
+                # keeps sending meanwhile.
+                running = executor.submit(next, stream, None)
+                steps = await asyncio.wrap_future(running)
+                running = None
+                if steps is None:
+                    break
+                await queue.put((p, steps))
+            await queue.put((p, None))
+        except Exception as e:
+            await queue.put((p, e))
+        finally:
+            if running is not None and not running.done():
+                # The generator cannot be closed while its thread runs it.
+                await asyncio.wait([asyncio.wrap_future(running)])
+            stream.close()
+
+    async def _step(self, p: PartitionPlan, result: PartitionResult, step: Step) -> None:
+        if isinstance(step, SliceEnd):
+            result.bytes_read += step.size_in_bytes
+            # Offsets after the slice's last record (aborted ones, markers) are done.
+            await self._moved(p, result, step.until_offset)
+        elif isinstance(step, Passthrough):
+            if not self._open:
+                await self._begin()
+            source = p.source.partition
+            self._touched[source] = (p, result)
+            await self._flush(source)  # records re-encoded before it go first
+            self._pending.append(
+                await self.producer.send_batch(
+                    RawBatch(step.header, step.data), self.plan.target_topic, partition=source
+                )
+            )
+            count = step.header.record_count
+            result.records += count
+            result.records_total += count
+            result.batches_passed_through += 1
+            result.next_offset = step.header.last_offset + 1
+            self._in_txn += count
+            if self._in_txn >= self.options.transaction_records:
+                await self._commit()
+        else:
+            result.batches_reencoded += sum(step.reasons.values())
+            result.reencoded.update(step.reasons)
+            await self._send_rows(p, result, step.rows)
+
+    async def _moved(self, p: PartitionPlan, result: PartitionResult, offset: int) -> None:
+        """The partition is done below ``offset``: its next commit says so."""
+        if offset > result.next_offset:
+            result.next_offset = offset
+            if not self._open:
+                await self._begin()
+            self._touched[p.source.partition] = (p, result)
+
+    async def _begin(self) -> None:
+        await self.producer.begin_transaction()
+        self._open = True
 
     async def _clear(self, partitions: list[int]) -> None:
         """Tombstones for void progress, committed before any record is written."""
@@ -403,18 +555,15 @@ class _Writer:
         await asyncio.gather(*pending)
         await self.producer.commit_transaction()
 
-    async def _send_rows(
-        self,
-        p: PartitionPlan,
-        result: PartitionResult,
-        rows: list[Row],
-        pending: list[asyncio.Future[Any]],
-        total: int,
-    ) -> None:
+    async def _send_rows(self, p: PartitionPlan, result: PartitionResult, rows: list[Row]) -> None:
         count = self.report.target_partition_count
         identity = self.plan.selection.partitioner == IDENTITY
         source = p.source.partition
+        touched, entry = self._touched, (p, result)
         for offset, key, value, ts, ts_type, headers in rows:
+            if not self._open:
+                await self._begin()
+            touched[source] = entry
             partition = source if identity else murmur2_partition(key, count, source)
             builder = self._builders.get(partition)
             if builder is None:
@@ -423,7 +572,7 @@ class _Writer:
             # (no future, no accumulator lookup); the builder takes Kafka's ms.
             timestamp = ts if ts >= 0 else None
             if builder.append(timestamp=timestamp, key=key, value=value, headers=headers) is None:
-                await self._flush(partition, pending)
+                await self._flush(partition)
                 builder = self._builders[partition] = self.producer.create_batch()
                 if (
                     builder.append(timestamp=timestamp, key=key, value=value, headers=headers)
@@ -439,77 +588,52 @@ class _Writer:
             result.log_append_time_records += ts_type == _LOG_APPEND_TIME
             result.next_offset = offset + 1
             if self._in_txn >= self.options.transaction_records:
-                await self._commit(p, result, pending)
-                pending.clear()
-                await self.producer.begin_transaction()
-                self._report(result, total)
+                await self._commit()
 
-    async def _flush(self, partition: int, pending: list[asyncio.Future[Any]]) -> None:
+    async def _flush(self, partition: int) -> None:
         builder = self._builders.pop(partition, None)
         if builder is not None and builder.record_count():
-            pending.append(
+            self._pending.append(
                 await self.producer.send_batch(builder, self.plan.target_topic, partition=partition)
             )
 
-    async def _commit(
-        self, p: PartitionPlan, result: PartitionResult, pending: list[asyncio.Future[Any]]
-    ) -> None:
-        progress = Progress(
-            target_topic=self.plan.target_topic,
-            source_partition=p.source.partition,
-            source_topic=self.plan.source_topic,
-            topic_id=self.plan.topic_id,
-            partitioner=self.plan.selection.partitioner,
-            first_offset=p.first_offset,
-            end_offset=p.end_offset,
-            next_offset=result.next_offset,
-            records=result.records_total,
-            updated_ms=now_ms(),
-        )
+    async def _commit(self) -> None:
+        """Every open batch, then each touched partition's progress; commit."""
         for partition in list(self._builders):
-            await self._flush(partition, pending)
-        pending.append(
-            await self.producer.send(
-                self.options.progress_topic, progress.value(), key=progress.key, partition=0
+            await self._flush(partition)
+        for p, result in self._touched.values():
+            progress = Progress(
+                target_topic=self.plan.target_topic,
+                source_partition=p.source.partition,
+                source_topic=self.plan.source_topic,
+                topic_id=self.plan.topic_id,
+                partitioner=self.plan.selection.partitioner,
+                first_offset=p.first_offset,
+                end_offset=p.end_offset,
+                next_offset=result.next_offset,
+                records=result.records_total,
+                updated_ms=now_ms(),
             )
-        )
-        await asyncio.gather(*pending)
+            self._pending.append(
+                await self.producer.send(
+                    self.options.progress_topic, progress.value(), key=progress.key, partition=0
+                )
+            )
+        await asyncio.gather(*self._pending)
         await self.producer.commit_transaction()
+        self._pending.clear()
+        self._open = False
         self._in_txn = 0
-        result.transactions += 1
+        for p, result in self._touched.values():
+            result.transactions += 1
+            self._report(p, result)
+        self._touched.clear()
 
-    def _report(self, result: PartitionResult, total: int) -> None:
+    def _report(self, p: PartitionPlan, result: PartitionResult) -> None:
         if self.on_progress is not None:
+            total = max(1, p.run_end - p.start_offset)
             done = min(total, result.next_offset - result.start_offset)
             self.on_progress(result.partition, done, total, result.records, result.bytes_read)
-
-
-Row = tuple[int, bytes | None, bytes | None, int, int, list[tuple[str, bytes | None]]]
-
-
-def _rows(piece: Any) -> Generator[list[Row], None, None]:
-    """The slice's records, a decoded Arrow batch at a time."""
-    for batch in read_slice(piece):
-        yield _batch_rows(batch)
-
-
-def _batch_rows(batch: pa.RecordBatch) -> list[Row]:
-    millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-    headers = [
-        [] if hs is None else [(h["key"], h["value"]) for h in hs]
-        for hs in batch.column("headers").to_pylist()
-    ]
-    return list(
-        zip(
-            batch.column("offset").to_pylist(),
-            batch.column("key").to_pylist(),
-            batch.column("value").to_pylist(),
-            millis,
-            batch.column("timestampType").to_pylist(),
-            headers,
-            strict=True,
-        )
-    )
 
 
 __all__ = [

@@ -2,8 +2,9 @@
 
 Job: through one aiokafka admin client, describe topics without creating them (a
 metadata request for all topics: a request naming a missing topic may auto-create
-it), create the target and the progress topic, and find whether a topic holds any
-committed record (read_committed, stopping at the first one).
+it), create the target and the progress topic, read the target's largest accepted
+batch (``max.message.bytes``), and find whether a topic holds any committed record
+(read_committed, stopping at the first one).
 
 Invariants: nothing here writes a record; a topic is created only by
 ``create_topic`` (an existing one is left as it is: a racing creator is not an
@@ -19,12 +20,14 @@ from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from rlmm.restore.errors import TargetClusterError
 from rlmm.restore.progress import committed_reader
 
 _TOPIC_ALREADY_EXISTS = 36
+_MAX_MESSAGE_BYTES = "max.message.bytes"
 _SCAN_TIMEOUT_S = 60.0
 
 
@@ -94,6 +97,27 @@ class TargetCluster:
                 return True
             await asyncio.sleep(0.1)
         raise TargetClusterError(f"topic {topic!r} was created but never showed in the metadata")
+
+    async def max_message_bytes(self, topic: str) -> int:
+        """``topic``'s max.message.bytes: the largest record batch its brokers accept."""
+        wanted = ConfigResource(ConfigResourceType.TOPIC, topic, {_MAX_MESSAGE_BYTES: None})
+        try:
+            responses = await self._admin.describe_configs([wanted])
+        except KafkaError as e:
+            raise TargetClusterError(f"cannot describe topic {topic!r}'s configs: {e}") from e
+        for response in responses:
+            for error_code, message, _, name, entries in response.resources:
+                if name != topic:
+                    continue
+                if error_code != 0:
+                    raise TargetClusterError(
+                        f"cannot describe topic {topic!r}'s configs: error code {error_code}"
+                        f" {message or ''}".rstrip()
+                    )
+                for entry in entries:
+                    if entry[0] == _MAX_MESSAGE_BYTES and entry[1] is not None:
+                        return int(entry[1])
+        raise TargetClusterError(f"topic {topic!r} has no {_MAX_MESSAGE_BYTES} in its configs")
 
     async def committed_record(self, topic: str, partitions: int) -> tuple[int, int] | None:
         """(partition, offset) of a committed record of ``topic``, or None when it has

@@ -10,8 +10,10 @@ the remote dir is left. A second, fresh broker is the target.
 
 Invariants checked: a read_committed consumer of the target equals the capture,
 partition by partition and in order, with keys, values, headers and CreateTime
-timestamps, after a straight restore and after a restore SIGKILLed three times and
-resumed; each bad input exits 2 with one line and writes nothing.
+timestamps, after a straight restore (every archived batch passed through as it was,
+re-stamped), after offset and timestamp ranges that cut batches (those re-encoded)
+and after a restore SIGKILLed three times and resumed (two partitions in flight, so
+transactions hold both); each bad input exits 2 with one line and writes nothing.
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from remote.segments import RecordBatchReader
 from rlmm.restore import murmur2_partition, read_progress
 from tests.fixtures.apache_kafka import (
     METADATA_PARTITIONS,
     ApacheKafkaBroker,
     new_broker,
+    run_java,
     start_or_fail,
 )
 from tests.integration.test_spark_kafka_vs_archive import headers_for
@@ -144,6 +148,15 @@ async def consume(
     bootstrap: str, topic: str, ends: dict[int, int] | None = None
 ) -> dict[int, list[Row]]:
     """Every committed record below ``ends`` (default: the last stable offsets)."""
+    found = await consume_with_offsets(bootstrap, topic, ends)
+    return {p: [row for _, row in rows] for p, rows in found.items()}
+
+
+async def consume_with_offsets(
+    bootstrap: str, topic: str, ends: dict[int, int] | None = None
+) -> dict[int, list[tuple[int, Row]]]:
+    """Every committed record below ``ends`` (default: the last stable offsets), with
+    its offset."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         isolation_level="read_committed",
@@ -162,13 +175,13 @@ async def consume(
         consumer.assign(tps)
         last = await consumer.end_offsets(tps)
         stop = {tp: last[tp] if ends is None else min(last[tp], ends[tp.partition]) for tp in tps}
-        out: dict[int, list[Row]] = {tp.partition: [] for tp in tps}
+        out: dict[int, list[tuple[int, Row]]] = {tp.partition: [] for tp in tps}
         deadline = time.monotonic() + 120
         while behind := [tp for tp in tps if await consumer.position(tp) < stop[tp]]:
             assert time.monotonic() < deadline, "consumer did not reach the end in 120 s"
             for tp, records in (await consumer.getmany(*behind, timeout_ms=500)).items():
                 out[tp.partition] += [
-                    (r.key, r.value, tuple(r.headers), r.timestamp, r.timestamp_type)
+                    (r.offset, (r.key, r.value, tuple(r.headers), r.timestamp, r.timestamp_type))
                     for r in records
                     if r.offset < stop[tp]
                 ]
@@ -215,12 +228,17 @@ class Source:
         self,
         remote_dir: Path,
         config: Path,
-        capture: dict[str, dict[int, list[Row]]],
+        captured: dict[str, dict[int, list[tuple[int, Row]]]],
         plans: dict[str, Any],
     ) -> None:
         self.remote_dir = remote_dir
         self.config = config
-        self.capture = capture
+        # What a read_committed consumer of the source returned, with offsets and without.
+        self.with_offsets = captured
+        self.capture = {
+            t: {p: [row for _, row in rows] for p, rows in by_p.items()}
+            for t, by_p in captured.items()
+        }
         self.plans = plans
 
 
@@ -247,7 +265,9 @@ def source(apache_kafka_libs: Path, tmp_path_factory: pytest.TempPathFactory) ->
             assert time.monotonic() < deadline, f"not tiered in 180 s: {rolls} {local}"
             time.sleep(0.5)
         ends = {t: {p: local[(t, p)][0] for p in rolls[t]} for t in rolls}
-        capture = {t: asyncio.run(consume(broker.bootstrap, t, ends[t])) for t in rolls}
+        capture = {
+            t: asyncio.run(consume_with_offsets(broker.bootstrap, t, ends[t])) for t in rolls
+        }
         # Everything below the one local segment left: the roll records too, when a
         # marker written after them rolled again.
         assert sum(map(len, capture[TOPIC].values())) >= 5 * 1200 + 10
@@ -348,6 +368,10 @@ def test_disaster_recovery_from_the_remote_dir_alone(
     summary = json.loads(done.stdout)
     assert summary["done"] and summary["created_target"] and not summary["resumed"]
     assert summary["records"] == sum(map(len, source.capture[TOPIC].values()))
+    # Every archived batch went over as it was (re-stamped), none re-encoded.
+    assert summary["batches_passed_through"] >= 2 * len(CODECS)
+    assert summary["batches_reencoded"] == 0 and summary["reencoded"] == {}
+    assert all(p["batches_passed_through"] for p in summary["partitions"])
     got = asyncio.run(consume(target.bootstrap, TOPIC))
     assert got == source.capture[TOPIC]
     assert all(r[4] == 0 for rows in got.values() for r in rows)  # CreateTime
@@ -363,6 +387,50 @@ def test_disaster_recovery_from_the_remote_dir_alone(
     assert asyncio.run(consume(target.bootstrap, TOPIC)) == source.capture[TOPIC]
 
 
+@pytest.mark.timeout(600)
+def test_range_boundaries_cut_batches_that_are_decoded(
+    source: Source, target: ApacheKafkaBroker
+) -> None:
+    """Offset and timestamp ranges whose ends fall inside archived batches: exactly the
+    consumer's records in the range, the cut batches re-encoded, the rest passed
+    through."""
+    captured = source.with_offsets[TOPIC][0]
+    # Batches of partition 0 as Kafka tiered them (several records each): cut the
+    # range inside one a quarter in and one three quarters in.
+    bases = sorted(
+        h.base_offset
+        for log in source.remote_dir.rglob("*.log")
+        if log.parent.name.startswith(f"{TOPIC}-0-")
+        for h in RecordBatchReader(log).headers()
+        if not h.is_control and h.record_count >= 3 and not h.is_transactional
+    )
+    first, end = bases[len(bases) // 4] + 1, bases[3 * len(bases) // 4] + 1
+    done = restore(
+        source, target, "--topic", TOPIC, "--partitions", "0", "--target-topic", "dr-offsets",
+        "--from-offset", str(first), "--to-offset", str(end), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["reencoded"] == {"range boundary": 2}
+    assert summary["batches_passed_through"] >= 2
+    got = asyncio.run(consume(target.bootstrap, "dr-offsets"))
+    assert got[0] == [row for offset, row in captured if first <= offset < end]
+    assert got[1] == []
+    # Timestamps grow with the offsets in the source: the range is the records between.
+    lo, hi = captured[1900 // 2][1][3] + 1, captured[4900 // 2][1][3]
+    done = restore(
+        source, target, "--topic", TOPIC, "--target-topic", "dr-times",
+        "--from-timestamp", str(lo), "--to-timestamp", str(hi), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["reencoded"].get("range boundary", 0) >= 2
+    got = asyncio.run(consume(target.bootstrap, "dr-times"))
+    for p in range(PARTITIONS):
+        assert got[p] == [row for row in source.capture[TOPIC][p] if lo <= row[3] < hi]
+        assert got[p]
+
+
 @pytest.mark.timeout(900)
 def test_sigkilled_three_times_and_resumed_writes_every_record_once(
     source: Source, target: ApacheKafkaBroker
@@ -370,6 +438,41 @@ def test_sigkilled_three_times_and_resumed_writes_every_record_once(
     name = "dr-crash"
     rng = random.Random()
     config = ["--topic", TOPIC, "--target-topic", name, "--transaction-records", "10"]
+    # Archived batches go over whole: unthrottled the restore takes about a second, too
+    # short for three kills at random moments. A produce quota on its client id makes
+    # it last tens of seconds: the broker averages the rate over its 11 one-second
+    # quota windows, so only the first ~88 KB of the ~370 KB go unthrottled.
+    _produce_quota(target, 8_000)
+    try:
+        mid_way, seen = _kill_three_times(source, target, name, config, rng)
+    finally:
+        _produce_quota(target, None)
+    assert mid_way >= 2, f"the SIGKILLs did not land inside the restore: {seen}"
+    done = restore(source, target, *config, "--resume", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["resumed"]
+    assert asyncio.run(consume(target.bootstrap, name)) == source.capture[TOPIC]
+
+
+def _produce_quota(target: ApacheKafkaBroker, rate: int | None) -> None:
+    """Set (or, with None, remove) a producer_byte_rate quota on the restore's client id."""
+    change = (
+        ["--add-config", f"producer_byte_rate={rate}"]
+        if rate is not None
+        else ["--delete-config", "producer_byte_rate"]
+    )
+    done = run_java(
+        target.libs, "kafka.admin.ConfigCommand", "--bootstrap-server", target.bootstrap,
+        "--alter", *change, "--entity-type", "clients", "--entity-name", "rlmm-restore",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _kill_three_times(
+    source: Source, target: ApacheKafkaBroker, name: str, config: list[str], rng: random.Random
+) -> tuple[int, list[Any]]:
+    """Three runs (the first, then resumes), each SIGKILLed at a random moment after its
+    first commit; how many left the restore unfinished, and where each left it."""
     client = {"bootstrap_servers": target.bootstrap}
     mid_way = 0
     seen: list[Any] = []
@@ -399,7 +502,7 @@ def test_sigkilled_three_times_and_resumed_writes_every_record_once(
                 if asyncio.run(_committed(client, name)) > before:
                     break
                 time.sleep(0.2)
-            time.sleep(rng.uniform(0.0, 3.0))
+            time.sleep(rng.uniform(0.0, 2.0))
         finally:
             proc.send_signal(signal.SIGKILL)
             _, err = proc.communicate(timeout=30)
@@ -408,11 +511,7 @@ def test_sigkilled_three_times_and_resumed_writes_every_record_once(
         seen.append((proc.returncode, {p: s.next_offset for p, s in progress.items()}))
         if progress and not all(p.done for p in progress.values()):
             mid_way += 1
-    assert mid_way >= 2, f"the SIGKILLs did not land inside the restore: {seen}"
-    done = restore(source, target, *config, "--resume", "--json")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["resumed"]
-    assert asyncio.run(consume(target.bootstrap, name)) == source.capture[TOPIC]
+    return mid_way, seen
 
 
 async def _committed(client: dict[str, Any], target: str) -> int:
@@ -481,6 +580,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
         "--json",
     )
     assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["batches_passed_through"] == 0
+    assert summary["reencoded"] == {"partitioner": summary["batches_reencoded"]}
     got = asyncio.run(consume(target.bootstrap, "three"))
     assert sum(map(len, got.values())) == sum(map(len, source.capture[TOPIC].values()))
     for p, rows in got.items():
