@@ -15,8 +15,10 @@ Invariants:
   progress record (the next source offset to read) for each source partition whose
   position it moves: data and position commit together or not at all, so a run
   killed at any instant and resumed writes each record once;
-- starting the producer fences any earlier run of the same restore (same
-  transactional id) and aborts its open transaction before progress is read;
+- before progress is read, a start of the restore's transactional producer fences
+  any earlier run of the same restore (same transactional id) and aborts its open
+  transaction, so no earlier run can commit past the position read (a dry run
+  fences nothing);
 - every bad input is found before anything is written (RestoreInputError);
 - within a source partition records are produced in offset order to one target
   partition (identity), or to the partition Kafka's murmur2 gives their key: the
@@ -252,6 +254,10 @@ async def _prepare(
     """Every check before anything is written; the report of the (resumed) plan."""
     plan = await asyncio.to_thread(plan_for, None)
     target = plan.target_topic
+    if not options.dry_run:
+        # Before progress is read: an earlier run still alive could otherwise commit
+        # past the position read here, and this run would write those records again.
+        await _fence(cluster.client, transactional_id(plan))
     counts = await cluster.partition_counts()
     target_count = counts.get(target)
     if (
@@ -299,6 +305,22 @@ async def _prepare(
         cleared_progress=sorted(stale),
     )
     return report, saved
+
+
+async def _fence(client: Mapping[str, Any], txn_id: str) -> None:
+    """Fence every earlier producer of ``txn_id`` and abort its open transaction:
+    a transactional producer's start (InitProducerId) bumps the id's epoch."""
+    producer = AIOKafkaProducer(
+        **client, client_id="rlmm-restore", transactional_id=txn_id, enable_idempotence=True
+    )
+    try:
+        await producer.start()
+    except KafkaError as e:
+        raise TargetClusterError(
+            f"cannot start the transactional producer {txn_id!r} to fence earlier runs: {e}"
+        ) from e
+    finally:
+        await producer.stop()
 
 
 async def run_restore(

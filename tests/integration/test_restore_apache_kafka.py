@@ -12,7 +12,7 @@ Invariants checked: a read_committed consumer of the target equals the capture,
 partition by partition and in order, with keys, values, headers and CreateTime
 timestamps, after a straight restore (every archived batch passed through as it was,
 re-stamped), after offset and timestamp ranges that cut batches (those re-encoded)
-and after a restore SIGKILLed three times and resumed (two partitions in flight, so
+and after a restore SIGKILLed five times and resumed (two partitions in flight, so
 transactions hold both); each bad input exits 2 with one line and writes nothing.
 """
 
@@ -432,22 +432,22 @@ def test_range_boundaries_cut_batches_that_are_decoded(
 
 
 @pytest.mark.timeout(900)
-def test_sigkilled_three_times_and_resumed_writes_every_record_once(
+def test_sigkilled_five_times_and_resumed_writes_every_record_once(
     source: Source, target: ApacheKafkaBroker
 ) -> None:
     name = "dr-crash"
     rng = random.Random()
     config = ["--topic", TOPIC, "--target-topic", name, "--transaction-records", "10"]
     # Archived batches go over whole: unthrottled the restore takes about a second, too
-    # short for three kills at random moments. A produce quota on its client id makes
+    # short for five kills at random moments. A produce quota on its client id makes
     # it last tens of seconds: the broker averages the rate over its 11 one-second
     # quota windows, so only the first ~88 KB of the ~370 KB go unthrottled.
     _produce_quota(target, 8_000)
     try:
-        mid_way, seen = _kill_three_times(source, target, name, config, rng)
+        mid_way, seen = _kill_at_random_moments(source, target, name, config, rng)
     finally:
         _produce_quota(target, None)
-    assert mid_way >= 2, f"the SIGKILLs did not land inside the restore: {seen}"
+    assert mid_way >= 3, f"the SIGKILLs did not land inside the restore: {seen}"
     done = restore(source, target, *config, "--resume", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["resumed"]
@@ -468,15 +468,15 @@ def _produce_quota(target: ApacheKafkaBroker, rate: int | None) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _kill_three_times(
+def _kill_at_random_moments(
     source: Source, target: ApacheKafkaBroker, name: str, config: list[str], rng: random.Random
 ) -> tuple[int, list[Any]]:
-    """Three runs (the first, then resumes), each SIGKILLed at a random moment after its
+    """Five runs (the first, then resumes), each SIGKILLed at a random moment after its
     first commit; how many left the restore unfinished, and where each left it."""
     client = {"bootstrap_servers": target.bootstrap}
     mid_way = 0
     seen: list[Any] = []
-    for kill in range(3):
+    for kill in range(5):
         args = [
             sys.executable,
             "-m",
