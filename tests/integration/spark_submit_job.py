@@ -33,7 +33,7 @@ def probe(index: int) -> dict[str, Any]:
     # A fresh interpreter of the same kind, with the worker's environment but not the
     # files Spark put on the worker's sys.path: what the executor's Python itself has.
     bare = subprocess.run(
-        [sys.executable, "-c", "import pyarrow, pyspark; import rlmm"],
+        [sys.executable, "-c", "import pyarrow; import rlmm"],
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     return {
