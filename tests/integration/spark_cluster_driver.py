@@ -17,6 +17,8 @@ stdin, answers one JSON line on stdout:
 
 Invariant: stdout carries only those JSON lines (everything else, the JVM's included,
 goes to stderr); the session is stopped however the script ends; end of stdin stops it.
+Importing the module (for ``APP_CONF``, the cluster applications' common conf) changes
+no file descriptor.
 """
 
 from __future__ import annotations
@@ -26,17 +28,12 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import IO, Any
 
-# The protocol's stdout: fd 1 becomes stderr, so nothing else (the JVM inherits fd 1)
-# can write between the JSON lines.
-_OUT = os.fdopen(os.dup(1), "w", buffering=1)
-os.dup2(2, 1)
-sys.stdout = sys.stderr
-
-# What every session here sets: small executors (1 core each, so each worker runs
-# one), the venv's Python, a driver on loopback, and a task given a second attempt.
-DEFAULTS = {
+# What every application on the test cluster sets (this driver's sessions, and the jobs
+# tests submit with spark-submit): small executors (1 core each, so each worker runs
+# one), a driver on loopback, and a task given a second attempt.
+APP_CONF = {
     "spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
@@ -45,7 +42,6 @@ DEFAULTS = {
     "spark.executor.cores": "1",
     "spark.cores.max": "2",
     "spark.task.maxFailures": "2",  # a lost executor costs one failure of its tasks
-    "spark.pyspark.python": sys.executable,
     "spark.python.worker.reuse": "true",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -53,6 +49,19 @@ DEFAULTS = {
     "spark.scheduler.minRegisteredResourcesRatio": "1.0",
     "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
 }
+# This driver's sessions also run their Python workers on the venv's interpreter.
+DEFAULTS = {**APP_CONF, "spark.pyspark.python": sys.executable}
+
+_OUT: IO[str] = sys.stdout
+
+
+def take_stdout() -> None:
+    """The protocol's stdout: fd 1 becomes stderr, so nothing else (the JVM inherits
+    fd 1) can write between the JSON lines."""
+    global _OUT
+    _OUT = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
 
 
 def reply(message: dict[str, Any]) -> None:
@@ -135,4 +144,5 @@ def main(master: str, conf: dict[str, str]) -> None:
 
 
 if __name__ == "__main__":
+    take_stdout()  # first: before the JVM starts and inherits fd 1
     main(sys.argv[1], json.loads(sys.argv[2]))

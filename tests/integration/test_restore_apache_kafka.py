@@ -27,12 +27,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from remote.segments import RecordBatchReader
@@ -148,8 +148,8 @@ async def consume(
     bootstrap: str, topic: str, ends: dict[int, int] | None = None
 ) -> dict[int, list[Row]]:
     """Every committed record below ``ends`` (default: the last stable offsets)."""
-    found = await consume_with_offsets(bootstrap, topic, ends)
-    return {p: [row for _, row in rows] for p, rows in found.items()}
+    records = await consume_records(bootstrap, topic, ends)
+    return {p: [_row(r) for r in got] for p, got in records.items()}
 
 
 async def consume_with_offsets(
@@ -157,9 +157,23 @@ async def consume_with_offsets(
 ) -> dict[int, list[tuple[int, Row]]]:
     """Every committed record below ``ends`` (default: the last stable offsets), with
     its offset."""
+    records = await consume_records(bootstrap, topic, ends)
+    return {p: [(r.offset, _row(r)) for r in got] for p, got in records.items()}
+
+
+def _row(r: ConsumerRecord[bytes, bytes]) -> Row:
+    return (r.key, r.value, tuple(r.headers), r.timestamp, r.timestamp_type)
+
+
+async def consume_records(
+    bootstrap: str, topic: str, ends: Mapping[int, int] | None = None,
+    isolation_level: str = "read_committed",
+) -> dict[int, list[ConsumerRecord[bytes, bytes]]]:  # fmt: skip
+    """Every record a consumer at ``isolation_level`` is served below ``ends`` (default:
+    the end offsets at that level), per partition in the order served."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
-        isolation_level="read_committed",
+        isolation_level=isolation_level,
         # No group, no committed offset: each assigned partition starts at its log start.
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -175,16 +189,12 @@ async def consume_with_offsets(
         consumer.assign(tps)
         last = await consumer.end_offsets(tps)
         stop = {tp: last[tp] if ends is None else min(last[tp], ends[tp.partition]) for tp in tps}
-        out: dict[int, list[tuple[int, Row]]] = {tp.partition: [] for tp in tps}
+        out: dict[int, list[ConsumerRecord[bytes, bytes]]] = {tp.partition: [] for tp in tps}
         deadline = time.monotonic() + 120
         while behind := [tp for tp in tps if await consumer.position(tp) < stop[tp]]:
             assert time.monotonic() < deadline, "consumer did not reach the end in 120 s"
             for tp, records in (await consumer.getmany(*behind, timeout_ms=500)).items():
-                out[tp.partition] += [
-                    (r.offset, (r.key, r.value, tuple(r.headers), r.timestamp, r.timestamp_type))
-                    for r in records
-                    if r.offset < stop[tp]
-                ]
+                out[tp.partition] += [r for r in records if r.offset < stop[tp]]
         return out
     finally:
         await consumer.stop()

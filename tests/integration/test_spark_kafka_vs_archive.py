@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from uuid import uuid4
@@ -48,6 +49,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.spark, py
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 3
 SEGMENT_MS = 1500
+EVENTLOG_PARTITIONS = 4  # of the embedded metadata log offload_topic writes
 ISOLATION = ["read_uncommitted", "read_committed"]
 
 
@@ -101,14 +103,58 @@ async def produce(bootstrap: str, topic: str, base_ts: int | None = None) -> dic
         await plain.stop()
 
 
-async def create_topic(bootstrap: str, topic: str) -> None:
+async def create_topic(
+    bootstrap: str, topic: str, partitions: int = PARTITIONS,
+    configs: Mapping[str, str] | None = None,
+) -> None:  # fmt: skip
+    """A plain topic (Kafka does not tier it) that keeps everything and rolls its
+    segments by record timestamps every SEGMENT_MS, unless ``configs`` say otherwise."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        configs = {"segment.ms": str(SEGMENT_MS), "retention.ms": "-1"}
-        await admin.create_topics([NewTopic(topic, PARTITIONS, 1, topic_configs=configs)])
+        settings = {"segment.ms": str(SEGMENT_MS), "retention.ms": "-1", **(configs or {})}
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=settings)])
     finally:
         await admin.close()
+
+
+async def offload_topic(
+    broker: ApacheKafkaBroker, topic: str, ends: Mapping[int, int], work: Path,
+    remote: Mapping[str, str] | None = None,
+) -> Path:  # fmt: skip
+    """One round of our sidecar over the broker's log dir, for ``topic`` only, once the
+    broker checkpointed a high watermark past each partition's ``ends`` offset; the
+    segments go to ``remote`` (``[remote]`` settings; default: local storage under
+    ``work``). Returns the rlmm config written under ``work``."""
+    # The sidecar copies nothing past the high watermark Kafka checkpointed (every
+    # replica.high.watermark.checkpoint.interval.ms, 5 s by default): wait for it.
+    checkpoint = broker.data_dir / "replication-offset-checkpoint"
+    async with asyncio.timeout(60):
+        while True:
+            marks = read_offset_checkpoint(checkpoint)
+            if all(marks.get((topic, p), -1) > end for p, end in ends.items()):
+                break
+            await asyncio.sleep(0.5)
+    remote_toml = "".join(f'"{k}" = "{v}"\n' for k, v in (remote or {}).items())
+    remote_toml = f"[remote]\n{remote_toml}" if remote_toml else ""
+    config_path = work / "rlmm.toml"
+    config_path.write_text(
+        f"""
+data_dir = "{work / "rlmm"}"
+[eventlog]
+partitions = {EVENTLOG_PARTITIONS}
+{remote_toml}[offload]
+"remote.storage.enable" = false
+"remote.log.manager.task.interval.ms" = 200
+[offload.topics.{topic}]
+"remote.storage.enable" = true
+"retention.ms" = -1
+"""
+    )
+    config = load_config(config_path, env={})
+    report = await run_sidecar(config, [broker.data_dir], once=True)
+    assert report.tally.errors == [] and report.tally.copied >= len(ends), report
+    return config_path
 
 
 def pushed_filters(topic: str, base_ts: int) -> list[str]:
@@ -172,34 +218,8 @@ async def test_spark_kafka_source_equals_kafka_archive(
     base_ts = int(time.time()) * 1000 - 60_000  # a whole second: SQL literals stay short
     ends = await produce(broker.bootstrap, topic, base_ts)
 
-    # The sidecar copies nothing past the high watermark Kafka checkpointed (every
-    # replica.high.watermark.checkpoint.interval.ms, 5 s by default): wait for it.
-    checkpoint = broker.data_dir / "replication-offset-checkpoint"
-    async with asyncio.timeout(60):
-        while True:
-            marks = read_offset_checkpoint(checkpoint)
-            if all(marks.get((topic, p), -1) > end for p, end in ends.items()):
-                break
-            await asyncio.sleep(0.5)
-
     # Our sidecar offloads the rolled segments of this topic from the broker's log dir.
-    config_path = tmp_path / "rlmm.toml"
-    config_path.write_text(
-        f"""
-data_dir = "{tmp_path / "rlmm"}"
-[eventlog]
-partitions = 4
-[offload]
-"remote.storage.enable" = false
-"remote.log.manager.task.interval.ms" = 200
-[offload.topics.{topic}]
-"remote.storage.enable" = true
-"retention.ms" = -1
-"""
-    )
-    config = load_config(config_path, env={})
-    report = await run_sidecar(config, [broker.data_dir], once=True)
-    assert report.tally.errors == [] and report.tally.copied >= PARTITIONS, report
+    config_path = await offload_topic(broker, topic, ends, tmp_path)
 
     result = await asyncio.to_thread(
         read_with_spark,
