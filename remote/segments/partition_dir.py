@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -245,17 +246,22 @@ class PartitionDir:
         p = self.path / LEADER_EPOCH_CHECKPOINT
         return read_leader_epoch_checkpoint(p) if p.exists() else []
 
-    def _offset_files(self, suffix: str) -> dict[int, Path]:
-        out: dict[int, Path] = {}
+    def _offsets(self, suffix: str) -> Iterator[tuple[int, os.DirEntry[str]]]:
         for entry in os.scandir(self.path):
             m = _OFFSET_FILE.match(entry.name)
             if m and "." + m.group("suffix") == suffix and entry.is_file():
-                out[int(m.group("offset"))] = Path(entry.path)
-        return dict(sorted(out.items()))
+                yield int(m.group("offset")), entry
+
+    def _offset_files(self, suffix: str) -> dict[int, Path]:
+        return dict(sorted((offset, Path(e.path)) for offset, e in self._offsets(suffix)))
 
     def producer_snapshots(self) -> dict[int, Path]:
         """Producer snapshot files by offset, ascending."""
         return self._offset_files(SNAPSHOT_SUFFIX)
+
+    def log_base_offsets(self) -> list[int]:
+        """The base offsets of every segment's ``.log``, ascending (no Path per file)."""
+        return sorted(offset for offset, _ in self._offsets(LOG_SUFFIX))
 
     def segments(self) -> list[LogSegmentFiles]:
         """Every segment, ascending by base offset (the last one is the active segment)."""

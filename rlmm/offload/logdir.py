@@ -20,6 +20,7 @@ coarsely, so a change in the same tick as a fresh mtime could leave it equal.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
@@ -34,7 +35,8 @@ from remote import (
     read_producer_snapshot,
 )
 from remote.segment_data import log_segment_data
-from remote.segments import LogSegmentFiles, parse_partition_dir_name
+from remote.segments import LogSegmentFiles, offset_file_name, parse_partition_dir_name
+from remote.segments.partition_dir import LOG_SUFFIX
 from rlmm.model import TopicIdPartition
 from rlmm.offload.errors import LogDirError, SegmentCopyError
 from rlmm.offload.log_source import (
@@ -105,9 +107,12 @@ class LogDirSource(LogSource):
         self._log_start = log_start_offset
         self._high_watermark = high_watermark
         self._verify_crc = verify_crc
-        self._files: dict[int, LogSegmentFiles] = {}
-        # the segments listed at the dir's (inode, mtime_ns), while that mtime is settled
-        self._listing: tuple[tuple[int, int], list[LogSegmentFiles]] | None = None
+        # The segments' base offsets at the dir's (inode, mtime_ns), while that mtime is
+        # settled, and the active segment's path. Only ints and strings: thousands of
+        # partitions keep theirs for good, and Path objects per segment would cost tens
+        # of MiB and a longer walk for every garbage collection.
+        self._listing: tuple[tuple[int, int], tuple[int, ...], str] | None = None
+        self._last_bases: tuple[int, ...] = ()  # the last listing, settled or not
         # plain strings: change_token stats them for every partition each round
         self._dir = str(pdir.path)
         self._epochs_file = os.path.join(self._dir, LEADER_EPOCH_CHECKPOINT)
@@ -124,21 +129,32 @@ class LogDirSource(LogSource):
         self._log_start = log_start_offset
         self._high_watermark = high_watermark
 
-    def _listed(self, st: os.stat_result) -> list[LogSegmentFiles]:
-        """The segments, listed again only when the dir changed (``st``: its stat)."""
+    def _listed(self, st: os.stat_result) -> tuple[tuple[int, ...], str]:
+        """The segments' base offsets and the active segment's path, listed again only
+        when the dir changed (``st``: its stat)."""
         key = (st.st_ino, st.st_mtime_ns)
         if self._listing is not None and self._listing[0] == key:
-            return self._listing[1]
-        segments = self.pdir.segments()
-        self._listing = (key, segments) if _settled(st.st_mtime_ns) else None
-        return segments
+            return self._listing[1], self._listing[2]
+        bases = tuple(self.pdir.log_base_offsets())
+        active = os.path.join(self._dir, offset_file_name(bases[-1], LOG_SUFFIX)) if bases else ""
+        self._listing = (key, bases, active) if _settled(st.st_mtime_ns) else None
+        self._last_bases = bases
+        return bases, active
+
+    def _files(self, bases: Sequence[int], i: int) -> LogSegmentFiles:
+        base = bases[i]
+        return LogSegmentFiles(
+            base,
+            self.pdir.path / offset_file_name(base, LOG_SUFFIX),
+            bases[i + 1] if i + 1 < len(bases) else None,
+            self.pdir,
+        )
 
     def _segments(self) -> list[LogSegmentFiles]:
-        segments = self._listed(os.stat(self._dir))
-        if not segments:
+        bases, _active = self._listed(os.stat(self._dir))
+        if not bases:
             raise LogDirError(f"{self.pdir.path}: no log segment")
-        self._files = {s.base_offset: s for s in segments}
-        return segments
+        return [self._files(bases, i) for i in range(len(bases))]
 
     def rolled_segments(self) -> Sequence[LocalSegment]:
         out = []
@@ -205,11 +221,10 @@ class LogDirSource(LogSource):
         SETTLED_S, or when one cannot be read (then nothing is promised)."""
         try:
             d = os.stat(self._dir)
-            segments = self._listed(d)
-            if not segments:
+            bases, active = self._listed(d)
+            if not bases:
                 return None
-            active = segments[-1]
-            a = os.stat(active.log_path)
+            a = os.stat(active)
             try:
                 e = os.stat(self._epochs_file)
                 epochs = (e.st_ino, e.st_size, e.st_mtime_ns)
@@ -220,7 +235,7 @@ class LogDirSource(LogSource):
         if not _settled(d.st_mtime_ns, a.st_mtime_ns, epochs[2] if epochs else 0):
             return None
         return (
-            d.st_ino, d.st_mtime_ns, active.base_offset, a.st_ino, a.st_size, a.st_mtime_ns,
+            d.st_ino, d.st_mtime_ns, bases[-1], a.st_ino, a.st_size, a.st_mtime_ns,
             epochs, self._log_start, self._high_watermark,
         )  # fmt: skip
 
@@ -228,11 +243,16 @@ class LogDirSource(LogSource):
         """The topic's settings as this round resolved them (the cluster's configs)."""
         self._retention = retention
 
+    def _find(self, bases: tuple[int, ...], base_offset: int) -> LogSegmentFiles | None:
+        i = bisect.bisect_left(bases, base_offset)
+        return self._files(bases, i) if i < len(bases) and bases[i] == base_offset else None
+
     def describe(self, segment: LocalSegment) -> SegmentDescription:
-        files = self._files.get(segment.base_offset)
+        # As listed last (the round's view of the log); listed again if not there.
+        files = self._find(self._last_bases, segment.base_offset)
         if files is None:
             self._segments()
-            files = self._files.get(segment.base_offset)
+            files = self._find(self._last_bases, segment.base_offset)
         if files is None:
             raise SegmentCopyError(f"{segment.name}: segment is gone", path=segment.name)
         for path in (files.log_path, files.offset_index_path, files.time_index_path):
@@ -301,28 +321,42 @@ def log_dir_problem(log_dir: Path) -> str | None:
 @dataclass
 class LogDirCache:
     """What ``scan_log_dirs`` found in earlier rounds, reused while unchanged: each log
-    dir's partition dir names at its (inode, mtime), and the source of each partition
-    dir found with a topic id (dropped with its log dir's names when that log dir
-    changes: a partition dir deleted and created again is a new one)."""
+    dir's partition dir names (with their inodes) at its (inode, mtime), and the source
+    of each partition dir found with a topic id. A source outlives a change of its log
+    dir as long as its partition dir is the same directory (name and inode): Kafka
+    rewrites its checkpoint files in the log dir every few seconds, which moves the log
+    dir's mtime but changes no partition. A partition dir deleted and created again is a
+    new directory: Kafka renames it away first (``-delete``) and removes it only a minute
+    later, so its name is gone for a round or more and its inode cannot be reused before."""
 
-    names: dict[Path, tuple[tuple[int, int], list[str]]] = field(default_factory=dict)
+    names: dict[Path, tuple[tuple[int, int], dict[str, int]]] = field(default_factory=dict)
     sources: dict[Path, LogDirSource] = field(default_factory=dict)
+    inodes: dict[Path, int] = field(default_factory=dict)  # the partition dir's, per source
 
-    def dir_names(self, log_dir: Path) -> list[str]:
-        """The names of the directories in ``log_dir``, sorted."""
+    def dir_names(self, log_dir: Path) -> dict[str, int]:
+        """The directories in ``log_dir`` by name, sorted, with their inodes."""
         st = os.stat(log_dir)
         key = (st.st_ino, st.st_mtime_ns)
         known = self.names.get(log_dir)
         if known is not None and known[0] == key:
             return known[1]
+        # DirEntry.inode() is the d_ino the listing already holds: no stat per entry.
+        found = sorted((e.name, e.inode()) for e in os.scandir(log_dir) if e.is_dir())
+        names = dict(found)
         for path in [p for p in self.sources if p.parent == log_dir]:
-            del self.sources[path]
-        names = sorted(e.name for e in os.scandir(log_dir) if e.is_dir())
+            if names.get(path.name) != self.inodes.get(path):
+                del self.sources[path]
+                self.inodes.pop(path, None)
         if _settled(st.st_mtime_ns):
             self.names[log_dir] = (key, names)
         else:
             self.names.pop(log_dir, None)
         return names
+
+    def keep(self, path: Path, source: LogDirSource, names: dict[str, int]) -> None:
+        """Reuse ``source`` for ``path`` while it is the directory listed in ``names``."""
+        self.sources[path] = source
+        self.inodes[path] = names[path.name]
 
 
 def scan_log_dirs(
@@ -345,14 +379,15 @@ def scan_log_dirs(
             raise LogDirError(f"log dir {log_dir} does not exist or is not a directory")
         starts = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
         watermarks = read_offset_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
-        for name in cache.dir_names(log_dir):
+        names = cache.dir_names(log_dir)
+        for name in names:
             path = log_dir / name
             source = cache.sources.get(path)
             if source is None:
                 source = _source(path, settings, starts, watermarks, warned, disabled is not None)
                 if source is None:
                     continue  # not ours, or no topic id yet: looked at again next round
-                cache.sources[path] = source
+                cache.keep(path, source, names)
             else:
                 key = (source.pdir.topic, source.pdir.partition)
                 source.set_offsets(starts.get(key), watermarks.get(key))

@@ -38,6 +38,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from remote import RemoteStorageManager
@@ -200,6 +201,18 @@ class RemoteLogManager:
     @property
     def followers(self) -> list[TopicIdPartition]:
         return list(self._followers)
+
+    @property
+    def followed(self) -> AbstractSet[TopicIdPartition]:
+        """The partitions followed (a view: do not change it)."""
+        return self._followers
+
+    def leads(self, source: LogSource) -> bool:
+        """True when ``source``'s partition is led through this very source and its
+        metadata is ready: ``on_leadership_changes`` would change nothing for it."""
+        tp = source.topic_id_partition
+        leader = self._leaders.get(tp)
+        return leader is not None and leader.source is source and self.rlmm.is_ready(tp)
 
     @property
     def broker_id(self) -> int:
@@ -684,9 +697,12 @@ class RemoteLogManager:
             for tp, task in tasks.items():
                 if self._rounds.get(tp) is task:
                     del self._rounds[tp]
-        out: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = {
-            tp: (CopyResult(), ExpireResult()) for tp in idle
-        }
+        # One empty result stands for every skipped partition (thousands each round on
+        # a broker); callers read results, never change them.
+        nothing = (CopyResult(), ExpireResult())
+        out: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = dict.fromkeys(
+            idle, nothing
+        )
         out.update({tp: (CopyResult(abandoned=True), ExpireResult()) for tp in gone})
         for tp, r in zip(tasks, results, strict=True):
             if isinstance(r, asyncio.CancelledError) and tp not in self._leaders:

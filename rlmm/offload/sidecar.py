@@ -580,7 +580,12 @@ class Sidecar:
             await rlm.abandon(stale)
         follow = [*assignment.follow, *assignment.waiting]
         follow += [tp for tp in self._led if tp not in wanted]
-        await rlm.on_leadership_changes(lead, follow, start_tasks=False)
+        # Only what changed is led or followed again: a broker's thousands of partitions
+        # led at the same epoch, through the same source, cost nothing round after round.
+        fresh = [s for s in lead if not rlm.leads(s)]
+        newly_followed = [tp for tp in follow if tp not in rlm.followed]
+        if fresh or newly_followed:
+            await rlm.on_leadership_changes(fresh, newly_followed, start_tasks=False)
         wanted = await self._drop_foreign(rlm, wanted)
         led = {tp: assignment.epochs.get(tp, -1) for tp in wanted}
         self._changed(led, self._led, with_released=True)

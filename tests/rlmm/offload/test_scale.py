@@ -15,6 +15,9 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from remote import PartitionDir
 from remote.local import LocalRemoteStorageManager
@@ -251,3 +254,87 @@ def test_partition_gauges_render_as_prometheus_client_does(tmp_path: Path) -> No
         assert lines and all("rlmm_remote_copy_lag_segments" in line for line in lines)
     finally:
         server.close()
+
+
+def rewrite_checkpoint(logs: Path) -> None:
+    """As Kafka writes its log dir checkpoints every few seconds: a new file renamed in."""
+    tmp = logs / "replication-offset-checkpoint.tmp"
+    tmp.write_text("0\n0\n")
+    os.replace(tmp, logs / "replication-offset-checkpoint")
+
+
+def test_sources_outlive_checkpoint_rewrites_not_a_recreated_dir(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    settings = OffloadSettings.from_config(make_config(tmp_path / "rlmm"))
+    write_partition(logs, "orders", 0)
+    write_partition(logs, "orders", 1)
+    settle(logs)
+    cache = LogDirCache()
+    first = {s.pdir.path.name: s for s in scan_log_dirs([logs], settings, cache=cache)}
+    rewrite_checkpoint(logs)  # the log dir's mtime moves, no partition changed
+    settle(logs)
+    again = {s.pdir.path.name: s for s in scan_log_dirs([logs], settings, cache=cache)}
+    assert again == first and all(again[n] is first[n] for n in first)
+
+    # Kafka deletes a partition by renaming its dir away, and a new one may follow
+    os.rename(logs / "orders-0", logs / "orders-0.0123456789abcdef0123456789abcdef-delete")
+    recreated = uuid.uuid4()  # a topic deleted and created again has a new id
+    write_partition(logs, "orders", 0, topic_id=recreated)
+    settle(logs)
+    after = {s.pdir.path.name: s for s in scan_log_dirs([logs], settings, cache=cache)}
+    assert after["orders-1"] is first["orders-1"]
+    assert after["orders-0"] is not first["orders-0"]
+    assert after["orders-0"].topic_id_partition.topic_id == recreated
+
+
+async def test_the_sidecar_leads_a_partition_once_not_every_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rounds over unchanged partitions lead nothing again, a checkpoint rewritten in the
+    log dir included; a partition dir that appears is led alone."""
+    from rlmm.config import load_config
+    from rlmm.offload.display import Display
+    from rlmm.offload.sidecar import Sidecar
+
+    logs = tmp_path / "logs"
+    write_partition(logs, "orders", 0)
+    write_partition(logs, "orders", 1)
+    config = tmp_path / "offload.toml"
+    config.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n[eventlog]\npartitions = 4\nfsync = "interval"\n'
+        '[offload]\n"retention.ms" = -1\n"remote.log.manager.task.interval.ms" = 100\n'
+    )
+    led: list[list[str]] = []
+    lead_once = RemoteLogManager.on_leadership_changes
+
+    async def spy(
+        self: RemoteLogManager, leaders: Sequence[LogDirSource], *a: Any, **k: Any
+    ) -> None:
+        led.append(sorted(s.pdir.path.name for s in leaders))
+        await lead_once(self, leaders, *a, **k)
+
+    monkeypatch.setattr(RemoteLogManager, "on_leadership_changes", spy)
+    sidecar = Sidecar(load_config(config, env={}), [logs], display=Display(rich=False))
+    done = sidecar.display.round_done
+    calls_at: dict[int, int] = {}
+
+    def round_done(*a: object, **k: object) -> None:
+        done(*a, **k)  # type: ignore[arg-type]
+        n = sidecar.display.rounds
+        calls_at[n] = len(led)
+        if n == 2:
+            settle(logs)
+        elif n == 3:
+            rewrite_checkpoint(logs)
+        elif n == 5:
+            write_partition(logs, "clicks", 0)
+        elif n == 7:
+            sidecar.stop()
+
+    sidecar.display.round_done = round_done  # type: ignore[method-assign]
+    report = await sidecar.run()
+    assert report.rounds == 7 and report.led == 3
+    assert led[0] == ["orders-0", "orders-1"]
+    assert calls_at[5] == 1, f"unchanged partitions led again: {led}"
+    assert led[1:] == [["clicks-0"]]
+    assert sidecar.metrics.leadership_changes._value.get() == 3
