@@ -99,6 +99,10 @@ class Output(abc.ABC):
     def restore(self, report: RestoreReport) -> None:
         """A restore's plan (a dry run) or its summary."""
 
+    @abc.abstractmethod
+    def restores(self, reports: list[RestoreReport]) -> None:
+        """A run's reports, one per topic: one alone as ``restore`` shows it."""
+
     def event(self, item: DumpedEvent) -> None:
         """Events are a stream of JSON lines in both modes (for jq and for reading)."""
         sys.stdout.write(json_line(item.to_dict()) + "\n")
@@ -151,6 +155,12 @@ class JsonOutput(Output):
 
     def restore(self, report: RestoreReport) -> None:
         self._print(report.to_dict())
+
+    def restores(self, reports: list[RestoreReport]) -> None:
+        if len(reports) == 1:
+            self.restore(reports[0])
+        else:
+            self._print({"topics": [r.to_dict() for r in reports]})
 
 
 def _render(table: Table, width: int) -> list[str]:
@@ -404,6 +414,12 @@ class ConsoleOutput(Output):
         self._print_table(table)
         for line in lines:
             self.out.print(line, markup=False)
+
+    def restores(self, reports: list[RestoreReport]) -> None:
+        for i, report in enumerate(reports):
+            if i:
+                self.out.print()
+            self.restore(report)
 
 
 __all__ = ["ConsoleOutput", "JsonOutput", "Output", "human_bytes", "human_time"]

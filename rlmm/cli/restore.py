@@ -1,14 +1,15 @@
-"""`rlmm restore`: a topic from the remote tier back into a live cluster, exactly once.
+"""`rlmm restore`: topics from the remote tier back into a live cluster, exactly once.
 
-Invariant: a thin layer: parse, call ``rlmm.restore.restore`` once, hand the report to
-the run's Output; bad input is the library's RestoreInputError, rendered as one line
-with exit 2 like every error. Progress goes to stderr (a rich bar on a terminal only).
+Invariant: a thin layer: parse, call ``rlmm.restore.restore_topics`` once (the loop
+over several ``--topic`` is the library's), hand the reports to the run's Output; bad
+input is the library's RestoreInputError, rendered as one line with exit 2 like every
+error. Progress goes to stderr (a rich bar on a terminal only).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -78,9 +79,9 @@ def _properties(path: Path | None, pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 @contextmanager
-def _partition_bars(topic: str) -> Iterator[ProgressCallback | None]:
-    """One rich bar per source partition on stderr when it is a terminal (offsets done,
-    records written, bytes read, time left); None (no reporting) otherwise."""
+def _partition_bars() -> Iterator[Callable[[str], ProgressCallback | None] | None]:
+    """One rich bar per source topic-partition on stderr when it is a terminal (offsets
+    done, records written, bytes read, time left); None (no reporting) otherwise."""
     if not sys.stderr.isatty():
         yield None
         return
@@ -96,21 +97,32 @@ def _partition_bars(topic: str) -> Iterator[ProgressCallback | None]:
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        tasks: dict[int, TaskID] = {}
+        tasks: dict[tuple[str, int], TaskID] = {}
 
-        def on_progress(partition: int, offsets: int, total: int, records: int, read: int) -> None:
-            if partition not in tasks:
-                tasks[partition] = bar.add_task(
-                    f"{topic}-{partition}", total=total, records=0, read=""
-                )
-            bar.update(tasks[partition], completed=offsets, total=total, records=records,
-                       read=human_bytes(read))  # fmt: skip
+        def for_topic(topic: str) -> ProgressCallback:
+            def on_progress(
+                partition: int, offsets: int, total: int, records: int, read: int
+            ) -> None:
+                if (topic, partition) not in tasks:
+                    tasks[topic, partition] = bar.add_task(
+                        f"{topic}-{partition}", total=total, records=0, read=""
+                    )
+                bar.update(tasks[topic, partition], completed=offsets, total=total,
+                           records=records, read=human_bytes(read))  # fmt: skip
 
-        yield on_progress
+            return on_progress
+
+        yield for_topic
 
 
 @click.command("restore")
-@click.option("--topic", required=True, help="the archived topic to restore")
+@click.option(
+    "--topic",
+    "topics",
+    required=True,
+    multiple=True,
+    help="an archived topic to restore (repeat for several, restored in turn)",
+)
 @click.option("--partitions", help="source partitions, e.g. 0,1,3 (default: all)")
 @click.option("--from-offset", type=click.IntRange(min=0), help="first offset (default: earliest)")
 @click.option("--to-offset", type=click.IntRange(min=0),
@@ -119,7 +131,10 @@ def _partition_bars(topic: str) -> Iterator[ProgressCallback | None]:
               " (ms, or ISO-8601; UTC unless given)")  # fmt: skip
 @click.option("--to-timestamp", help="up to, excluding, the first record with this timestamp"
               " or later")  # fmt: skip
-@click.option("--target-topic", help="topic to write (default: the source topic's name)")
+@click.option(
+    "--target-topic", help="topic to write, one --topic only (default: the source topic's name)"
+)
+@click.option("--target-prefix", help="write each topic to this prefix + its name")
 @click.option("--bootstrap-server", required=True, help="the target cluster")
 @click.option(
     "--command-config",
@@ -174,24 +189,25 @@ def _partition_bars(topic: str) -> Iterator[ProgressCallback | None]:
 )
 @common_options
 def restore(
-    topic: str, partitions: str | None, from_offset: int | None, to_offset: int | None,
-    from_timestamp: str | None, to_timestamp: str | None, target_topic: str | None,
+    topics: tuple[str, ...], partitions: str | None, from_offset: int | None,
+    to_offset: int | None, from_timestamp: str | None, to_timestamp: str | None,
+    target_topic: str | None, target_prefix: str | None,
     bootstrap_server: str, command_config: Path | None, properties: tuple[str, ...],
     from_store: bool, partitioner: str, resume: bool, dry_run: bool, skip_missing: bool,
     progress_topic: str, transaction_records: int, partitions_in_flight: int,
 ) -> None:  # fmt: skip
-    """Restore TOPIC from the archive into a topic of a live cluster, exactly once."""
-    from rlmm.restore import RestoreOptions, RestoreSelection, client_settings
-    from rlmm.restore import restore as run
+    """Restore topics from the archive into topics of a live cluster, exactly once."""
+    from rlmm.restore import RestoreOptions, client_settings, restore_topics, select_topics
 
-    selection = RestoreSelection(
-        topic=topic,
+    selections = select_topics(
+        topics,
+        target_topic=target_topic,
+        target_prefix=target_prefix,
         partitions=_partitions(partitions),
         from_offset=from_offset,
         to_offset=to_offset,
         from_timestamp_ms=_timestamp(from_timestamp, "--from-timestamp"),
         to_timestamp_ms=_timestamp(to_timestamp, "--to-timestamp"),
-        target_topic=target_topic,
         partitioner=partitioner,
         skip_missing=skip_missing,
     )
@@ -201,12 +217,12 @@ def restore(
         transaction_records=transaction_records, partitions_in_flight=partitions_in_flight,
     )  # fmt: skip
     s = session()
-    with _partition_bars(topic) as on_progress:
-        result = run(
-            s.config, selection, client, from_store=from_store, options=options,
+    with _partition_bars() as on_progress:
+        reports = restore_topics(
+            s.config, selections, client, from_store=from_store, options=options,
             on_progress=on_progress,
         )  # fmt: skip
-    s.output.restore(result)
+    s.output.restores(reports)
 
 
 def register(main: click.Group) -> None:

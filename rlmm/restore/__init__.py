@@ -6,14 +6,15 @@ Aiven's S3), with its segment list from ``__remote_log_metadata`` (``[eventlog]`
 after a disaster, rebuilt from the store's objects alone (``from_store``). The target
 is any Kafka cluster; data and progress commit in one transaction there.
 
-Invariant: :func:`restore` writes nothing before every check has passed, and closes
-every client, reader and layout it opened before it returns.
+Invariant: :func:`restore` and :func:`restore_topics` (several topics, one after
+another) write nothing before every check of every topic has passed, and close every
+client, reader and layout they opened before they return.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlmm.archive import close_remote_storage, open_metadata_view, remote_storage_for
@@ -39,14 +40,17 @@ from rlmm.restore.plan import (
     RestorePlan,
     RestoreSelection,
     build_plan,
+    select_topics,
 )
 from rlmm.restore.progress import PROGRESS_TOPIC, Progress, read_progress
 from rlmm.restore.run import (
     PartitionResult,
+    PlanFor,
     ProgressCallback,
     RestoreOptions,
     RestoreReport,
     run_restore,
+    run_restores,
     transactional_id,
 )
 from rlmm.restore.store_view import StoreListing, list_store_segments, store_metadata_view
@@ -76,29 +80,58 @@ def restore(
 ) -> RestoreReport:
     """Restore ``selection`` from the configured archive into the cluster ``client``
     reaches (see rlmm.restore.run for the guarantees)."""
+
+    def per_topic(_topic: str) -> ProgressCallback | None:
+        return on_progress
+
+    (report,) = restore_topics(
+        config, [selection], client, from_store=from_store, options=options,
+        on_progress=per_topic,
+    )  # fmt: skip
+    return report
+
+
+def restore_topics(
+    config: RlmmConfig,
+    selections: Sequence[RestoreSelection],
+    client: Mapping[str, Any],
+    *,
+    from_store: bool = False,
+    options: RestoreOptions | None = None,
+    on_progress: Callable[[str], ProgressCallback | None] | None = None,
+) -> list[RestoreReport]:
+    """Restore several selections (one per source topic, see ``select_topics``), one
+    report each: every one is planned and checked before anything is written for any,
+    then each is restored in turn (``on_progress(source_topic)`` gives each topic's
+    callback). See rlmm.restore.run.run_restores for the guarantees."""
     remote_options = config.remote_options()
+    topics = [s.topic for s in selections]
     try:
         layout = remote_storage_for(remote_options)
         if from_store:
-            view, listing = store_metadata_view(layout, [selection.topic])
-            if selection.topic not in listing.topics:
+            view, listing = store_metadata_view(layout, topics)
+            unknown = [t for t in topics if t not in listing.topics]
+            if unknown:
                 known = ", ".join(sorted(listing.topics)[:20]) or "none"
                 raise UnknownSourceError(
-                    f"unknown topic {selection.topic!r}: no object of it in {layout!r}"
-                    f" (known: {known})"
+                    f"unknown topic {unknown[0]!r}: no object of it in {layout!r} (known: {known})"
                 )
             source = "store"
         else:
             view = open_metadata_view(config)
             source = "metadata"
 
-        def plan_for(resume_from: Mapping[int, int] | None) -> RestorePlan:
-            return build_plan(
-                view, layout, remote_options, selection,
-                metadata_source=source, resume_from=resume_from,
-            )  # fmt: skip
+        def planner(selection: RestoreSelection) -> PlanFor:
+            def plan_for(resume_from: Mapping[int, int] | None) -> RestorePlan:
+                return build_plan(
+                    view, layout, remote_options, selection,
+                    metadata_source=source, resume_from=resume_from,
+                )  # fmt: skip
 
-        return asyncio.run(run_restore(plan_for, client, options, on_progress))
+            return plan_for
+
+        plan_fors = [planner(s) for s in selections]
+        return asyncio.run(run_restores(plan_fors, client, options, on_progress))
     finally:
         close_remote_storage()
 
@@ -112,6 +145,7 @@ __all__ = [
     "PartitionCountMismatchError",
     "PartitionPlan",
     "PartitionResult",
+    "PlanFor",
     "Progress",
     "ProgressCallback",
     "RangeOutsideArchiveError",
@@ -133,7 +167,10 @@ __all__ = [
     "murmur2_partition",
     "read_progress",
     "restore",
+    "restore_topics",
     "run_restore",
+    "run_restores",
+    "select_topics",
     "store_metadata_view",
     "transactional_id",
 ]

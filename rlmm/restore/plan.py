@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,43 @@ class RestoreSelection:
     @property
     def target(self) -> str:
         return self.target_topic or self.topic
+
+
+def select_topics(
+    topics: Sequence[str],
+    *,
+    target_topic: str | None = None,
+    target_prefix: str | None = None,
+    **common: Any,
+) -> list[RestoreSelection]:
+    """One selection per source topic, each with the same partitions, range, partitioner
+    and ``skip_missing`` (``common``): the target is ``target_topic`` (one topic only),
+    or the source's name after ``target_prefix`` (empty or None: the source's name).
+
+    Raises RestoreInputError for no topic, a topic named twice, ``target_topic`` with
+    several topics, or both ``target_topic`` and ``target_prefix``."""
+    if not topics:
+        raise RestoreInputError("no topic to restore")
+    twice = sorted({t for t in topics if list(topics).count(t) > 1})
+    if twice:
+        raise RestoreInputError(f"topic {twice[0]!r} is named twice")
+    if target_topic is not None and target_prefix:
+        raise RestoreInputError("give --target-topic or --target-prefix, not both")
+    if target_topic is not None and len(topics) > 1:
+        raise RestoreInputError(
+            f"--target-topic names the target of one topic, not of {len(topics)}:"
+            " use --target-prefix, or one run per topic"
+        )
+    return [
+        RestoreSelection(
+            topic=t,
+            target_topic=target_topic
+            if target_topic is not None
+            else (f"{target_prefix}{t}" if target_prefix else None),
+            **common,
+        )
+        for t in topics
+    ]
 
 
 @dataclass(frozen=True)
@@ -313,4 +350,5 @@ __all__ = [
     "RestorePlan",
     "RestoreSelection",
     "build_plan",
+    "select_topics",
 ]

@@ -19,7 +19,10 @@ Invariants:
   any earlier run of the same restore (same transactional id) and aborts its open
   transaction, so no earlier run can commit past the position read (a dry run
   fences nothing);
-- every bad input is found before anything is written (RestoreInputError);
+- every bad input is found before anything is written (RestoreInputError), for every
+  topic of a run of several (``run_restores``: all are planned and checked, then
+  restored one after another, each with its own transactional id and progress, so
+  each resumes on its own);
 - within a source partition records are produced in offset order to one target
   partition (identity), or to the partition Kafka's murmur2 gives their key: the
   relative order of records sharing a key is kept either way. One task alone sends,
@@ -36,7 +39,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +51,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from rlmm.restore.errors import (
     MissingSegmentsError,
     PartitionCountMismatchError,
+    RestoreInputError,
     ResumeMismatchError,
     TargetClusterError,
     TargetNotEmptyError,
@@ -323,8 +327,11 @@ async def _fence(client: Mapping[str, Any], txn_id: str) -> None:
         await producer.stop()
 
 
+PlanFor = Callable[[Mapping[int, int] | None], RestorePlan]
+
+
 async def run_restore(
-    plan_for: Callable[[Mapping[int, int] | None], RestorePlan],
+    plan_for: PlanFor,
     client: Mapping[str, Any],
     options: RestoreOptions | None = None,
     on_progress: ProgressCallback | None = None,
@@ -333,13 +340,62 @@ async def run_restore(
 
     Raises RestoreInputError before writing anything, MissingSegmentsError after
     committing everything up to a gap (``skip_missing`` false)."""
+
+    def per_topic(_topic: str) -> ProgressCallback | None:
+        return on_progress
+
+    (report,) = await run_restores([plan_for], client, options, per_topic)
+    return report
+
+
+async def run_restores(
+    plan_fors: Sequence[PlanFor],
+    client: Mapping[str, Any],
+    options: RestoreOptions | None = None,
+    on_progress: Callable[[str], ProgressCallback | None] | None = None,
+) -> list[RestoreReport]:
+    """Several topics' restores, one report each, in the order given: every topic is
+    planned and checked (each fencing its own earlier runs) before anything is written
+    for any; then each is restored in turn, with its own transactional id and progress.
+
+    Raises RestoreInputError before writing anything (two plans into one target
+    topic, or any topic's check), MissingSegmentsError after committing a topic up to
+    a gap: the topics after it are not started (a run with ``--resume`` goes on)."""
     options = options or RestoreOptions()
-    started = time.monotonic()
+    prepared: list[tuple[RestoreReport, dict[int, Progress], float]] = []
+    targets: dict[str, str] = {}
     async with TargetCluster(client) as cluster:
-        report, saved = await _prepare(plan_for, cluster, options)
-        if options.dry_run:
-            return report
-        plan = report.plan
+        for plan_for in plan_fors:
+            started = time.monotonic()
+            report, saved = await _prepare(plan_for, cluster, options)
+            plan = report.plan
+            other = targets.setdefault(plan.target_topic, plan.source_topic)
+            if other != plan.source_topic:
+                raise RestoreInputError(
+                    f"target topic {plan.target_topic!r} would be written by both"
+                    f" {other!r} and {plan.source_topic!r}: give each topic a target of its own"
+                )
+            prepared.append((report, saved, time.monotonic() - started))
+    if options.dry_run:
+        return [report for report, _, _ in prepared]
+    for report, saved, spent in prepared:
+        callback = on_progress(report.plan.source_topic) if on_progress is not None else None
+        await _write(report, saved, client, options, callback, spent)
+    return [report for report, _, _ in prepared]
+
+
+async def _write(
+    report: RestoreReport,
+    saved: Mapping[int, Progress],
+    client: Mapping[str, Any],
+    options: RestoreOptions,
+    on_progress: ProgressCallback | None,
+    spent: float,
+) -> None:
+    """One checked plan into the target (``spent``: the seconds its checks took)."""
+    started = time.monotonic() - spent
+    plan = report.plan
+    async with TargetCluster(client) as cluster:
         if not report.target_exists:
             report.created_target = await cluster.create_topic(
                 plan.target_topic, plan.source_partition_count
@@ -372,7 +428,6 @@ async def run_restore(
             gap.first_offset,
             gap.last_offset,
         )
-    return report
 
 
 # A reader's hand-over: a list of steps, None at the partition's end, or its error.
@@ -660,9 +715,11 @@ class _Writer:
 
 __all__ = [
     "PartitionResult",
+    "PlanFor",
     "ProgressCallback",
     "RestoreOptions",
     "RestoreReport",
     "run_restore",
+    "run_restores",
     "transactional_id",
 ]

@@ -13,7 +13,9 @@ partition by partition and in order, with keys, values, headers and CreateTime
 timestamps, after a straight restore (every archived batch passed through as it was,
 re-stamped), after offset and timestamp ranges that cut batches (those re-encoded)
 and after a restore SIGKILLed five times and resumed (two partitions in flight, so
-transactions hold both); each bad input exits 2 with one line and writes nothing.
+transactions hold both), and for two topics restored in one run (each into a target of
+its own, each resumable on its own); each bad input exits 2 with one line and writes
+nothing, for a bad second topic of a run nothing for the first either.
 """
 
 from __future__ import annotations
@@ -563,6 +565,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
         # The progress saved in "dr" (by the disaster-recovery test, or by this run
         # of it) is of the topic "dr", not of "dr-other".
         "refusing to mix two sources": ["--topic", OTHER, "--target-topic", TOPIC, "--resume"],
+        # Several topics: a bad second topic (its target holds a restore) writes
+        # nothing for the first ("dr-other" is not created).
+        "pass --resume": ["--topic", OTHER, "--topic", TOPIC],
     }
     if TOPIC not in before:
         assert restore(source, target, "--topic", TOPIC).returncode == 0
@@ -607,3 +612,31 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
             it = iter(have)
             assert all(any(r == h for h in it) for r in mine)
         assert sorted(want) == sorted(have)
+
+
+@pytest.mark.timeout(600)
+def test_two_topics_in_one_run_each_into_a_target_of_its_own(
+    source: Source, target: ApacheKafkaBroker
+) -> None:
+    both = ["--topic", OTHER, "--topic", TOPIC, "--target-prefix", "both."]
+    dry = restore(source, target, *both, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "target: both.dr-other (2 partitions" in dry.stdout
+    assert "target: both.dr (2 partitions" in dry.stdout
+    assert len([ln for ln in dry.stdout.splitlines() if ln.endswith("; nothing written")]) == 2
+    assert not {"both.dr", "both.dr-other"} & set(asyncio.run(topics(target.bootstrap)))
+    done = restore(source, target, *both, "--json")
+    assert done.returncode == 0, done.stderr
+    summaries = json.loads(done.stdout)["topics"]
+    assert [s["plan"]["target"]["topic"] for s in summaries] == ["both.dr-other", "both.dr"]
+    assert len({s["transactional_id"] for s in summaries}) == 2
+    client = {"bootstrap_servers": target.bootstrap}
+    for topic, summary in zip((OTHER, TOPIC), summaries, strict=True):
+        assert summary["done"] and summary["created_target"] and not summary["resumed"]
+        assert summary["records"] == sum(map(len, source.capture[topic].values()))
+        got = asyncio.run(consume(target.bootstrap, f"both.{topic}"))
+        assert got == source.capture[topic], topic
+        # Each topic's own progress (keyed by its target): a --resume finds it done.
+        progress = asyncio.run(read_progress(client, f"both.{topic}", 1))
+        assert sorted(progress) == [0, 1] and all(p.done for p in progress.values())
+        assert {p.source_topic for p in progress.values()} == {topic}

@@ -1,8 +1,10 @@
 """`rlmm restore`'s argument parsing: partitions, timestamps, Kafka client properties;
-bad values rejected by click before anything runs; the summary's batch counts."""
+bad values rejected by click before anything runs; the summary's batch counts; several
+topics (one selection and target each, ``--target-topic`` refused, one JSON document)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -13,8 +15,16 @@ from rich.table import Table
 
 from rlmm.cli import main
 from rlmm.cli._restore_text import restore_lines
+from rlmm.cli.output import JsonOutput
 from rlmm.cli.restore import _partitions, _properties, _timestamp
-from rlmm.restore import PartitionResult, RestorePlan, RestoreReport, RestoreSelection
+from rlmm.restore import (
+    PartitionResult,
+    RestoreInputError,
+    RestorePlan,
+    RestoreReport,
+    RestoreSelection,
+    select_topics,
+)
 
 
 def test_partitions_and_timestamps() -> None:
@@ -75,3 +85,44 @@ def test_the_summary_counts_batches_passed_through_and_reencoded() -> None:
         "batches: 3 archived batches sent as they are, 2 decoded and re-encoded"
         " (1 LogAppendTime, 1 range boundary)"
     ) in lines
+
+
+def test_several_topics_share_the_selection_each_with_its_own_target() -> None:
+    common = {"partitions": (0, 2), "from_offset": 5, "partitioner": "murmur2"}
+    one, two = select_topics(["a", "b"], target_prefix="restored.", **common)
+    assert (one.topic, one.target, two.topic, two.target) == ("a", "restored.a", "b", "restored.b")
+    assert one.partitions == two.partitions == (0, 2) and one.from_offset == two.from_offset == 5
+    assert [s.target for s in select_topics(["a", "b"])] == ["a", "b"]
+    assert [s.target for s in select_topics(["a"], target_topic="x")] == ["x"]
+    for topics, kwargs, message in [
+        (["a", "b", "a"], {}, "topic 'a' is named twice"),
+        (["a"], {"target_topic": "x", "target_prefix": "p."}, "not both"),
+        (["a", "b"], {"target_topic": "x"}, "--target-topic names the target of one topic"),
+        (["a"], {"target_prefix": "bad/"}, "not a legal Kafka topic name"),
+    ]:
+        with pytest.raises(RestoreInputError, match=message):
+            select_topics(topics, **kwargs)
+
+
+def test_target_topic_with_several_topics_is_one_line_exit_2() -> None:
+    args = ["--topic", "a", "--topic", "b", "--bootstrap-server", "x:1", "--target-topic", "x"]
+    done = CliRunner().invoke(main, ["restore", *args])
+    assert done.exit_code == 2
+    lines = done.output.strip().splitlines()
+    assert len(lines) == 1 and "--target-topic names the target of one topic, not of 2" in lines[0]
+
+
+def test_several_reports_are_one_json_document_and_one_block_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    reports = []
+    for topic in ("a", "b"):
+        plan = RestorePlan(RestoreSelection(topic), topic, "AAAAAAAAAAAAAAAAAAAAAA", 1, (),
+                           "store", "x")  # fmt: skip
+        reports.append(
+            RestoreReport(plan, 1, False, f"rlmm-restore-{topic}-0", "__rlmm_restore", dry_run=True)
+        )
+    JsonOutput().restores(reports[:1])
+    assert json.loads(capsys.readouterr().out) == reports[0].to_dict()
+    JsonOutput().restores(reports)
+    assert json.loads(capsys.readouterr().out) == {"topics": [r.to_dict() for r in reports]}
