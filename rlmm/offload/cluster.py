@@ -118,6 +118,33 @@ class ClusterView:
     topic_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
+_ABANDONED = "Unclosed AIOKafkaConnection"
+
+
+def quiet_abandoned_connections(loop: asyncio.AbstractEventLoop) -> None:
+    """Log aiokafka's "Unclosed AIOKafkaConnection" as a warning on ``loop``, every
+    other unhandled error as before.
+
+    A call bounded by ``timeout_s`` that times out while aiokafka opens a connection
+    (a broker that accepts but does not answer, e.g. stopped) cancels the connect;
+    aiokafka then never returns the connection, and when it is collected aiokafka
+    closes it itself and reports it to the loop's handler, which asyncio logs at
+    ERROR. Nothing is left open and the timeout was already reported (leadership
+    unknown), so an error line for it would be an error nobody caused."""
+    previous = loop.get_exception_handler()
+
+    def handler(the_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") == _ABANDONED:
+            log.warning("aiokafka closed a connection a timed-out call abandoned: %r",
+                        context.get("conn"))  # fmt: skip
+        elif previous is not None:
+            previous(the_loop, context)
+        else:
+            the_loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
 class ClusterClient:
     """A small Kafka client for leadership and tiering configs (see the module docstring)."""
 

@@ -40,7 +40,12 @@ from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.manager import AUTH_RETRY_S, TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
-from rlmm.offload.cluster import ClusterClient, ClusterView, raise_if_cancelling
+from rlmm.offload.cluster import (
+    ClusterClient,
+    ClusterView,
+    quiet_abandoned_connections,
+    raise_if_cancelling,
+)
 from rlmm.offload.display import Display, Tally
 from rlmm.offload.errors import ForeignSegmentError, LeadershipError, OffloadError
 from rlmm.offload.health import NOT_STARTED, round_problem
@@ -207,6 +212,7 @@ class Sidecar:
     async def run(self) -> SidecarReport:
         report = SidecarReport(tally=self.display.tally)
         self.native_memory.bound()  # before any thread of ours exists
+        quiet_abandoned_connections(asyncio.get_running_loop())
         self.metrics.readiness.not_ready(NOT_STARTED)
         if self.metrics_port is not None:
             try:

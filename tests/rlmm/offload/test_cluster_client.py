@@ -4,6 +4,8 @@ a closed port, and a listener that never answers)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import socket
 import subprocess
 import sys
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlmm.offload.cluster import ClusterClient
+from rlmm.offload.cluster import ClusterClient, quiet_abandoned_connections
 from rlmm.offload.errors import LeadershipError
 from tests.rlmm.offload.test_sidecar import log_dir, write_config
 
@@ -95,3 +97,33 @@ def test_once_with_leadership_unknown_exits_2_and_copies_nothing(tmp_path: Path)
     assert "leadership unknown" in line and f"127.0.0.1:{port}" in line, line
     assert line.count("KafkaConnectionError") == 1, line
     assert not list((tmp_path / "data" / "remote").glob("**/*.log"))
+
+
+async def test_a_connection_a_timed_out_view_abandoned_is_a_warning_not_an_error(
+    silent_broker: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker that accepts and never answers (a SIGSTOPped one): the view times out
+    with the connect in flight, aiokafka closes the abandoned connection when it is
+    collected and reports it to the loop. That is a warning; any other unhandled
+    error the loop sees is still logged as an error."""
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    quiet_abandoned_connections(loop)
+    client = ClusterClient(
+        {"bootstrap_servers": f"127.0.0.1:{silent_broker}"}, 1, timeout_s=1
+    )
+    try:
+        with caplog.at_level(logging.WARNING):
+            with pytest.raises(LeadershipError, match="did not answer"):
+                await client.view({"orders"})
+            gc.collect()
+            loop.call_exception_handler({"message": "Unclosed AIOKafkaConnection", "conn": 1})
+            loop.call_exception_handler({"message": "something else went wrong"})
+            await asyncio.sleep(0)
+    finally:
+        await client.close()
+        loop.set_exception_handler(previous)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == ["something else went wrong"]
+    assert any("abandoned" in r.getMessage() for r in caplog.records
+               if r.levelno == logging.WARNING)  # fmt: skip
