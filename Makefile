@@ -16,8 +16,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# Two workers: the suite waits on brokers and processes for about 40% of a serial run.
+# tests/fixtures/workers.py keeps each session broker on one worker.
 test: lint
-	$(BIN)/pytest -q -ra --durations=40
+	$(BIN)/pytest -q -ra --durations=40 -n 2 --dist loadgroup
 
 # The offloader over Kafka log dirs, the ops CLI on what it archived, then a Spark
 # read of the archive (Spark's workers must run this venv's python).

@@ -17,5 +17,6 @@ pytest_plugins = [
     "tests.fixtures.spark",
     "tests.fixtures.spark_cluster",
     "tests.fixtures.prometheus",
+    "tests.fixtures.workers",  # before soak, which imports it
     "tests.fixtures.soak",
 ]

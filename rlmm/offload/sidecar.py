@@ -336,6 +336,9 @@ class Sidecar:
                 self.metrics.partitions_led.set(0)
             if assignment is not None:
                 await self._lead(rlm, assignment, report)
+                # Before the round too: a first round over a backlog can take minutes, and
+                # a restarted sidecar must not publish its lag only after it.
+                await self._record_event_log_lag(rlm)
                 self._round = asyncio.create_task(self._run_round(rlm, report))
                 poll = asyncio.create_task(
                     self._poll(rlm, report, in_round=True), name="rlmm-leadership-poll"

@@ -160,27 +160,36 @@ async def produce_waves(
     await cluster.aproduce(topic, [f"{tag}-roll-{p}".encode() for p in range(count)])
 
 
-def archive_state(observer: Path, topic: str) -> dict[int, tuple[int, int, int]]:
-    """Per partition: (first offset served, last offset served, gaps) of the lineage."""
-    out = {}
+def _lineage_state(view: Any, tp: Any) -> tuple[int, int, int] | None:
+    ranges = view.lineage_ranges(tp)
+    if not ranges:
+        return None
+    return ranges[0].first_offset, ranges[-1].last_offset, len(view.gaps(tp))
+
+
+def segments(observer: Path, topic: str) -> dict[int, list[RemoteLogSegmentMetadata]]:
+    return _observe(observer, topic)[1]
+
+
+def _observe(observer: Path, topic: str) -> tuple[
+    dict[int, tuple[int, int, int]], dict[int, list[RemoteLogSegmentMetadata]], bool
+]:  # fmt: skip
+    """One replay of the metadata topic (it holds every test's events and grows through
+    the session, so a poll replays it once, not once per question): the lineage state
+    and the segments of ``topic``'s partitions, and whether nothing is superseded."""
+    state: dict[int, tuple[int, int, int]] = {}
+    segs: dict[int, list[RemoteLogSegmentMetadata]] = {}
+    superseded = False
     with open_metadata_view(load_config(observer, env={})) as view:
         for tp in view.topic_partitions():
             if tp.topic != topic:
                 continue
-            ranges = view.lineage_ranges(tp)
-            if ranges:
-                out[tp.partition] = (ranges[0].first_offset, ranges[-1].last_offset,
-                                     len(view.gaps(tp)))  # fmt: skip
-    return out
-
-
-def segments(observer: Path, topic: str) -> dict[int, list[RemoteLogSegmentMetadata]]:
-    out: dict[int, list[RemoteLogSegmentMetadata]] = {}
-    with open_metadata_view(load_config(observer, env={})) as view:
-        for tp in view.topic_partitions():
-            if tp.topic == topic:
-                out[tp.partition] = view.segments(tp)
-    return out
+            segs[tp.partition] = view.segments(tp)
+            lineage = _lineage_state(view, tp)
+            if lineage is not None:
+                state[tp.partition] = lineage
+            superseded |= len(view.lineage(tp)) != len(segs[tp.partition])
+    return state, segs, not superseded
 
 
 async def wait_archived(
@@ -191,15 +200,14 @@ async def wait_archived(
     deadline = time.monotonic() + timeout
     seen: Any = None
     while True:
-        state = await asyncio.to_thread(archive_state, group.observer, topic)
-        segs = await asyncio.to_thread(segments, group.observer, topic)
-        settled = all(
+        state, segs, clean = await asyncio.to_thread(_observe, group.observer, topic)
+        settled = clean and all(
             p in state and state[p][0] == 0 and state[p][1] >= end and state[p][2] == 0
             for p, end in ends.items()
         ) and all(
             m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
             for ms in segs.values() for m in ms
-        ) and _nothing_superseded(group.observer, topic)
+        )  # fmt: skip
         if settled:
             return state
         seen = (state, {p: [(m.start_offset, m.end_offset, m.state.name, m.broker_id)
@@ -210,7 +218,7 @@ async def wait_archived(
                 f"cluster: {group.cluster.describe(topic)}\nlocal: {local_views(group, topic)}\n"
                 + "\n".join(f"--- sidecar {n}:\n{group.text(n)[-3000:]}" for n in group.cluster.ids)
             )
-        await asyncio.sleep(1)
+        await asyncio.sleep(0.5)
 
 
 def local_views(group: Sidecars, topic: str) -> dict[int, Any]:
@@ -234,14 +242,6 @@ def local_views(group: Sidecars, topic: str) -> dict[int, Any]:
         except Exception as e:  # a message helper: never the failure itself
             out[node] = repr(e)
     return out
-
-
-def _nothing_superseded(observer: Path, topic: str) -> bool:
-    with open_metadata_view(load_config(observer, env={})) as view:
-        for tp in view.topic_partitions():
-            if tp.topic == topic and len(view.lineage(tp)) != len(view.segments(tp)):
-                return False
-    return True
 
 
 def archived_records(observer: Path, topic: str) -> dict[int, list[tuple[int, bytes | None]]]:

@@ -189,11 +189,19 @@ type = "local-tiered-storage"
 dir = "{broker.remote_dir}"
 """
     )
-    # The metadata of every tiered segment is in (Kafka writes it before deleting).
-    listed = rlmm(config, "segments", "list", "--json", "--topic", topic)
-    assert listed.returncode == 0, listed.stderr
-    segments = json.loads(listed.stdout)["segments"]
-    assert {s["state"] for s in segments} == {"COPY_SEGMENT_FINISHED"}
+    # The metadata of every tiered segment is in (Kafka writes it before deleting). A
+    # marker after the roll record may have rolled once more: Kafka can still be copying
+    # that segment (COPY_SEGMENT_STARTED), which verify below would call stuck; wait for it.
+    deadline = time.monotonic() + 60
+    while True:
+        listed = rlmm(config, "segments", "list", "--json", "--topic", topic)
+        assert listed.returncode == 0, listed.stderr
+        segments = json.loads(listed.stdout)["segments"]
+        states = {s["state"] for s in segments}
+        if states == {"COPY_SEGMENT_FINISHED"}:
+            break
+        assert time.monotonic() < deadline, f"copies not finished in 60 s: {segments}"
+        await asyncio.sleep(0.5)
     for p, end in ends.items():
         mine = sorted((s for s in segments if s["partition"] == p), key=lambda s: s["start_offset"])
         assert len(mine) >= len(CODECS) + 1, mine  # a segment per codec group, at least

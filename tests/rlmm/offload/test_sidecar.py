@@ -358,3 +358,36 @@ def test_metrics_port_in_use_names_the_address(tmp_path: Path) -> None:
     (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error")]
     assert f"127.0.0.1:{port}" in line and "--metrics-port" in line, line
     assert "Traceback" not in done.stderr
+
+
+async def test_the_metadata_lag_is_published_before_a_long_first_round_ends(
+    tmp_path: Path,
+) -> None:
+    """A restarted sidecar's first round over a backlog can take minutes: its metadata
+    lag gauge is set before that round, not only after it (a dashboard showed no lag
+    for a sidecar in its first round)."""
+    import asyncio
+
+    from prometheus_client import generate_latest
+
+    from rlmm.offload.sidecar import Sidecar
+
+    logs = tmp_path / "kafka-logs"
+    for p in range(3):  # about 12 MB of backlog
+        write_partition(logs, "big", p, records=2000, value_size=2000, segment_bytes=1 << 20)
+    path = write_config(tmp_path)
+    sidecar = Sidecar(load_config(path, env={}), [logs], display=Display(rich=False))
+    task = asyncio.create_task(sidecar.run())
+    try:
+        body = ""
+        for _ in range(600):
+            await asyncio.sleep(0.02)
+            body = generate_latest(sidecar.metrics.registry).decode()
+            if "rlmm_metadata_event_log_lag{" in body or task.done():
+                break
+        assert "rlmm_metadata_event_log_lag{" in body
+        # no round has completed yet
+        assert "rlmm_offload_last_good_round_timestamp_seconds 0.0" in body
+    finally:
+        sidecar.stop()
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 60)
