@@ -159,7 +159,11 @@ async def test_unclean_election_the_archive_equals_what_the_cluster_serves(
         cluster.wait_isr(topic, 0, 1, timeout=30)
         await produce_waves(cluster, topic, 2, tag="lost")
         lost_records, lost_ends = await served(cluster, topic)
-        await wait_archived(group, topic, lost_ends)  # node 1's sidecar archived them
+        # node 1's sidecar archives them. Longer bound: in about one run of three under
+        # load, node 1's sidecar went quiet for up to ~110 s after node 2 hung (SIGSTOP:
+        # its sockets stay open, it answers nothing) before its next round; the cause is
+        # not found yet (docs/deploy.md, "A hung broker").
+        await wait_archived(group, topic, lost_ends, timeout=240)
         lost_offsets = {o for o, _k, _v in lost_records[0]} - {o for o, _k, _v in records[0]}
 
         cluster.kill(leader)
@@ -167,7 +171,7 @@ async def test_unclean_election_the_archive_equals_what_the_cluster_serves(
         cluster.wait_for_leader(topic, 0, expect=stale, timeout=60)
         await produce_waves(cluster, topic, 2, tag="after")
         records, ends = await served(cluster, topic)
-        await wait_archived(group, topic, ends)
+        await wait_archived(group, topic, ends, timeout=240)
         check_archive(group, topic, records, ends)
         # what the archive serves at the lost offsets is the new leader's records
         values = {o: v for o, _k, v in records[0]}
