@@ -189,7 +189,7 @@ async def consume_records(
             )
         ]
         consumer.assign(tps)
-        last = await consumer.end_offsets(tps)
+        last = await _decided_ends(consumer, bootstrap, tps, isolation_level)
         stop = {tp: last[tp] if ends is None else min(last[tp], ends[tp.partition]) for tp in tps}
         out: dict[int, list[ConsumerRecord[bytes, bytes]]] = {tp.partition: [] for tp in tps}
         deadline = time.monotonic() + 120
@@ -200,6 +200,27 @@ async def consume_records(
         return out
     finally:
         await consumer.stop()
+
+
+async def _decided_ends(
+    consumer: AIOKafkaConsumer, bootstrap: str, tps: list[TopicPartition], isolation_level: str
+) -> dict[TopicPartition, int]:
+    """``consumer``'s end offsets; at read_committed, once the last stable offsets
+    reach the high watermarks (within 30 s): a commit returns when the coordinator
+    has logged it, and its markers, which move the LSO, may still be on their way."""
+    if isolation_level != "read_committed":
+        return await consumer.end_offsets(tps)
+    probe = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await probe.start()
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            stable, high = await consumer.end_offsets(tps), await probe.end_offsets(tps)
+            if stable == high or time.monotonic() > deadline:
+                return stable
+            await asyncio.sleep(0.2)
+    finally:
+        await probe.stop()
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
