@@ -67,6 +67,10 @@ from rlmm.offload.settings import OffloadSettings
 log = logging.getLogger(__name__)
 # Loopback unless told otherwise: a scrape from another host needs --metrics-host.
 DEFAULT_METRICS_HOST = "127.0.0.1"
+# How long the metadata lag gauges may hold up a round. The event log retries a
+# request to a hung broker (one that keeps its sockets open and answers nothing)
+# until its delivery timeout, 120 s by default: a metric must not stop the offloading.
+EVENT_LOG_LAG_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -733,7 +737,16 @@ class Sidecar:
         if not applied or self._event_log is None:
             return None
         try:
-            ends = await self._event_log.end_offsets(sorted(applied))
+            ends = await asyncio.wait_for(
+                self._event_log.end_offsets(sorted(applied)), EVENT_LOG_LAG_TIMEOUT_S
+            )
+        except TimeoutError:
+            log.warning(
+                "metadata lag unknown: the event log's end offsets took over %g s (a broker"
+                " that leads a metadata partition may be hung); offloading goes on",
+                EVENT_LOG_LAG_TIMEOUT_S,
+            )
+            return None
         except Exception as e:  # a metric is never worth failing a round
             log.debug("event log end offsets: %r", e)
             return None
