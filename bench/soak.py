@@ -574,11 +574,15 @@ class Sidecar:
 def rlmm(
     config: Path, *args: str, timeout: float = 300, env: dict[str, str] | None = None
 ) -> tuple[int, Any, str]:
-    """Run ``rlmm --json ARGS``: (exit code, parsed stdout, stderr tail)."""
-    done = subprocess.run(
-        [RLMM, "--config", str(config), "--json", *args], capture_output=True, text=True,
-        timeout=timeout, env={**os.environ, **AWS_ENV, **(env or {})},
-    )  # fmt: skip
+    """Run ``rlmm --json ARGS``: (exit code, parsed stdout, stderr tail); a command
+    over its timeout is killed and reported as exit -1, so the run still reports."""
+    try:
+        done = subprocess.run(
+            [RLMM, "--config", str(config), "--json", *args], capture_output=True, text=True,
+            timeout=timeout, env={**os.environ, **AWS_ENV, **(env or {})},
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return -1, None, f"rlmm {' '.join(args)}: killed after its {timeout:.0f} s timeout"
     try:
         parsed: Any = json.loads(done.stdout) if done.stdout.strip() else None
     except json.JSONDecodeError:
@@ -1039,8 +1043,11 @@ scrape_configs:
         report["final_round"] = (
             rounds[1] if cluster is None else {str(n): r for n, r in rounds.items()}
         )
-        code2, second, err2 = await asyncio.to_thread(rlmm, config, "verify", "--deep",
-                                                      "--safety-window", "0s")  # fmt: skip
+        # Reads every object back: the archive, and so the time, grows with the run.
+        code2, second, err2 = await asyncio.to_thread(
+            rlmm, config, "verify", "--deep", "--safety-window", "0s",
+            timeout=max(300.0, s.duration_s),
+        )  # fmt: skip
         kinds: dict[str, int] = defaultdict(int)
         for kind, _sid, _name in problems:
             kinds[kind] += 1
