@@ -6,7 +6,8 @@ find every offloadable partition dir under a set of log dirs.
 
 Invariants: nothing here writes or deletes; the last stable offset is never past the
 high watermark (``replication-offset-checkpoint``) nor past the first offset of a
-transaction still open at the last roll (the newest producer snapshot), so an
+transaction still open at the last roll (the newest producer snapshot; while the
+broker is still writing that one, the one before, capped at its own offset), so an
 uncommitted or unreplicated segment is never eligible; a segment whose files are
 missing, truncated or corrupt raises SegmentCopyError naming the file.
 
@@ -55,11 +56,22 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 # A listing or change token is trusted only once its files' mtimes are this old.
 SETTLED_S = 1.0
+# A producer snapshot that does not parse is taken for one Kafka is writing (it creates
+# the file, then writes it) while it is younger than this; older, it is corrupt.
+SNAPSHOT_WRITE_S = 30.0
 
 
 def _settled(*mtimes_ns: int) -> bool:
     """True when every mtime is at least SETTLED_S in the past (see the module doc)."""
     return time.time_ns() - max(mtimes_ns) >= SETTLED_S * 1e9
+
+
+def _being_written(path: Path) -> bool:
+    """A file the broker may still be writing: modified within SNAPSHOT_WRITE_S."""
+    try:
+        return time.time_ns() - os.stat(path).st_mtime_ns < SNAPSHOT_WRITE_S * 1e9
+    except FileNotFoundError:
+        return True  # deleted since it was listed (retention): the next round lists again
 
 
 def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
@@ -186,19 +198,28 @@ class LogDirSource(LogSource):
 
     def last_stable_offset(self) -> int:
         lso = self.log_end_offset() if self._high_watermark is None else self._high_watermark
-        snapshots = self.pdir.producer_snapshots()
-        if snapshots:
-            path = next(reversed(snapshots.values()))
+        cap: int | None = None  # set once a newer snapshot was skipped
+        for offset, path in reversed(self.pdir.producer_snapshots().items()):
             try:
                 entries = read_producer_snapshot(path)
             except SegmentFormatError as e:
-                raise LogDirError(f"{path}: unreadable producer snapshot: {e}") from e
+                if not _being_written(path):
+                    raise LogDirError(f"{path}: unreadable producer snapshot: {e}") from e
+                # Kafka creates the file, then writes it (ProducerStateManager's
+                # writeSnapshot), so the state at that roll is not known yet. An older
+                # snapshot bounds the LSO soundly only capped at its own offset: a
+                # transaction opened after it is not in it.
+                log.debug("%s: being written by the broker (%s); read next round", path, e)
+                cap = offset
+                continue
             open_txns = [
                 e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0
             ]
-            if open_txns:
-                lso = min(lso, min(open_txns))
-        return lso
+            bound = offset if cap is not None else lso
+            return min(lso, bound, *open_txns)
+        # No snapshot at all, or none written yet: with one being written, nothing is
+        # known to be stable this round.
+        return lso if cap is None else min(lso, self.log_start_offset())
 
     def leader_epochs(self) -> Sequence[EpochStart]:
         try:
@@ -267,6 +288,9 @@ class LogDirSource(LogSource):
                     " segment not copied",
                     path=str(missing),
                 )
+            # Checked, not only listed: Kafka creates a snapshot before writing it, and
+            # an empty or torn one must never reach the remote store.
+            read_producer_snapshot(summary.producer_snapshot_path)
             data = log_segment_data(files, summary)
         except SegmentFormatError as e:
             raise SegmentCopyError(

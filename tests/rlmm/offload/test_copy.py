@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import random
+import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +27,8 @@ from remote.local import LocalRemoteStorageManager
 from rlmm.errors import RemoteResourceNotFoundError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.offload import RemoteLogManager
+from rlmm.offload.errors import LogDirError
+from rlmm.offload.logdir import SNAPSHOT_WRITE_S
 from tests.rlmm.offload.conftest import (
     S,
     check_invariants,
@@ -93,6 +99,70 @@ async def test_open_transaction_holds_back_copies(
         s for s in pdir.segments()[:-1] if s.next_base_offset and s.next_base_offset > first_open
     ]
     assert held, "the test needs rolled segments past the open transaction"
+
+
+async def test_a_snapshot_the_broker_is_still_writing_holds_back_the_segment_it_ends(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    rsm: LocalRemoteStorageManager,
+    make_rlm: Callable[..., RemoteLogManager],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Kafka creates a producer snapshot, then writes it: a sidecar that lists the
+    partition in between (the CI's three-node test did) finds it empty. That segment
+    waits a round; the ones before are copied; nothing is logged as an error."""
+    pdir = write_partition(tmp_path, "orders", 0)
+    rolled = pdir.segments()[:-1]
+    for offset, path in pdir.producer_snapshots().items():
+        if offset > rolled[-1].next_base_offset:
+            path.unlink()  # the writer's shutdown snapshot: the broker is still running
+    newest_offset, newest = next(reversed(pdir.producer_snapshots().items()))
+    assert newest_offset == rolled[-1].next_base_offset
+    written = newest.read_bytes()
+    newest.write_bytes(b"")  # as Kafka leaves it between open(CREATE) and write
+    src = source(pdir)
+    assert src.last_stable_offset() == rolled[-1].base_offset
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    tp = src.topic_id_partition
+    with caplog.at_level(logging.WARNING):
+        first = await rlm.copy_round(tp)
+    assert first.error is None and not caplog.records
+    assert [m.start_offset for m in first.copied] == [s.base_offset for s in rolled[:-1]]
+    newest.write_bytes(written)  # the broker's write lands
+    second = await rlm.copy_round(tp)
+    assert [m.start_offset for m in second.copied] == [rolled[-1].base_offset]
+    check_invariants(rlmm_manager, rsm, [pdir], local_keys(rsm.root))
+
+
+async def test_a_snapshot_torn_long_ago_fails_the_round_naming_it(
+    tmp_path: Path, make_rlm: Callable[..., RemoteLogManager]
+) -> None:
+    pdir = write_partition(tmp_path, "orders", 0)
+    newest = next(reversed(pdir.producer_snapshots().values()))
+    newest.write_bytes(newest.read_bytes()[:7])
+    old = time.time() - 2 * SNAPSHOT_WRITE_S
+    os.utime(newest, (old, old))
+    with pytest.raises(LogDirError, match=re.escape(str(newest))):
+        source(pdir).last_stable_offset()
+
+
+async def test_a_torn_snapshot_of_a_stable_segment_is_never_uploaded(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    pdir = write_partition(tmp_path, "orders", 0)
+    first = pdir.segments()[0]
+    torn = pdir.producer_snapshots()[first.next_base_offset]
+    torn.write_bytes(b"")
+    src = source(pdir)
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    result = await rlm.copy_round(src.topic_id_partition)
+    assert result.copied == [] and result.error is not None
+    assert str(torn) in str(result.error)
+    assert rlmm_manager.list_remote_log_segments(src.topic_id_partition) == []
 
 
 async def test_high_watermark_bounds_copies(
