@@ -10,7 +10,9 @@ storage, the default 30 s task interval) over it and measures, against issue 27:
   ``bench/offload_pipeline.py``'s pipeline over 16 partitions of the same segments,
   measured in the same run with the same config (target >= 0.8x);
 - idle rounds (nothing new): CPU seconds of the sidecar process per interval (the round
-  and the sleep after it) over the interval (target <= 1% of one core);
+  and the sleep after it) over the interval (target <= 1% of one core), with what
+  housekeeping took of it: seconds in Python's garbage collector by generation and in
+  malloc_trim (the sidecar's own counters);
 - one new segment rolled in one partition after a round: copied by the next round
   (target: within one interval);
 - the sidecar's RSS, sampled every second, max (target <= 300 MiB);
@@ -46,6 +48,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench._machine import machine  # noqa: E402
 from bench.offload_pipeline import config_for, free_port, pipeline  # noqa: E402
@@ -152,6 +155,7 @@ class SidecarProcess:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.ps = psutil.Process(self.proc.pid)
+        self.port = port
         self.rounds: list[dict[str, Any]] = []  # wall time, cpu seconds, the line
         self.copied: list[tuple[float, str]] = []
         self.first_copy: float | None = None
@@ -174,6 +178,7 @@ class SidecarProcess:
             now = time.perf_counter()
             if " round " in line and "segments copied" in line:
                 entry = {"t": now, "cpu": self.cpu(), "line": line.strip()}
+                entry["costs"] = runtime_costs(self.port)
                 with self._cond:
                     self.rounds.append(entry)
                     self._cond.notify_all()
@@ -244,6 +249,36 @@ fsync = {str(fsync).lower()}
 """
     )
     return path
+
+
+COSTS = (
+    "rlmm_python_gc_seconds_total",
+    "rlmm_python_gc_timed_collections_total",
+    "rlmm_offload_malloc_trim_seconds_total",
+    "rlmm_offload_malloc_trims_total",
+)
+
+
+def runtime_costs(port: int) -> dict[str, float]:
+    """The sidecar's housekeeping counters (rlmm.offload.runtime_costs), through a
+    ``name[]``-filtered scrape: a full one would cost the sidecar more than an idle round."""
+    query = "&".join(f"name[]={n}" for n in COSTS)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics?{query}", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            gen = sample.labels.get("generation")
+            out[sample.name + (f"{{{gen}}}" if gen is not None else "")] = sample.value
+    return out
+
+
+def cost_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What one interval added to each counter, rounded (ms precision)."""
+    return {k: round(v - before.get(k, 0.0), 4) for k, v in after.items()}
 
 
 def scrape(port: int, times: int) -> dict[str, Any]:
@@ -342,6 +377,7 @@ def main() -> None:
                 "segments_per_s_from_first_copy": round(copied / copy_s, 1),
                 "mb_s": round(nbytes / round_s / 1e6, 2),
                 "cpu_s": round(first["cpu"], 1),
+                "housekeeping": cost_delta({}, first["costs"]),
                 "ratio_to_baseline": round(copied / round_s / base["segments_per_s"], 3),
                 "meets_target": copied / round_s / base["segments_per_s"]
                 >= TARGETS["first_round_ratio"],
@@ -353,6 +389,7 @@ def main() -> None:
                 idle.append({
                     "interval_s": round(r["t"] - prev["t"], 2),
                     "cpu_s": round(r["cpu"] - prev["cpu"], 3),
+                    "housekeeping": cost_delta(prev["costs"], r["costs"]),
                     "line": r["line"],
                 })  # fmt: skip
             # the first idle interval also holds the first round's tail (snapshot, GC)

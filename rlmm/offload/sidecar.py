@@ -62,6 +62,7 @@ from rlmm.offload.logdir import LogDirCache, LogDirSource, log_dir_problem, scan
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
 from rlmm.offload.native_memory import NativeMemory
 from rlmm.offload.remote_log_manager import CopyResult, RemoteLogManager
+from rlmm.offload.runtime_costs import RuntimeCosts
 from rlmm.offload.settings import OffloadSettings
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,8 @@ class Sidecar:
         self.display = display if display is not None else Display()
         self.metrics = OffloadMetrics()
         self.native_memory = NativeMemory()  # glibc's arenas capped, trimmed each round
+        self.runtime_costs = RuntimeCosts(self.native_memory)
+        self.metrics.registry.register(self.runtime_costs)
         self.metrics.task_interval.set(self.settings.task_interval_ms / 1000)
         self.metrics_server: MetricsServer | None = None
         self._stop = asyncio.Event()
@@ -228,12 +231,14 @@ class Sidecar:
                     " pick another port)"
                 ) from e
         log.info("%s", self.startup_summary())
-        event_log = self._event_log = open_event_log(self.config)
+        self.runtime_costs.install()
         try:
+            event_log = self._event_log = open_event_log(self.config)
             self._cluster = self._cluster_client(event_log)
         except BaseException:
             if self.metrics_server is not None:
                 self.metrics_server.close()
+            self.runtime_costs.close()
             raise
         rlmm = create_manager(self.config, event_log)
         rsm = open_remote_storage(self.config)
@@ -268,6 +273,7 @@ class Sidecar:
                 self.display.close()
                 if self.metrics_server is not None:
                     self.metrics_server.close()
+                self.runtime_costs.close()
         report.stopped_by_signal = self._signals > 0
         report.skipped_topics = dict(self._skipped)
         return report

@@ -1,0 +1,99 @@
+"""The sidecar process's housekeeping costs, as Prometheus counters.
+
+Job: what an idle round costs beside its own work, for an operator and for
+bench/sidecar_scale.py: seconds in Python's cyclic garbage collector by generation
+(timed by a ``gc.callbacks`` hook), and seconds and calls of ``malloc_trim``
+(``NativeMemory``). A broker's worth of partitions keeps a large heap alive, so a full
+collection or a trim is where an idle round's CPU can hide.
+
+Invariants: the hook is installed by ``install()`` and removed by ``close()``, both
+idempotent; it allocates nothing per collection (the totals live in a preallocated
+list) and never raises into the collector; figures are read at scrape time, so a
+scrape never waits on a round.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from rlmm.offload.native_memory import NativeMemory
+
+GENERATIONS = 3  # CPython's collector generations 0, 1 and 2
+
+
+class RuntimeCosts(Collector):
+    """Times Python's collections (once installed) and reports them with NativeMemory's
+    trims; register it on the sidecar's registry."""
+
+    def __init__(self, native_memory: NativeMemory) -> None:
+        self._native = native_memory
+        self._seconds = [0.0] * GENERATIONS
+        self._collections = [0] * GENERATIONS
+        self._started = 0.0
+        self._installed = False
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        # Collections run with the GIL held, one at a time: no lock is needed.
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info.get("generation", 0)
+        if 0 <= generation < GENERATIONS and self._started:
+            self._seconds[generation] += time.perf_counter() - self._started
+            self._collections[generation] += 1
+        self._started = 0.0
+
+    def install(self) -> None:
+        if not self._installed:
+            gc.callbacks.append(self._on_gc)
+            self._installed = True
+
+    def close(self) -> None:
+        if self._installed:
+            gc.callbacks.remove(self._on_gc)
+            self._installed = False
+
+    def gc_seconds(self) -> list[float]:
+        """Seconds spent collecting so far, by generation."""
+        return list(self._seconds)
+
+    def describe(self) -> Iterator[Metric]:
+        # The families, so the registry knows their names: /metrics' name[] filter
+        # (a restricted registry) finds a collector only by what it describes.
+        return self.collect()
+
+    def collect(self) -> Iterator[Metric]:
+        seconds = CounterMetricFamily(
+            "rlmm_python_gc_seconds",
+            "Time the sidecar spent in Python's cyclic garbage collector, by generation",
+            labels=["generation"],
+        )
+        runs = CounterMetricFamily(
+            "rlmm_python_gc_timed_collections",
+            "Collections timed by rlmm_python_gc_seconds, by generation",
+            labels=["generation"],
+        )
+        for generation in range(GENERATIONS):
+            seconds.add_metric([str(generation)], self._seconds[generation])
+            runs.add_metric([str(generation)], self._collections[generation])
+        yield seconds
+        yield runs
+        yield CounterMetricFamily(
+            "rlmm_offload_malloc_trim_seconds",
+            "Time spent in glibc's malloc_trim after rounds (0 where glibc is not the allocator)",
+            value=self._native.trim_seconds,
+        )
+        yield CounterMetricFamily(
+            "rlmm_offload_malloc_trims",
+            "malloc_trim calls made after rounds",
+            value=self._native.trims,
+        )
+
+
+__all__ = ["RuntimeCosts"]
