@@ -8,6 +8,7 @@ already made by the test process's threads would hide what the cap does.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -127,9 +128,18 @@ async def test_the_sidecar_bounds_at_start_and_trims_after_each_round(
     sidecar = Sidecar(
         load_config(config_path, env={}), [logs], once=True, display=Display(rich=False)
     )
+    hooks = len(gc.callbacks)
     report = await sidecar.run()
     assert report.rounds == 1 and report.tally.copied > 0
     assert sidecar.native_memory.trims == report.rounds
+    # on /metrics (rlmm.offload.runtime_costs), and the gc hook gone once stopped
+    registry = sidecar.metrics.registry
+    assert registry.get_sample_value("rlmm_offload_malloc_trims_total") == report.rounds
+    assert registry.get_sample_value("rlmm_offload_malloc_trim_seconds_total") >= 0
+    for generation in "012":
+        labels = {"generation": generation}
+        assert registry.get_sample_value("rlmm_python_gc_seconds_total", labels) is not None
+    assert len(gc.callbacks) == hooks
     # (an operator's MALLOC_* in this environment would be left alone)
     expected = {"MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_"} - set(os.environ)
     assert set(sidecar.native_memory.bounded) == expected
