@@ -19,8 +19,10 @@ from rlmm.restore import (
     RestoreInputError,
     RestorePlan,
     RestoreSelection,
+    SharedTargetError,
     UnknownSourceError,
     build_plan,
+    restore_topics,
     store_metadata_view,
 )
 from tests.rlmm.archive.archive_data import Expected, archived, make_config, offload, rows
@@ -133,6 +135,31 @@ def test_bad_input_is_named(archive: Any) -> None:
         RestoreSelection(TOPIC, target_topic="a/b")
     with pytest.raises(RestoreInputError, match="not both"):
         RestoreSelection(TOPIC, from_offset=1, from_timestamp_ms=1)
+
+
+def test_two_selections_into_one_target_topic_are_refused_before_the_target_is_contacted(
+    archive: Any,
+) -> None:
+    """A library call only (the CLI gives each source topic a target of its own): two
+    selections of one topic's partitions into one target are refused, naming it, and
+    before the target cluster is contacted (nothing listens on port 1: contacting it
+    would be a TargetClusterError instead)."""
+    config, _ = archive
+    selections = [
+        RestoreSelection(TOPIC, partitions=(0,), target_topic="joined"),
+        RestoreSelection(TOPIC, partitions=(1,), target_topic="joined"),
+    ]
+    nowhere = {"bootstrap_servers": "127.0.0.1:1"}
+    for from_store in (False, True):
+        with pytest.raises(SharedTargetError) as info:
+            restore_topics(config, selections, nowhere, from_store=from_store)
+        message = str(info.value)
+        assert "\n" not in message
+        assert message.startswith("target topic 'joined' would be written by two selections")
+        assert "'r' partitions [0] and 'r' partitions [1]" in message
+    # The same selection twice, into the source's name: refused the same way.
+    with pytest.raises(SharedTargetError, match="target topic 'r' would be written by two"):
+        restore_topics(config, [RestoreSelection(TOPIC)] * 2, nowhere, from_store=True)
 
 
 def test_ranges_and_resume_points(archive: Any) -> None:
