@@ -3,7 +3,8 @@
 The library side of ``rlmm restore``. The source is the archive as the other readers
 see it (``[remote]`` names the layout: rlmm's own, Kafka's LocalTieredStorage or
 Aiven's S3), with its segment list from ``__remote_log_metadata`` (``[eventlog]``) or,
-after a disaster, rebuilt from the store's objects alone (``from_store``). The target
+after a disaster, rebuilt from the store alone (``from_store``: its objects, and rlmm's
+snapshots in the configured ``[snapshot]`` store where they hold a copy). The target
 is any Kafka cluster; data and progress commit in one transaction there.
 
 Invariant: :func:`restore` and :func:`restore_topics` (several topics, one after
@@ -14,12 +15,14 @@ client, reader and layout they opened before they return.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rlmm.archive import close_remote_storage, open_metadata_view, remote_storage_for
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError
+from rlmm.factory import open_snapshot_source
 from rlmm.restore.errors import (
     MissingSegmentsError,
     PartitionCountMismatchError,
@@ -27,6 +30,7 @@ from rlmm.restore.errors import (
     RestoreError,
     RestoreInputError,
     ResumeMismatchError,
+    SharedTargetError,
     TargetClusterError,
     TargetNotEmptyError,
     UnknownSourceError,
@@ -54,6 +58,9 @@ from rlmm.restore.run import (
     transactional_id,
 )
 from rlmm.restore.store_view import StoreListing, list_store_segments, store_metadata_view
+from snapshot import SnapshotStore
+
+log = logging.getLogger(__name__)
 
 
 def client_settings(bootstrap_servers: str, properties: Mapping[str, str] | None = None) -> dict:
@@ -67,6 +74,19 @@ def client_settings(bootstrap_servers: str, properties: Mapping[str, str] | None
         return client_settings_from_properties(props)
     except EventLogConfigError as e:
         raise ConfigError(f"bad target cluster settings: {e}") from e
+
+
+def _snapshot_store(config: RlmmConfig) -> SnapshotStore | None:
+    """The configured snapshot store, read-only (with ``store = "s3"``: the bucket
+    beside the segments); None when snapshots are off, as for the metadata view, or
+    the store cannot be opened (the objects alone then give the segments)."""
+    if not config.snapshot.get("enabled", True):
+        return None
+    try:
+        return open_snapshot_source(config)
+    except ConfigError as e:
+        log.warning("rlmm's snapshots are not read (the store's objects are): %s", e)
+        return None
 
 
 def restore(
@@ -109,7 +129,12 @@ def restore_topics(
     try:
         layout = remote_storage_for(remote_options)
         if from_store:
-            view, listing = store_metadata_view(layout, topics)
+            snapshots = _snapshot_store(config)
+            try:
+                view, listing = store_metadata_view(layout, topics, snapshots)
+            finally:
+                if snapshots is not None:
+                    snapshots.close()
             unknown = [t for t in topics if t not in listing.topics]
             if unknown:
                 known = ", ".join(sorted(listing.topics)[:20]) or "none"
@@ -156,6 +181,7 @@ __all__ = [
     "RestoreReport",
     "RestoreSelection",
     "ResumeMismatchError",
+    "SharedTargetError",
     "StoreListing",
     "TargetClusterError",
     "TargetNotEmptyError",

@@ -40,6 +40,11 @@ class PartitionCountMismatchError(RestoreInputError):
     chosen to re-spread the records."""
 
 
+class SharedTargetError(RestoreInputError):
+    """Two selections of one run would restore into one target topic (a library call:
+    the CLI gives each source topic a target of its own)."""
+
+
 class MissingSegmentsError(RestoreError):
     """Offsets inside the range are not in the archive: the restore stopped before them
     (everything up to the gap is committed, and ``--resume --skip-missing`` goes on)."""
@@ -63,6 +68,7 @@ __all__ = [
     "RestoreError",
     "RestoreInputError",
     "ResumeMismatchError",
+    "SharedTargetError",
     "TargetClusterError",
     "TargetNotEmptyError",
     "UnknownSourceError",

@@ -20,9 +20,9 @@ Invariants:
   transaction, so no earlier run can commit past the position read (a dry run
   fences nothing);
 - every bad input is found before anything is written (RestoreInputError), for every
-  topic of a run of several (``run_restores``: all are planned and checked, then
-  restored one after another, each with its own transactional id and progress, so
-  each resumes on its own);
+  topic of a run of several (``run_restores``: all are planned, each into a target
+  topic no other writes, and checked, then restored one after another, each with its
+  own transactional id and progress, so each resumes on its own);
 - within a source partition records are produced in offset order to one target
   partition (identity), or to the partition Kafka's murmur2 gives their key: the
   relative order of records sharing a key is kept either way. One task alone sends,
@@ -51,8 +51,8 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from rlmm.restore.errors import (
     MissingSegmentsError,
     PartitionCountMismatchError,
-    RestoreInputError,
     ResumeMismatchError,
+    SharedTargetError,
     TargetClusterError,
     TargetNotEmptyError,
 )
@@ -251,12 +251,13 @@ def _check_saved(plan: RestorePlan, saved: Mapping[int, Progress], options: Rest
 
 
 async def _prepare(
+    plan: RestorePlan,
     plan_for: Callable[[Mapping[int, int] | None], RestorePlan],
     cluster: TargetCluster,
     options: RestoreOptions,
 ) -> tuple[RestoreReport, dict[int, Progress]]:
-    """Every check before anything is written; the report of the (resumed) plan."""
-    plan = await asyncio.to_thread(plan_for, None)
+    """Every check of ``plan`` (``plan_for(None)``) against the target before anything
+    is written; the report of the (resumed) plan."""
     target = plan.target_topic
     if not options.dry_run:
         # Before progress is read: an earlier run still alive could otherwise commit
@@ -311,6 +312,26 @@ async def _prepare(
     return report, saved
 
 
+def _selected(plan: RestorePlan) -> str:
+    partitions = [p.source.partition for p in plan.partitions]
+    return f"{plan.source_topic!r} partitions {partitions}"
+
+
+def _check_targets(plans: Sequence[RestorePlan]) -> None:
+    """One plan per target topic: two would share its progress keys (target topic,
+    source partition) and transactional id, and the second's checks, made before the
+    first wrote anything, would not hold when it starts."""
+    by_target: dict[str, RestorePlan] = {}
+    for plan in plans:
+        other = by_target.setdefault(plan.target_topic, plan)
+        if other is not plan:
+            raise SharedTargetError(
+                f"target topic {plan.target_topic!r} would be written by two selections,"
+                f" {_selected(other)} and {_selected(plan)}: give each a target topic of"
+                " its own"
+            )
+
+
 async def _fence(client: Mapping[str, Any], txn_id: str) -> None:
     """Fence every earlier producer of ``txn_id`` and abort its open transaction:
     a transactional producer's start (InitProducerId) bumps the id's epoch."""
@@ -358,23 +379,22 @@ async def run_restores(
     planned and checked (each fencing its own earlier runs) before anything is written
     for any; then each is restored in turn, with its own transactional id and progress.
 
-    Raises RestoreInputError before writing anything (two plans into one target
-    topic, or any topic's check), MissingSegmentsError after committing a topic up to
+    Raises RestoreInputError before writing anything (SharedTargetError for two plans
+    into one target topic, found before the target is contacted; or any topic's
+    check), MissingSegmentsError after committing a topic up to
     a gap: the topics after it are not started (a run with ``--resume`` goes on)."""
     options = options or RestoreOptions()
+    planned: list[tuple[RestorePlan, float]] = []
+    for plan_for in plan_fors:
+        started = time.monotonic()
+        planned.append((await asyncio.to_thread(plan_for, None), time.monotonic() - started))
+    # Before the target is contacted (fencing included).
+    _check_targets([plan for plan, _ in planned])
     prepared: list[tuple[RestoreReport, dict[int, Progress], float]] = []
-    targets: dict[str, str] = {}
     async with TargetCluster(client) as cluster:
-        for plan_for in plan_fors:
-            started = time.monotonic()
-            report, saved = await _prepare(plan_for, cluster, options)
-            plan = report.plan
-            other = targets.setdefault(plan.target_topic, plan.source_topic)
-            if other != plan.source_topic:
-                raise RestoreInputError(
-                    f"target topic {plan.target_topic!r} would be written by both"
-                    f" {other!r} and {plan.source_topic!r}: give each topic a target of its own"
-                )
+        for plan_for, (plan, spent) in zip(plan_fors, planned, strict=True):
+            started = time.monotonic() - spent
+            report, saved = await _prepare(plan, plan_for, cluster, options)
             prepared.append((report, saved, time.monotonic() - started))
     if options.dry_run:
         return [report for report, _, _ in prepared]

@@ -14,7 +14,8 @@ timestamps, after a straight restore (every archived batch passed through as it 
 re-stamped), after offset and timestamp ranges that cut batches (those re-encoded)
 and after a restore SIGKILLed five times and resumed (two partitions in flight, so
 transactions hold both), and for two topics restored in one run (each into a target of
-its own, each resumable on its own); each bad input exits 2 with one line and writes
+its own, each resumable on its own: killed twice inside the second topic and resumed,
+both targets hold every record once); each bad input exits 2 with one line and writes
 nothing, for a bad second topic of a run nothing for the first either.
 """
 
@@ -487,6 +488,41 @@ def test_sigkilled_five_times_and_resumed_writes_every_record_once(
     assert asyncio.run(consume(target.bootstrap, name)) == source.capture[TOPIC]
 
 
+@pytest.mark.timeout(900)
+def test_two_topics_sigkilled_inside_the_second_and_resumed_write_every_record_once(
+    source: Source, target: ApacheKafkaBroker
+) -> None:
+    """A run of two topics killed while it restores the second (the first is done by
+    then), twice, then resumed: the first topic's progress says done and nothing of
+    it is written again; both targets equal the source."""
+    first, second = "multi.dr-other", "multi.dr"
+    rng = random.Random()
+    config = [
+        "--topic", OTHER, "--topic", TOPIC, "--target-prefix", "multi.",
+        "--transaction-records", "10",
+    ]  # fmt: skip
+    # As in the five-kill test: slow enough to be killed inside the second topic. The
+    # first (200 records) goes over within the quota's unthrottled start.
+    _produce_quota(target, 8_000)
+    try:
+        mid_way, seen = _kill_at_random_moments(source, target, second, config, rng, kills=2)
+        client = {"bootstrap_servers": target.bootstrap}
+        done_first = asyncio.run(read_progress(client, first, 1))
+    finally:
+        _produce_quota(target, None)
+    # Each kill landed after the second topic's first commit, and before its end.
+    assert mid_way == 2, f"the SIGKILLs did not land inside the second topic: {seen}"
+    assert sorted(done_first) == [0, 1] and all(p.done for p in done_first.values())
+    done = restore(source, target, *config, "--resume", "--json")
+    assert done.returncode == 0, done.stderr
+    summaries = json.loads(done.stdout)["topics"]
+    assert [s["plan"]["target"]["topic"] for s in summaries] == [first, second]
+    assert all(s["resumed"] and s["done"] for s in summaries)
+    assert summaries[0]["records"] == 0
+    for topic, name in ((OTHER, first), (TOPIC, second)):
+        assert asyncio.run(consume(target.bootstrap, name)) == source.capture[topic], name
+
+
 def _produce_quota(target: ApacheKafkaBroker, rate: int | None) -> None:
     """Set (or, with None, remove) a producer_byte_rate quota on the restore's client id."""
     change = (
@@ -502,14 +538,20 @@ def _produce_quota(target: ApacheKafkaBroker, rate: int | None) -> None:
 
 
 def _kill_at_random_moments(
-    source: Source, target: ApacheKafkaBroker, name: str, config: list[str], rng: random.Random
+    source: Source,
+    target: ApacheKafkaBroker,
+    name: str,
+    config: list[str],
+    rng: random.Random,
+    kills: int = 5,
 ) -> tuple[int, list[Any]]:
-    """Five runs (the first, then resumes), each SIGKILLed at a random moment after its
-    first commit; how many left the restore unfinished, and where each left it."""
+    """``kills`` runs (the first, then resumes), each SIGKILLed at a random moment after
+    its first commit into the target topic ``name``; how many left that topic's restore
+    unfinished, and where each left it."""
     client = {"bootstrap_servers": target.bootstrap}
     mid_way = 0
     seen: list[Any] = []
-    for kill in range(5):
+    for kill in range(kills):
         args = [
             sys.executable,
             "-m",

@@ -3,11 +3,15 @@ once with the metadata (rlmm's file event log), once from the bucket alone after
 metadata is deleted. Both targets equal the archive's committed records, partition by
 partition, in order, with keys, values, headers and timestamps. Then a segment's objects
 are deleted: the restore stops at the gap, naming it, with what comes before committed,
-and ``--resume --skip-missing`` restores the rest."""
+and ``--resume --skip-missing`` restores the rest. All of it twice: with the manager's
+snapshots in its data dir (gone with it: the bucket's objects give every segment), and
+with ``[snapshot] store = "s3"`` (the snapshot in the bucket gives them; it still
+holds the lost segment, yet the restore stops at its gap: the objects listed rule)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import uuid
 from pathlib import Path
@@ -28,13 +32,24 @@ pytestmark = [pytest.mark.s3, pytest.mark.kafka, pytest.mark.apache_kafka, pytes
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("snapshot_store", ["local", "s3"])
 def test_restore_from_rlmms_s3_layout_with_and_without_metadata(
-    s3_endpoint: str, apache_kafka_broker: ApacheKafkaBroker, tmp_path: Path
+    s3_endpoint: str,
+    apache_kafka_broker: ApacheKafkaBroker,
+    tmp_path: Path,
+    snapshot_store: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="restore")
+    bucket = f"restore-{snapshot_store}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
     config = make_config(
         tmp_path / "rlmm",
-        **{"remote.type": "s3", "remote.bucket": "restore", "remote.endpoint_url": s3_endpoint},
+        **{
+            "remote.type": "s3",
+            "remote.bucket": bucket,
+            "remote.endpoint_url": s3_endpoint,
+            "snapshot.store": snapshot_store,
+        },
     )
     topic = f"s3r-{uuid.uuid4().hex[:6]}"
     topic_id = uuid.uuid4()
@@ -66,13 +81,18 @@ def test_restore_from_rlmms_s3_layout_with_and_without_metadata(
         target = f"{topic}-{how}"
         # The archive's timestamps are from 2023: keep the broker's retention off them.
         asyncio.run(_create(apache_kafka_broker.bootstrap, target))
-        report = restore(
-            config,
-            RestoreSelection(topic, target_topic=target),
-            client,
-            from_store=how == "store",
-            options=RestoreOptions(transaction_records=100),
-        )
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="rlmm.restore.store_view"):
+            report = restore(
+                config,
+                RestoreSelection(topic, target_topic=target),
+                client,
+                from_store=how == "store",
+                options=RestoreOptions(transaction_records=100),
+            )
+        segments = sum(p.segments for p in report.plan.partitions)
+        from_snapshots = f"{segments} of {segments} segments from rlmm's snapshots"
+        assert (from_snapshots in caplog.text) == (how == "store" and snapshot_store == "s3")
         assert report.plan.metadata_source == how
         assert report.records == sum(map(len, want.values()))
         assert all(r.done for r in report.results)
@@ -95,11 +115,11 @@ def test_restore_from_rlmms_s3_layout_with_and_without_metadata(
     # everything before it committed; --resume --skip-missing goes on past it.
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
     prefix = f"{topic}-"
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="restore")["Contents"]]
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
     start = f"/0/{lost.start_offset:020d}-"
     for key in keys:
         if key.startswith(prefix) and start in key:
-            s3.delete_object(Bucket="restore", Key=key)
+            s3.delete_object(Bucket=bucket, Key=key)
     target = f"{topic}-gap"
     asyncio.run(_create(apache_kafka_broker.bootstrap, target))
     selection = RestoreSelection(topic, target_topic=target)

@@ -1,10 +1,15 @@
 """Restore plans over a real archive (rlmm's layout, offloaded through the manager):
-the store alone gives the same segments and plan as the metadata; bad input is named;
-a gap stops the plan or is skipped; a resume point cuts the plan, not the range."""
+the store alone gives the same segments and plan as the metadata, also where rlmm's
+snapshots give the copies they hold (the manager's own at its stop, one holding only
+older copies, and unreadable ones, which leave the objects to give everything); bad
+input is named; a gap stops the plan or is skipped; a resume point cuts the plan, not
+the range."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,17 +17,24 @@ from typing import Any
 import pytest
 
 from remote import IndexType, PartitionDir
-from rlmm.archive import open_metadata_view, read_slice, remote_storage_for
+from rlmm.archive import MetadataView, open_metadata_view, read_slice, remote_storage_for
+from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.config import RlmmConfig
+from rlmm.factory import open_snapshot_source
+from rlmm.model import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 from rlmm.restore import (
     RangeOutsideArchiveError,
     RestoreInputError,
     RestorePlan,
     RestoreSelection,
+    SharedTargetError,
     UnknownSourceError,
     build_plan,
+    restore_topics,
     store_metadata_view,
+    store_view,
 )
+from snapshot import LocalSnapshotStore, Snapshot, SnapshotStore, decode_snapshot, encode_snapshot
 from tests.rlmm.archive.archive_data import Expected, archived, make_config, offload, rows
 from tests.rlmm.archive.archive_data import write_history as history
 
@@ -47,15 +59,35 @@ def plan(
     selection: RestoreSelection,
     *,
     store: bool = False,
+    snapshots: SnapshotStore | None = None,
     resume: dict[int, int] | None = None,
 ) -> RestorePlan:
     options = config.remote_options()
     layout = remote_storage_for(options)
     if store:
-        view, _ = store_metadata_view(layout, [selection.topic])
+        view, _ = store_metadata_view(layout, [selection.topic], snapshots)
     else:
         view = open_metadata_view(config)
     return build_plan(view, layout, options, selection, metadata_source="x", resume_from=resume)
+
+
+def segment_rows(view: MetadataView) -> dict[Any, list[tuple[Any, ...]]]:
+    """Each partition's lineage, as much of each segment as the store can say."""
+    return {
+        tp: [
+            (
+                m.remote_log_segment_id,
+                m.start_offset,
+                m.end_offset,
+                m.max_timestamp_ms,
+                m.segment_size_in_bytes,
+                dict(m.segment_leader_epochs),
+                m.txn_index_empty,
+            )
+            for m in view.lineage(tp)
+        ]
+        for tp in view.topic_partitions()
+    }
 
 
 def restored(p: RestorePlan) -> dict[int, list[tuple[Any, ...]]]:
@@ -77,44 +109,113 @@ def test_the_store_alone_gives_the_metadatas_segments_and_plan(archive: Any) -> 
     config, expected = archive
     layout = remote_storage_for(config.remote_options())
     from_store, listing = store_metadata_view(layout, [TOPIC])
-    assert listing.skipped == []
+    assert listing.skipped == [] and listing.from_snapshot == 0
+    # The manager's own snapshot, written as it stopped, holds every copy: none of
+    # their objects is read, and the view is the same.
+    snapshots = open_snapshot_source(config)
+    try:
+        by_snapshot, snapshot_listing = store_metadata_view(layout, [TOPIC], snapshots)
+        selection = RestoreSelection(TOPIC)
+        c = plan(config, selection, store=True, snapshots=snapshots)
+    finally:
+        snapshots.close()
+    assert snapshot_listing.from_snapshot == len(listing.segments) > 0
+    assert snapshot_listing.snapshots and snapshot_listing.skipped == []
     with open_metadata_view(config) as view:
         assert from_store.topic_partitions() == view.topic_partitions()
+        ours = segment_rows(view)
+        assert segment_rows(from_store) == ours
+        assert segment_rows(by_snapshot) == ours
         for tp in view.topic_partitions():
-            ours = [
-                (
-                    m.remote_log_segment_id,
-                    m.start_offset,
-                    m.end_offset,
-                    m.max_timestamp_ms,
-                    m.segment_size_in_bytes,
-                    dict(m.segment_leader_epochs),
-                    m.txn_index_empty,
-                )
-                for m in view.lineage(tp)
-            ]
-            rebuilt = [
-                (
-                    m.remote_log_segment_id,
-                    m.start_offset,
-                    m.end_offset,
-                    m.max_timestamp_ms,
-                    m.segment_size_in_bytes,
-                    dict(m.segment_leader_epochs),
-                    m.txn_index_empty,
-                )
-                for m in from_store.lineage(tp)
-            ]
-            assert rebuilt == ours
-            assert len({e for r in ours for e in r[5]}) == 2  # two leader epochs
-            assert any(not r[6] for r in ours)  # aborted transactions
-    selection = RestoreSelection(TOPIC)
+            assert len({e for r in ours[tp] for e in r[5]}) == 2  # two leader epochs
+            assert any(not r[6] for r in ours[tp])  # aborted transactions
     a, b = plan(config, selection), plan(config, selection, store=True)
     assert a.to_dict() == {**b.to_dict(), "source": a.to_dict()["source"]}
+    assert c.to_dict() == b.to_dict()
     got = restored(b)
     assert got == {p: want(e) for p, e in expected.items()}
+    assert restored(c) == got
     assert b.source_partition_count == 2
     assert [len(p.slices) for p in b.partitions] == [len(p.slices) for p in a.partitions]
+
+
+def _snapshot_of(view: MetadataView, keep: int) -> Snapshot:
+    """A snapshot holding only the first ``keep`` copies of each partition: the rest
+    were copied after it."""
+    store = RemotePartitionMetadataStore()
+    for tp in view.topic_partitions():
+        for m in view.segments(tp)[:keep]:
+            store.apply(dataclasses.replace(m, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED))
+            store.apply(
+                RemoteLogSegmentMetadataUpdate(
+                    m.remote_log_segment_id, m.event_timestamp_ms, m.custom_metadata,
+                    RemoteLogSegmentState.COPY_SEGMENT_FINISHED, m.broker_id,
+                )
+            )  # fmt: skip
+    return Snapshot(
+        partition_count=view.partition_count,
+        applied_offsets={0: 0},
+        state=store.to_state(store.partitions()),
+        created_ms=1,
+    )
+
+
+def test_a_snapshot_gives_the_copies_it_holds_the_objects_the_rest(
+    archive: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """A snapshot older than the newest copies: those it holds finished come from it
+    (their objects unread), the others from their objects, and the view and plan are
+    those of the objects alone. A truncated snapshot, or one whose frame checks but
+    whose block of the topic does not decode, is named in a warning and the objects
+    give everything."""
+    config, _ = archive
+    layout = remote_storage_for(config.remote_options())
+    alone, listing = store_metadata_view(layout, [TOPIC])
+    want_rows = segment_rows(alone)
+    total = len(listing.segments)
+    rebuilt: list[Any] = []
+    rebuild = store_view._rebuild
+
+    def counted(*args: Any) -> Any:
+        rebuilt.append(args[1])
+        return rebuild(*args)
+
+    monkeypatch.setattr(store_view, "_rebuild", counted)
+    with open_metadata_view(config) as view:
+        older = _snapshot_of(view, keep=3)
+    partial = LocalSnapshotStore(tmp_path / "partial")
+    partial.write(older)
+    view_of, got = store_metadata_view(layout, [TOPIC], partial)
+    assert got.from_snapshot == 3 * 2 and len(rebuilt) == total - 3 * 2
+    assert got.snapshots == [str(tmp_path / "partial" / "snapshot-00000000000000000001.rlmm")]
+    assert segment_rows(view_of) == want_rows
+    selection = RestoreSelection(TOPIC)
+    assert (
+        plan(config, selection, store=True, snapshots=partial).to_dict()
+        == plan(config, selection, store=True).to_dict()
+    )
+    # Unreadable snapshots: each named, none an error, the objects read for every copy.
+    whole = (config.snapshot_dir()).glob("snapshot-*.rlmm")
+    data = max(whole).read_bytes()
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    (truncated / "snapshot-00000000000000000001.rlmm").write_bytes(data[: len(data) // 2])
+    snap = decode_snapshot(data)
+    bad_block = [[*entry[:3], b"\x00garbage", *entry[4:]] for entry in snap.state]
+    garbled = tmp_path / "garbled"
+    garbled.mkdir()
+    (garbled / "snapshot-00000000000000000001.rlmm").write_bytes(
+        encode_snapshot(dataclasses.replace(snap, state=bad_block))
+    )
+    for where in (truncated, garbled):
+        rebuilt.clear()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            view_of, got = store_metadata_view(layout, [TOPIC], LocalSnapshotStore(where))
+        named = where / "snapshot-00000000000000000001.rlmm"
+        assert any(str(named) in r.getMessage() for r in caplog.records), caplog.text
+        assert got.from_snapshot == 0 and len(rebuilt) == total
+        assert segment_rows(view_of) == want_rows
 
 
 def test_bad_input_is_named(archive: Any) -> None:
@@ -133,6 +234,31 @@ def test_bad_input_is_named(archive: Any) -> None:
         RestoreSelection(TOPIC, target_topic="a/b")
     with pytest.raises(RestoreInputError, match="not both"):
         RestoreSelection(TOPIC, from_offset=1, from_timestamp_ms=1)
+
+
+def test_two_selections_into_one_target_topic_are_refused_before_the_target_is_contacted(
+    archive: Any,
+) -> None:
+    """A library call only (the CLI gives each source topic a target of its own): two
+    selections of one topic's partitions into one target are refused, naming it, and
+    before the target cluster is contacted (nothing listens on port 1: contacting it
+    would be a TargetClusterError instead)."""
+    config, _ = archive
+    selections = [
+        RestoreSelection(TOPIC, partitions=(0,), target_topic="joined"),
+        RestoreSelection(TOPIC, partitions=(1,), target_topic="joined"),
+    ]
+    nowhere = {"bootstrap_servers": "127.0.0.1:1"}
+    for from_store in (False, True):
+        with pytest.raises(SharedTargetError) as info:
+            restore_topics(config, selections, nowhere, from_store=from_store)
+        message = str(info.value)
+        assert "\n" not in message
+        assert message.startswith("target topic 'joined' would be written by two selections")
+        assert "'r' partitions [0] and 'r' partitions [1]" in message
+    # The same selection twice, into the source's name: refused the same way.
+    with pytest.raises(SharedTargetError, match="target topic 'r' would be written by two"):
+        restore_topics(config, [RestoreSelection(TOPIC)] * 2, nowhere, from_store=True)
 
 
 def test_ranges_and_resume_points(archive: Any) -> None:
