@@ -28,7 +28,7 @@ import contextlib
 import dataclasses
 import logging
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,7 +290,8 @@ class Sidecar:
         ready and saying why, and tries again every AUTH_RETRY_S until let in."""
         while True:
             try:
-                await rlmm.start()
+                if not await self._unless_stopped(rlmm.start()):
+                    return False
                 self.metrics.metadata_denied.set(0)
                 return True
             except EventLogAuthError as e:
@@ -305,6 +306,25 @@ class Sidecar:
                 await asyncio.wait_for(self._stop.wait(), AUTH_RETRY_S)
             if self._stop.is_set():
                 return False
+
+    async def _unless_stopped(self, step: Awaitable[object]) -> bool:
+        """Await ``step``; False, with it cancelled, if a stop comes first. A metadata
+        log that cannot be reached makes the manager's start wait up to Kafka's
+        initialization timeout (minutes), longer than an orchestrator's grace period."""
+        task = asyncio.ensure_future(step)
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.cancelled():
+            return False
+        task.result()  # its error, if it failed
+        return True
 
     async def _rounds(self, rlm: RemoteLogManager, report: SidecarReport) -> None:
         for log_dir in self.log_dirs:

@@ -117,6 +117,19 @@ def test_offload_settings_and_overrides(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def stopped_by_signal(proc: subprocess.Popen[str]) -> None:
+    """Wait (60 s at most, then SIGKILL) for a signalled sidecar: it exits 0, saying it
+    was stopped by a signal, with no traceback."""
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "stopped by signal" in out and "Traceback" not in err
+
+
 def test_sigterm_finishes_writes_snapshot_and_exits_0(tmp_path: Path) -> None:
     logs, pdirs, audit = log_dir(tmp_path)
     pdirs.append(audit)
@@ -164,14 +177,8 @@ def test_sigterm_finishes_writes_snapshot_and_exits_0(tmp_path: Path) -> None:
         ):
             assert name in body, f"{name} missing from /metrics"
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
-    assert "stopped by signal" in out
-    assert "Traceback" not in err
+        stopped_by_signal(proc)
     assert list((tmp_path / "data" / "snapshots").iterdir())
     import asyncio
 
@@ -245,16 +252,43 @@ def test_second_signal_abandons_uploads_cleanly(tmp_path: Path) -> None:
                 break
         proc.send_signal(signal.SIGTERM)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
-    assert "stopped by signal" in out and "Traceback" not in err
+        stopped_by_signal(proc)
     import asyncio
 
     asyncio.run(check_store(path, pdirs, complete=False))
+
+
+def test_sigterm_while_the_metadata_log_is_unreachable_exits_0_at_once(tmp_path: Path) -> None:
+    """The manager's start waits for an unreachable Kafka metadata log up to Kafka's
+    initialization timeout (30 s here, minutes by default): a stop must not, or an
+    orchestrator's grace period ends in SIGKILL."""
+    logs = tmp_path / "kafka-logs"
+    write_partition(logs, "orders", 0)
+    path = tmp_path / "offload.toml"
+    path.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n'
+        f'[eventlog]\ntype = "kafka"\nbootstrap_servers = "127.0.0.1:{free_port()}"\n'
+        '[offload]\n"retention.ms" = -1\n'
+    )
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "rlmm"), "offload", "--config", str(path),
+         "--log-dir", str(logs)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "rlmm offload: node" in line:  # the startup line: the start is under way
+                break
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+    finally:
+        stopped_by_signal(proc)
+    took = time.monotonic() - signalled
+    assert took < 15, f"stopped {took:.1f} s after SIGTERM: it waited for the metadata log"
 
 
 def test_a_log_dir_that_is_not_one_is_named(tmp_path: Path) -> None:
