@@ -256,6 +256,10 @@ class RemoteLogManager:
                 raise result
             if isinstance(result, Exception):
                 log.warning("crash cleanup of %s failed (retried next round): %s", tp, result)
+            elif self.rlmm.is_ready(tp):
+                # From the metadata, now: a first round over a backlog sets it only
+                # once its copies are done, and dashboards would show a gap until then.
+                self._record_remote_size(tp)
         if start_tasks:
             for tp in sources:
                 leader = self._leaders[tp]

@@ -165,6 +165,28 @@ async def test_a_torn_snapshot_of_a_stable_segment_is_never_uploaded(
     assert rlmm_manager.list_remote_log_segments(src.topic_id_partition) == []
 
 
+async def test_a_new_leader_publishes_the_remote_size_before_its_first_round(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    """A sidecar restarted over a backlog: the size of what is already remote is on
+    /metrics from the start, not only after the first round's copies."""
+    pdir = write_partition(tmp_path, "orders", 0)
+    src = source(pdir)
+    first = make_rlm()
+    await first.on_leadership_changes([src], start_tasks=False)
+    copied = (await first.copy_round(src.topic_id_partition)).copied
+    assert copied
+    await first.close()
+    later = make_rlm()
+    await later.on_leadership_changes([source(pdir)], start_tasks=False)
+    size = later.metrics.remote_log_size.labels("orders", "0")._value.get()
+    count = later.metrics.metadata_count.labels("orders", "0")._value.get()
+    assert size == sum(m.segment_size_in_bytes for m in copied)
+    assert count == len(copied)
+
+
 async def test_high_watermark_bounds_copies(
     tmp_path: Path, make_rlm: Callable[..., RemoteLogManager]
 ) -> None:
