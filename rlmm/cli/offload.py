@@ -65,6 +65,9 @@ def offload(
     if not s.debug:
         # one line per segment (or the progress bar on a terminal), warnings, errors
         logging.getLogger("rlmm.offload").setLevel(logging.INFO)
+        # A daemon's log is all an operator sees: the warnings of the metadata log,
+        # the manager and the stores too (a one-shot command prints one error line).
+        logging.getLogger().setLevel(logging.WARNING)
     report = asyncio.run(
         run_sidecar(
             s.config, log_dirs, once=once, metrics_port=metrics_port, metrics_host=metrics_host

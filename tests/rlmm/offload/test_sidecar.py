@@ -205,6 +205,26 @@ def test_cli_once_plain_output(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "nope" in missing.output
 
 
+def test_the_sidecar_logs_the_librarys_warnings(tmp_path: Path) -> None:
+    """A daemon's log is all an operator sees: a snapshot the manager cannot use (here
+    truncated) is named on the sidecar's stderr, though the one-shot commands print
+    only their one error line."""
+    logs, _, _ = log_dir(tmp_path)
+    path = write_config(tmp_path)
+    command = [str(Path(sys.executable).parent / "rlmm"), "offload", "--config", str(path),
+               "--log-dir", str(logs), "--once"]  # fmt: skip
+    first = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    snapshots = [p for p in (tmp_path / "data" / "snapshots").rglob("*") if p.is_file()]
+    assert snapshots
+    for snap in snapshots:
+        snap.write_bytes(snap.read_bytes()[:20])
+    second = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    warned = [line for line in second.stderr.splitlines() if line.startswith("WARNING snapshot")]
+    assert warned and any(str(snap) in line for line in warned for snap in snapshots), second.stderr
+
+
 async def test_rich_progress_on_a_terminal(tmp_path: Path) -> None:
     import io
 
