@@ -297,9 +297,11 @@ def cpu_spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, 
     """CPU seconds per kind between two snapshots (a process gone by ``after`` is not
     counted for that stretch: Spark reuses its Python workers, so that is rare)."""
     total = {"broker": 0.0, "spark_jvm": 0.0, "python_workers": 0.0, "driver": 0.0}
+    started = 0  # Python workers that started during the run: each paid its imports
     for pid, (kind, seconds) in after.items():
         total[kind] += seconds - before.get(pid, (kind, 0.0))[1]
-    return {k: round(v, 2) for k, v in total.items()}
+        started += kind == "python_workers" and pid not in before
+    return {**{k: round(v, 2) for k, v in total.items()}, "python_workers_started": started}
 
 
 def aggregate(df: Any) -> tuple[int, int]:
