@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # Two workers: the suite waits on brokers and processes for about 40% of a serial run.

@@ -124,9 +124,7 @@ async def run(
                 # What the Snapshotter registers: a snapshot at the applied offsets,
                 # then the floor every kept snapshot allows.
                 kept.append({p: end - 1 for p, end in ends.items() if end > 0})
-                floors = {
-                    p: min(s.get(p, -1) + 1 for s in kept) for p in range(partitions)
-                }
+                floors = {p: min(s.get(p, -1) + 1 for s in kept) for p in range(partitions)}
                 await log.register_retention(
                     "bench", {p: f for p, f in floors.items() if f > 0}, {"bench": True}
                 )

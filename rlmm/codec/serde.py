@@ -508,4 +508,3 @@ def _decode_delete(data: bytes, pos: int) -> tuple[RemotePartitionDeleteMetadata
         raise _truncated(record, pos, what, len(data)) from e
     tp = build.topic_id_partition(uuid_from_int(topic_id), name, partition)
     return build.partition_delete(tp, state, event_ts, broker_id), pos
-

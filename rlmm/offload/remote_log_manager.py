@@ -365,9 +365,7 @@ class RemoteLogManager:
             return True
         return self._clock_ms() - m.event_timestamp_ms >= self._leftover_grace_ms
 
-    def _continue_after(
-        self, tp: TopicIdPartition, copied: int, view: _LogView
-    ) -> int:
+    def _continue_after(self, tp: TopicIdPartition, copied: int, view: _LogView) -> int:
         """``copied``, or the end of the archive's first hole below it when the local log
         still holds the hole's start (so copying goes back and fills it)."""
         finished = sorted(
@@ -704,9 +702,7 @@ class RemoteLogManager:
         # One empty result stands for every skipped partition (thousands each round on
         # a broker); callers read results, never change them.
         nothing = (CopyResult(), ExpireResult())
-        out: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = dict.fromkeys(
-            idle, nothing
-        )
+        out: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = dict.fromkeys(idle, nothing)
         out.update({tp: (CopyResult(abandoned=True), ExpireResult()) for tp in gone})
         for tp, r in zip(tasks, results, strict=True):
             if isinstance(r, asyncio.CancelledError) and tp not in self._leaders:

@@ -193,9 +193,7 @@ class Sidecar:
         if not client:
             return None
         if "bootstrap.servers" not in client:
-            raise ConfigError(
-                f"offload settings {sorted(client)} need offload.\"bootstrap.servers\""
-            )
+            raise ConfigError(f'offload settings {sorted(client)} need offload."bootstrap.servers"')
         from eventlog.kafka import client_settings_from_properties
 
         try:
@@ -430,9 +428,7 @@ class Sidecar:
         try:
             sources = [self._sources[tp] for tp in gained if tp in self._sources]
             assignment = assign(sources, view, self.config.broker_id)
-            lead = [
-                s for s in assignment.lead if s.topic_id_partition.topic not in self._skipped
-            ]
+            lead = [s for s in assignment.lead if s.topic_id_partition.topic not in self._skipped]
             self._say_waiting(assignment.waiting, keep=True)
             if not lead:
                 return {}
@@ -568,9 +564,7 @@ class Sidecar:
                     tp, deleted,
                 )  # fmt: skip
 
-    def _assignment(
-        self, sources: Sequence[LogDirSource], view: ClusterView | None
-    ) -> Assignment:
+    def _assignment(self, sources: Sequence[LogDirSource], view: ClusterView | None) -> Assignment:
         """This round's split of ``sources`` by ``view`` (None: no cluster, lead all). A
         replicated partition over a metadata log other brokers cannot share raises
         LeadershipError (the sidecar stops)."""
@@ -586,12 +580,16 @@ class Sidecar:
                 f" {', '.join(map(str, state.replicas))}), but the metadata log is"
                 f" eventlog.type = {kind!r}, on this host only: the other brokers' sidecars"
                 " cannot see it, and a new leader would copy everything again. Set"
-                " [eventlog] type = \"kafka\" (the cluster's __remote_log_metadata) for a"
+                ' [eventlog] type = "kafka" (the cluster\'s __remote_log_metadata) for a'
                 " replicated cluster"
             )
         for topic in assignment.kafka_tiered:
-            self._skip(topic, "kafka-tiered", "the cluster tiers it itself"
-                       " (remote.storage.enable=true, remote.log.storage.system.enable=true)")
+            self._skip(
+                topic,
+                "kafka-tiered",
+                "the cluster tiers it itself"
+                " (remote.storage.enable=true, remote.log.storage.system.enable=true)",
+            )
         return assignment
 
     def _skip(self, topic: str, reason: str, why: str) -> None:

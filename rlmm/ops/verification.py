@@ -374,9 +374,7 @@ class _Verifier:
                 name,
             )
 
-    def orphans(
-        self, listing: dict[str, RemoteObject], live: set[str], expected: set[str]
-    ) -> None:
+    def orphans(self, listing: dict[str, RemoteObject], live: set[str], expected: set[str]) -> None:
         for obj in listing.values():
             parsed = self.layout.parse_object_name(obj.name)
             if parsed is None:

@@ -231,7 +231,12 @@ dir = "{broker.remote_dir}"
     produced = [r for r in committed if bytes.fromhex(str(r["value"])) != b"roll"]
     assert len(produced) == len(CODECS) * PER_CODEC + 10
     assert {bytes.fromhex(str(r["value"])).split(b"-")[0] for r in produced} == {
-        b"None", b"gzip", b"snappy", b"lz4", b"zstd", b"committed"
+        b"None",
+        b"gzip",
+        b"snappy",
+        b"lz4",
+        b"zstd",
+        b"committed",
     }
     assert any(r["headers"] for r in committed) and any(r["key"] is None for r in committed)
 

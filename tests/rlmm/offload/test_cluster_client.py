@@ -109,9 +109,7 @@ async def test_a_connection_a_timed_out_view_abandoned_is_a_warning_not_an_error
     loop = asyncio.get_running_loop()
     previous = loop.get_exception_handler()
     quiet_abandoned_connections(loop)
-    client = ClusterClient(
-        {"bootstrap_servers": f"127.0.0.1:{silent_broker}"}, 1, timeout_s=1
-    )
+    client = ClusterClient({"bootstrap_servers": f"127.0.0.1:{silent_broker}"}, 1, timeout_s=1)
     try:
         with caplog.at_level(logging.WARNING):
             with pytest.raises(LeadershipError, match="did not answer"):

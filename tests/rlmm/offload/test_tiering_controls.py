@@ -65,7 +65,8 @@ async def remote_state(config_path: Path) -> dict[str, object]:
         for tp in view.topic_partitions():
             state = view.delete_state(tp)
             out[f"{tp.topic}-{tp.partition}"] = (
-                len(view.segments(tp)), None if state is None else state.state
+                len(view.segments(tp)),
+                None if state is None else state.state,
             )
     return out
 
@@ -74,8 +75,9 @@ async def test_copy_disable_stops_copying_and_retention_keeps_running(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     logs, pdirs, _audit = log_dir(tmp_path)
-    path = write_config(tmp_path, '[offload.topics.orders]\n"remote.log.copy.disable" = true\n'
-                        + AUDIT_OFF)
+    path = write_config(
+        tmp_path, '[offload.topics.orders]\n"remote.log.copy.disable" = true\n' + AUDIT_OFF
+    )
     report = await run_sidecar(load_config(path, env={}), [logs], once=True,
                                display=Display(rich=False))  # fmt: skip
     clicks = len(pdirs[2].segments()) - 1
@@ -110,8 +112,9 @@ async def test_storage_disabled_with_delete_on_disable_deletes_the_remote_data_o
     assert before["orders-0"] == (len(pdirs[0].segments()) - 1, None)
 
     # remote.storage.enable=false alone: no longer offloaded, the remote data stays
-    path = write_config(tmp_path, '[offload.topics.orders]\n"remote.storage.enable" = false\n'
-                        + audit_off)
+    path = write_config(
+        tmp_path, '[offload.topics.orders]\n"remote.storage.enable" = false\n' + audit_off
+    )
     report = await run_sidecar(load_config(path, env={}), [logs], once=True,
                                display=Display(rich=False))  # fmt: skip
     assert report.tally.copied == 0 and await remote_state(path) == before
