@@ -268,8 +268,8 @@ def offload(
 
 
 def cpu_snapshot(broker_pid: int) -> dict[int, tuple[str, float]]:
-    """Per process: its kind (the broker JVM, Spark's JVM, Spark's Python workers, this
-    driver process) and its CPU seconds so far."""
+    """Per process: its kind (the broker JVM, Spark's JVM, Spark's Python workers,
+    moto's S3 server, this driver process) and its CPU seconds so far."""
     import psutil
 
     me = psutil.Process()
@@ -285,6 +285,8 @@ def cpu_snapshot(broker_pid: int) -> dict[int, tuple[str, float]]:
             kind = "broker"
         elif name == "java":
             kind = "spark_jvm"
+        elif name.startswith("python") and _is_s3_server(child):
+            kind = "s3_server"  # moto's server is a Python process too, serving the reads
         elif name.startswith("python"):
             kind = "python_workers"
         else:
@@ -293,10 +295,19 @@ def cpu_snapshot(broker_pid: int) -> dict[int, tuple[str, float]]:
     return out
 
 
+def _is_s3_server(process: Any) -> bool:
+    import psutil
+
+    try:
+        return "moto.server" in process.cmdline()
+    except psutil.Error:
+        return False
+
+
 def cpu_spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> Any:
     """CPU seconds per kind between two snapshots (a process gone by ``after`` is not
     counted for that stretch: Spark reuses its Python workers, so that is rare)."""
-    total = {"broker": 0.0, "spark_jvm": 0.0, "python_workers": 0.0, "driver": 0.0}
+    total = {k: 0.0 for k in ("broker", "spark_jvm", "python_workers", "s3_server", "driver")}
     started = 0  # Python workers that started during the run: each paid its imports
     for pid, (kind, seconds) in after.items():
         total[kind] += seconds - before.get(pid, (kind, 0.0))[1]
@@ -342,7 +353,7 @@ def sql_ts(ms: int) -> str:
 def fmt(m: dict[str, Any], fixed: float, scanned: int) -> dict[str, Any]:
     """Figures of one measured run; ``scanned``: the records the source reads for it."""
     cpu = m["cpu_s"]
-    read_cpu = cpu["broker"] + cpu["spark_jvm"] + cpu["python_workers"]
+    read_cpu = cpu["broker"] + cpu["s3_server"] + cpu["spark_jvm"] + cpu["python_workers"]
     return {
         "rows": m["rows"],
         "wall_s": round(m["wall_s"], 3),
@@ -383,7 +394,7 @@ def analysis(out: dict[str, Any], middle: int, records: int) -> dict[str, Any]:
 
     def cpu(m: dict[str, Any]) -> float:
         c = m["cpu_s"]
-        return float(c["broker"] + c["spark_jvm"] + c["python_workers"])
+        return float(c["broker"] + c["s3_server"] + c["spark_jvm"] + c["python_workers"])
 
     fixed = out["spark_fixed_cost_s"]
 
