@@ -31,6 +31,7 @@ from rlmm.archive import open_metadata_view
 from rlmm.config import load_config
 from rlmm.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from rlmm.ops.record_dump import RecordQuery, read_records
+from tests.fixtures.apache_kafka import guard_group
 from tests.fixtures.apache_kafka_cluster import ApacheKafkaCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +67,8 @@ class Sidecars:
         self.work = work
         self.offload = offload  # more [offload] settings of the sidecars (TOML lines)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        # Each sidecar's guard: it dies with the test process, even a SIGKILLed one.
+        self.guards: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
     def observer(self) -> Path:
@@ -93,6 +96,13 @@ class Sidecars:
                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )  # fmt: skip
+        self.guards[node] = guard_group(self.procs[node].pid)
+
+    def _unguard(self, node: int) -> None:
+        guard = self.guards.pop(node, None)
+        if guard is not None:
+            guard.kill()
+            guard.wait(timeout=10)
 
     def start_all(self) -> None:
         for node in self.cluster.ids:
@@ -103,6 +113,7 @@ class Sidecars:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+        self._unguard(node)
 
     def stop(self, node: int, timeout: float = 60) -> int:
         proc = self.procs.pop(node)
@@ -113,6 +124,8 @@ class Sidecars:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
             raise
+        finally:
+            self._unguard(node)
 
     def close(self) -> None:
         for node in list(self.procs):
