@@ -128,6 +128,10 @@ class LogDirSource(LogSource):
         # plain strings: change_token stats them for every partition each round
         self._dir = str(pdir.path)
         self._epochs_file = os.path.join(self._dir, LEADER_EPOCH_CHECKPOINT)
+        # The last LSO skipped a snapshot being written: no change token until one reads
+        # it (writing into a file Kafka already created changes no mtime that the token
+        # holds, so a round found idle would stay idle with the segment held back).
+        self._snapshot_pending = False
 
     def __repr__(self) -> str:
         return f"LogDirSource({str(self.pdir.path)!r})"
@@ -215,10 +219,12 @@ class LogDirSource(LogSource):
             open_txns = [
                 e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0
             ]
+            self._snapshot_pending = cap is not None
             bound = offset if cap is not None else lso
             return min(lso, bound, *open_txns)
         # No snapshot at all, or none written yet: with one being written, nothing is
         # known to be stable this round.
+        self._snapshot_pending = cap is not None
         return lso if cap is None else min(lso, self.log_start_offset())
 
     def leader_epochs(self) -> Sequence[EpochStart]:
@@ -239,7 +245,10 @@ class LogDirSource(LogSource):
         mtime), and the log start offset and high watermark: every other answer derives
         from these (a rolled segment is never written again; anything else Kafka does
         creates, deletes or renames a file). None while one of them changed within
-        SETTLED_S, or when one cannot be read (then nothing is promised)."""
+        SETTLED_S, or when one cannot be read, or while a producer snapshot was last
+        found being written (then nothing is promised)."""
+        if self._snapshot_pending:
+            return None
         try:
             d = os.stat(self._dir)
             bases, active = self._listed(d)

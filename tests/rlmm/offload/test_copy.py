@@ -120,8 +120,15 @@ async def test_a_snapshot_the_broker_is_still_writing_holds_back_the_segment_it_
     assert newest_offset == rolled[-1].next_base_offset
     written = newest.read_bytes()
     newest.write_bytes(b"")  # as Kafka leaves it between open(CREATE) and write
+    settled = time.time() - 10  # every file settled: a change token is given
+    for path in [pdir.path, *pdir.path.iterdir()]:
+        os.utime(path, (settled, settled))
     src = source(pdir)
+    assert src.change_token() is not None
     assert src.last_stable_offset() == rolled[-1].base_offset
+    # Kafka's write into the file changes no mtime the token holds: none is given until
+    # the snapshot is read, or a round found idle would keep the segment held back.
+    assert src.change_token() is None
     rlm = make_rlm()
     await rlm.on_leadership_changes([src], start_tasks=False)
     tp = src.topic_id_partition
@@ -132,6 +139,7 @@ async def test_a_snapshot_the_broker_is_still_writing_holds_back_the_segment_it_
     newest.write_bytes(written)  # the broker's write lands
     second = await rlm.copy_round(tp)
     assert [m.start_offset for m in second.copied] == [rolled[-1].base_offset]
+    assert src.change_token() is not None
     check_invariants(rlmm_manager, rsm, [pdir], local_keys(rsm.root))
 
 
