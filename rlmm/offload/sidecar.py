@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import ProcessCollector
+
 from eventlog import EventLog
 from eventlog.errors import EventLogAuthError, EventLogConfigError
 from rlmm.config import OFFLOAD_TOPIC_SETTINGS, RlmmConfig
@@ -118,6 +120,9 @@ class Sidecar:
         self.native_memory = NativeMemory()  # glibc's arenas capped, trimmed each round
         self.runtime_costs = RuntimeCosts(self.native_memory)
         self.metrics.registry.register(self.runtime_costs)
+        # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total:
+        # what a memory limit and a leak alert are set against (Linux only, else none).
+        ProcessCollector(registry=self.metrics.registry)
         self.metrics.task_interval.set(self.settings.task_interval_ms / 1000)
         self.metrics_server: MetricsServer | None = None
         self._stop = asyncio.Event()
