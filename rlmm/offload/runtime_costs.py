@@ -1,10 +1,10 @@
 """The sidecar process's housekeeping costs, as Prometheus counters.
 
 Job: what an idle round costs beside its own work, for an operator and for
-bench/sidecar_scale.py: seconds in Python's cyclic garbage collector by generation
-(timed by a ``gc.callbacks`` hook), and seconds and calls of ``malloc_trim``
-(``NativeMemory``). A broker's worth of partitions keeps a large heap alive, so a full
-collection or a trim is where an idle round's CPU can hide.
+bench/sidecar_scale.py: CPU seconds in Python's cyclic garbage collector by generation
+(the collecting thread's, timed by a ``gc.callbacks`` hook), and seconds and calls of
+``malloc_trim`` (``NativeMemory``). A broker's worth of partitions keeps a large heap
+alive, so a collection or a trim is where an idle round's CPU can hide.
 
 Invariants: the hook is installed by ``install()`` and removed by ``close()``, both
 idempotent; it allocates nothing per collection (the totals live in a preallocated
@@ -39,13 +39,15 @@ class RuntimeCosts(Collector):
         self._installed = False
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
-        # Collections run with the GIL held, one at a time: no lock is needed.
+        # Collections run with the GIL held, one at a time: no lock is needed. The
+        # collecting thread's CPU time, not wall time: on a busy host a collection
+        # descheduled midway would count the other processes' time.
         if phase == "start":
-            self._started = time.perf_counter()
+            self._started = time.thread_time()
             return
         generation = info.get("generation", 0)
         if 0 <= generation < GENERATIONS and self._started:
-            self._seconds[generation] += time.perf_counter() - self._started
+            self._seconds[generation] += time.thread_time() - self._started
             self._collections[generation] += 1
         self._started = 0.0
 
@@ -71,7 +73,7 @@ class RuntimeCosts(Collector):
     def collect(self) -> Iterator[Metric]:
         seconds = CounterMetricFamily(
             "rlmm_python_gc_seconds",
-            "Time the sidecar spent in Python's cyclic garbage collector, by generation",
+            "CPU time the sidecar spent in Python's cyclic garbage collector, by generation",
             labels=["generation"],
         )
         runs = CounterMetricFamily(
