@@ -322,8 +322,9 @@ class Sidecar:
             stop.cancel()
             if not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                # asyncio.wait, not ``await task`` under suppress(CancelledError): a
+                # cancellation of this coroutine itself must propagate.
+                await asyncio.wait([task])
         if task.cancelled():
             return False
         task.result()  # its error, if it failed
