@@ -626,9 +626,10 @@ async def wait_quiet(tally: Tally, timeout: float) -> None:
 def dashboard_queries(prom: PrometheusServer, job: str, wait_s: float) -> dict[str, Any]:
     """Every dashboard query, asked again until each has data or ``wait_s`` passes.
 
-    A restarted sidecar sets its per-partition gauges (remote log size, delete lag) in
-    its first round's expiration, after the copies: under load, and with the last kill
-    late in the run, that round can still be copying when the check starts."""
+    A restarted sidecar sets its remote log size when it leads a partition, but its
+    delete lag only in its first round's expiration, after the copies: under load, and
+    with the last kill late in the run, that round can still be copying when the check
+    starts."""
     from tests.deploy.test_grafana_dashboard import concrete, queries
 
     deadline = time.monotonic() + wait_s
