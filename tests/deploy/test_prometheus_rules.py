@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.metrics_core import Metric
 
 from rlmm.offload.metrics import OffloadMetrics
@@ -25,6 +26,7 @@ RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 RULES_TEST = ROOT / "deploy" / "prometheus" / "rules_test.yml"
 LOCAL_RETENTION = ROOT / "deploy" / "prometheus" / "local_retention.yml"
 NAME = re.compile(r"\brlmm_[a-z0-9_]+")
+PROCESS_NAME = re.compile(r"\bprocess_[a-z0-9_]+")
 RECORDED = re.compile(r"\brlmm:[a-z0-9_]+")
 
 
@@ -43,6 +45,17 @@ def test_rules_read_only_exported_metrics() -> None:
     used = set(NAME.findall(RULES.read_text()))
     assert used, "no rlmm metric in the rules"
     assert used <= exported_names(), sorted(used - exported_names())
+
+
+def test_process_metrics_in_the_rules_are_the_process_collectors() -> None:
+    """The sidecar registers prometheus_client's ProcessCollector (checked on a real
+    sidecar in tests/rlmm/offload/test_native_memory.py): the rules read only its names."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    exported = {family.name for family in registry.collect()}
+    used = set(PROCESS_NAME.findall(RULES.read_text()))
+    assert used, "no process metric in the rules"
+    assert used <= exported, sorted(used - exported)
 
 
 def test_every_alert_has_a_unit_test() -> None:

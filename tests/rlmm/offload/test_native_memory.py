@@ -142,6 +142,7 @@ async def test_the_sidecar_bounds_at_start_and_trims_after_each_round(
     assert len(gc.callbacks) == hooks
     assert registry.get_sample_value("process_resident_memory_bytes") > 0
     assert registry.get_sample_value("process_open_fds") > 0
+    assert registry.get_sample_value("process_start_time_seconds") > 0  # (an alert reads it)
     # (an operator's MALLOC_* in this environment would be left alone)
     expected = {"MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_"} - set(os.environ)
     assert set(sidecar.native_memory.bounded) == expected
