@@ -106,6 +106,57 @@ def read_offset_index(
     return out
 
 
+def last_offset_index_entry(
+    path: str | os.PathLike[str], base_offset: int
+) -> OffsetIndexEntry | None:
+    """The last entry written in the offset index at ``path`` (None: the file is empty).
+
+    An active segment's index is preallocated (``segment.index.bytes``, 10 MiB by
+    default) and filled from the front, so its entries are a prefix and the rest is
+    zeros: a binary search reads 8 bytes per probe, O(log n) reads whatever the file's
+    size, where reading it whole would cost 10 MiB per busy partition per round. Only
+    the first entry may be all zeros (relative offset 0 at position 0). A negative
+    entry is SegmentFormatError naming the file and byte position; the entries are not
+    checked against each other (``read_offset_index`` does that).
+    """
+    name = os.fspath(path)
+    size = OFFSET_INDEX_ENTRY.size
+    try:
+        fd = os.open(name, os.O_RDONLY)
+    except OSError as e:
+        raise SegmentFormatError(f"{name}: cannot read: {e}", name, 0) from e
+    try:
+        count = os.fstat(fd).st_size // size
+
+        def entry(i: int) -> tuple[int, int]:
+            raw = os.pread(fd, size, i * size)
+            # shorter: truncated since the fstat (the broker trimmed it at a roll)
+            return OFFSET_INDEX_ENTRY.unpack(raw) if len(raw) == size else (0, 0)
+
+        if count == 0:
+            return None
+        lo, hi = 0, count  # entry lo is the last written one seen; entries >= hi are zeros
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if entry(mid) == (0, 0):
+                hi = mid
+            else:
+                lo = mid
+        rel, pos = entry(lo)
+    except OSError as e:
+        raise SegmentFormatError(f"{name}: cannot read: {e}", name, 0) from e
+    finally:
+        os.close(fd)
+    if rel < 0 or pos < 0:
+        raise SegmentFormatError(
+            f"{name}: offset index entry {lo} (relative offset {rel}, position {pos}) is"
+            f" negative, at byte position {lo * size}",
+            name,
+            lo * size,
+        )
+    return OffsetIndexEntry(base_offset + rel, pos)
+
+
 def read_time_index(
     data: Data, base_offset: int, *, name: str | None = None
 ) -> list[TimeIndexEntry]:
@@ -183,6 +234,7 @@ __all__ = [
     "encode_offset_index",
     "encode_time_index",
     "encode_txn_index",
+    "last_offset_index_entry",
     "lookup_offset",
     "read_offset_index",
     "read_time_index",

@@ -30,7 +30,11 @@ from remote.segments.checkpoints import (
     read_leader_epoch_checkpoint,
     read_partition_metadata,
 )
-from remote.segments.indexes import read_offset_index, read_time_index, read_txn_index
+from remote.segments.indexes import (
+    last_offset_index_entry,
+    read_time_index,
+    read_txn_index,
+)
 from remote.segments.timestamps import SmallestTimestamp
 from rlmm.model import TopicIdPartition
 
@@ -123,10 +127,13 @@ class LogSegmentFiles:
         return None if last is None else last.last_offset
 
     def _last_indexed_position(self) -> int:
-        if not self.offset_index_path.exists():
-            return 0
-        entries = read_offset_index(self.offset_index_path, self.base_offset)
-        return entries[-1].position if entries else 0
+        try:
+            last = last_offset_index_entry(self.offset_index_path, self.base_offset)
+        except SegmentFormatError:
+            if not self.offset_index_path.exists():
+                return 0
+            raise
+        return 0 if last is None else last.position
 
     def summary(
         self,
@@ -261,7 +268,22 @@ class PartitionDir:
 
     def log_base_offsets(self) -> list[int]:
         """The base offsets of every segment's ``.log``, ascending (no Path per file)."""
-        return sorted(offset for offset, _ in self._offsets(LOG_SUFFIX))
+        return self.offsets_of(LOG_SUFFIX)[LOG_SUFFIX]
+
+    def offsets_of(self, *suffixes: str) -> dict[str, list[int]]:
+        """The offsets of the files of each suffix (``.log``, ``.snapshot``...), each
+        ascending, from one listing of the directory (no Path per file)."""
+        found: dict[str, list[int]] = {suffix: [] for suffix in suffixes}
+        for entry in os.scandir(self.path):
+            m = _OFFSET_FILE.match(entry.name)
+            if m is None:
+                continue
+            offsets = found.get("." + m.group("suffix"))
+            if offsets is not None and entry.is_file():
+                offsets.append(int(m.group("offset")))
+        for offsets in found.values():
+            offsets.sort()
+        return found
 
     def segments(self) -> list[LogSegmentFiles]:
         """Every segment, ascending by base offset (the last one is the active segment)."""

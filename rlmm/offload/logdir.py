@@ -17,6 +17,13 @@ is unchanged: Kafka creates, deletes and renames files (rolls, snapshots, checkp
 retention, compaction), each of which changes its directory's mtime. A listing is kept
 only when that mtime is older than ``SETTLED_S`` at the time it was read: mtimes tick
 coarsely, so a change in the same tick as a fresh mtime could leave it equal.
+
+A partition whose active segment grows (its change token differs each round) must
+not cost time proportional to its segments either: with a kept listing come its
+rolled segments' sizes (a rolled segment is never written again), its producer
+snapshots' offsets, the newest snapshot's open transactions (while the file's inode,
+size and mtime stay, settled) and the leader epochs (likewise); the active segment's
+end is found from the last entry of its preallocated offset index by a binary search.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from remote import (
 )
 from remote.segment_data import log_segment_data
 from remote.segments import LogSegmentFiles, offset_file_name, parse_partition_dir_name
-from remote.segments.partition_dir import LOG_SUFFIX
+from remote.segments.partition_dir import LOG_SUFFIX, SNAPSHOT_SUFFIX
 from rlmm.model import TopicIdPartition
 from rlmm.offload.errors import LogDirError, SegmentCopyError
 from rlmm.offload.log_source import (
@@ -66,7 +73,37 @@ def _settled(*mtimes_ns: int) -> bool:
     return time.time_ns() - max(mtimes_ns) >= SETTLED_S * 1e9
 
 
-def _being_written(path: Path) -> bool:
+def _file_size(path: str) -> int:
+    """A file's size; 0 once it is gone (deleted since it was listed: next round lists
+    again)."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+    except OSError as e:
+        raise SegmentCopyError(f"{path}: cannot stat: {e}", path=path) from e
+
+
+class _Listing:
+    """A partition dir's segments and producer snapshots as one listing found them, at
+    the dir's (inode, mtime_ns) ``key``; only ints and strings (see LogDirSource)."""
+
+    __slots__ = ("active", "bases", "key", "sizes", "snapshots")
+
+    def __init__(
+        self, key: tuple[int, int], bases: tuple[int, ...], snapshots: tuple[int, ...], active: str
+    ) -> None:
+        self.key = key
+        self.bases = bases  # the segments' base offsets, ascending; the last is active
+        self.snapshots = snapshots  # the producer snapshots' offsets, ascending
+        self.active = active  # the active segment's .log path
+        self.sizes: tuple[int, ...] | None = None  # the rolled .log sizes, once stat'ed
+
+
+_NO_LISTING = _Listing((0, 0), (), (), "")
+
+
+def _being_written(path: str | Path) -> bool:
     """A file the broker may still be writing: modified within SNAPSHOT_WRITE_S."""
     try:
         return time.time_ns() - os.stat(path).st_mtime_ns < SNAPSHOT_WRITE_S * 1e9
@@ -119,15 +156,19 @@ class LogDirSource(LogSource):
         self._log_start = log_start_offset
         self._high_watermark = high_watermark
         self._verify_crc = verify_crc
-        # The segments' base offsets at the dir's (inode, mtime_ns), while that mtime is
-        # settled, and the active segment's path. Only ints and strings: thousands of
-        # partitions keep theirs for good, and Path objects per segment would cost tens
-        # of MiB and a longer walk for every garbage collection.
-        self._listing: tuple[tuple[int, int], tuple[int, ...], str] | None = None
-        self._last_bases: tuple[int, ...] = ()  # the last listing, settled or not
+        # The dir's listing at its (inode, mtime_ns), kept while that mtime is settled.
+        # Only ints and strings: thousands of partitions keep theirs for good, and Path
+        # objects per segment would cost tens of MiB and a longer walk for every
+        # garbage collection.
+        self._listing: _Listing | None = None
+        self._last = _NO_LISTING  # the last listing, settled or not
         # plain strings: change_token stats them for every partition each round
         self._dir = str(pdir.path)
         self._epochs_file = os.path.join(self._dir, LEADER_EPOCH_CHECKPOINT)
+        # (file key, value) of the leader epochs and of the newest producer snapshot's
+        # open transactions, kept while the file's key is the same and settled
+        self._epochs: tuple[tuple[int, int, int], tuple[EpochStart, ...]] | None = None
+        self._snapshot: tuple[tuple[int, int, int, int], tuple[int, ...]] | None = None
         # The last LSO skipped a snapshot being written: no change token until one reads
         # it (writing into a file Kafka already created changes no mtime that the token
         # holds, so a round found idle would stay idle with the segment held back).
@@ -145,17 +186,24 @@ class LogDirSource(LogSource):
         self._log_start = log_start_offset
         self._high_watermark = high_watermark
 
-    def _listed(self, st: os.stat_result) -> tuple[tuple[int, ...], str]:
-        """The segments' base offsets and the active segment's path, listed again only
-        when the dir changed (``st``: its stat)."""
+    def _listed(self, st: os.stat_result) -> _Listing:
+        """The dir's listing, made again only when the dir changed (``st``: its stat)."""
         key = (st.st_ino, st.st_mtime_ns)
-        if self._listing is not None and self._listing[0] == key:
-            return self._listing[1], self._listing[2]
-        bases = tuple(self.pdir.log_base_offsets())
+        if self._listing is not None and self._listing.key == key:
+            return self._listing
+        found = self.pdir.offsets_of(LOG_SUFFIX, SNAPSHOT_SUFFIX)
+        bases = tuple(found[LOG_SUFFIX])
         active = os.path.join(self._dir, offset_file_name(bases[-1], LOG_SUFFIX)) if bases else ""
-        self._listing = (key, bases, active) if _settled(st.st_mtime_ns) else None
-        self._last_bases = bases
-        return bases, active
+        listing = _Listing(key, bases, tuple(found[SNAPSHOT_SUFFIX]), active)
+        self._listing = listing if _settled(st.st_mtime_ns) else None
+        self._last = listing
+        return listing
+
+    def _current(self) -> _Listing:
+        listing = self._listed(os.stat(self._dir))
+        if not listing.bases:
+            raise LogDirError(f"{self.pdir.path}: no log segment")
+        return listing
 
     def _files(self, bases: Sequence[int], i: int) -> LogSegmentFiles:
         base = bases[i]
@@ -166,26 +214,33 @@ class LogDirSource(LogSource):
             self.pdir,
         )
 
-    def _segments(self) -> list[LogSegmentFiles]:
-        bases, _active = self._listed(os.stat(self._dir))
-        if not bases:
-            raise LogDirError(f"{self.pdir.path}: no log segment")
-        return [self._files(bases, i) for i in range(len(bases))]
+    def _log_path(self, base_offset: int) -> str:
+        return os.path.join(self._dir, offset_file_name(base_offset, LOG_SUFFIX))
+
+    def _rolled_sizes(self, listing: _Listing) -> tuple[int, ...]:
+        """The rolled segments' sizes; stat'ed once per kept listing (a rolled segment
+        is never written again; deleting or replacing one changes the listing)."""
+        if listing.sizes is not None:
+            return listing.sizes
+        sizes = tuple(_file_size(self._log_path(base)) for base in listing.bases[:-1])
+        if listing is self._listing:
+            listing.sizes = sizes
+        return sizes
 
     def rolled_segments(self) -> Sequence[LocalSegment]:
-        out = []
-        for s in self._segments()[:-1]:
-            assert s.next_base_offset is not None
-            out.append(
-                LocalSegment(s.base_offset, s.next_base_offset, s.size_in_bytes, str(s.log_path))
-            )
-        return out
+        listing = self._current()
+        bases = listing.bases
+        sizes = self._rolled_sizes(listing)
+        return [
+            LocalSegment(base, bases[i + 1], sizes[i], self._log_path(base))
+            for i, base in enumerate(bases[:-1])
+        ]
 
     def active_segment_base_offset(self) -> int:
-        return self._segments()[-1].base_offset
+        return self._current().bases[-1]
 
     def active_segment_size(self) -> int:
-        return self._segments()[-1].size_in_bytes
+        return _file_size(self._current().active)
 
     def log_start_offset(self) -> int:
         # Kafka checkpoints the whole log's start (below the local one once tiered);
@@ -193,7 +248,8 @@ class LogDirSource(LogSource):
         return 0 if self._log_start is None else self._log_start
 
     def log_end_offset(self) -> int:
-        active = self._segments()[-1]
+        bases = self._current().bases
+        active = self._files(bases, len(bases) - 1)
         try:
             end = active.end_offset()
         except SegmentFormatError:
@@ -203,9 +259,10 @@ class LogDirSource(LogSource):
     def last_stable_offset(self) -> int:
         lso = self.log_end_offset() if self._high_watermark is None else self._high_watermark
         cap: int | None = None  # set once a newer snapshot was skipped
-        for offset, path in reversed(self.pdir.producer_snapshots().items()):
+        for offset in reversed(self._current().snapshots):
+            path = os.path.join(self._dir, offset_file_name(offset, SNAPSHOT_SUFFIX))
             try:
-                entries = read_producer_snapshot(path)
+                open_txns = self._open_transactions(offset, path)
             except SegmentFormatError as e:
                 if not _being_written(path):
                     raise LogDirError(f"{path}: unreadable producer snapshot: {e}") from e
@@ -216,9 +273,6 @@ class LogDirSource(LogSource):
                 log.debug("%s: being written by the broker (%s); read next round", path, e)
                 cap = offset
                 continue
-            open_txns = [
-                e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0
-            ]
             self._snapshot_pending = cap is not None
             bound = offset if cap is not None else lso
             return min(lso, bound, *open_txns)
@@ -227,11 +281,43 @@ class LogDirSource(LogSource):
         self._snapshot_pending = cap is not None
         return lso if cap is None else min(lso, self.log_start_offset())
 
+    def _open_transactions(self, offset: int, path: str) -> tuple[int, ...]:
+        """The first offsets of the transactions open in the producer snapshot at
+        ``path`` (SegmentFormatError when it does not parse), read again only when the
+        file's (inode, size, mtime) changed or were not settled: Kafka writes a snapshot
+        once, after creating it."""
+        try:
+            st: os.stat_result | None = os.stat(path)
+        except OSError:
+            st = None  # gone since listed: read_producer_snapshot says so
+        key = None if st is None else (offset, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key is not None and self._snapshot is not None and self._snapshot[0] == key:
+            return self._snapshot[1]
+        entries = read_producer_snapshot(path)
+        txns = tuple(e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0)
+        if key is not None and st is not None and _settled(st.st_mtime_ns):
+            self._snapshot = (key, txns)
+        return txns
+
     def leader_epochs(self) -> Sequence[EpochStart]:
         try:
-            return [EpochStart(e.epoch, e.start_offset) for e in self.pdir.leader_epochs()]
+            st = os.stat(self._epochs_file)
+        except FileNotFoundError:
+            return ()
+        except OSError as e:
+            raise LogDirError(f"{self._epochs_file}: cannot stat: {e}") from e
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._epochs is not None and self._epochs[0] == key:
+            return self._epochs[1]
+        try:
+            epochs = tuple(EpochStart(e.epoch, e.start_offset) for e in self.pdir.leader_epochs())
         except SegmentFormatError as e:
             raise LogDirError(str(e)) from e
+        # Kafka replaces the file (a new inode) to change it: read after the stat, the
+        # epochs are at least as new as the key they are kept under.
+        if _settled(st.st_mtime_ns):
+            self._epochs = (key, epochs)
+        return epochs
 
     def current_leader_epoch(self) -> int:
         epochs = self.leader_epochs()
@@ -251,10 +337,10 @@ class LogDirSource(LogSource):
             return None
         try:
             d = os.stat(self._dir)
-            bases, active = self._listed(d)
-            if not bases:
+            listing = self._listed(d)
+            if not listing.bases:
                 return None
-            a = os.stat(active)
+            a = os.stat(listing.active)
             try:
                 e = os.stat(self._epochs_file)
                 epochs = (e.st_ino, e.st_size, e.st_mtime_ns)
@@ -265,7 +351,7 @@ class LogDirSource(LogSource):
         if not _settled(d.st_mtime_ns, a.st_mtime_ns, epochs[2] if epochs else 0):
             return None
         return (
-            d.st_ino, d.st_mtime_ns, bases[-1], a.st_ino, a.st_size, a.st_mtime_ns,
+            d.st_ino, d.st_mtime_ns, listing.bases[-1], a.st_ino, a.st_size, a.st_mtime_ns,
             epochs, self._log_start, self._high_watermark,
         )  # fmt: skip
 
@@ -279,10 +365,10 @@ class LogDirSource(LogSource):
 
     def describe(self, segment: LocalSegment) -> SegmentDescription:
         # As listed last (the round's view of the log); listed again if not there.
-        files = self._find(self._last_bases, segment.base_offset)
+        files = self._find(self._last.bases, segment.base_offset)
         if files is None:
-            self._segments()
-            files = self._find(self._last_bases, segment.base_offset)
+            self._current()
+            files = self._find(self._last.bases, segment.base_offset)
         if files is None:
             raise SegmentCopyError(f"{segment.name}: segment is gone", path=segment.name)
         for path in (files.log_path, files.offset_index_path, files.time_index_path):

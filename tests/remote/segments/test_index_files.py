@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from remote.segments import (
     encode_producer_snapshot,
     encode_time_index,
     encode_txn_index,
+    last_offset_index_entry,
     leader_epochs_in_range,
     lookup_offset,
     parse_partition_dir_name,
@@ -47,6 +49,44 @@ def test_offset_index_round_trip_and_preallocated_tail() -> None:
     assert lookup_offset(entries, 105) == 4100
     assert lookup_offset(entries, 139) == 4100
     assert lookup_offset(entries, 10_000) == 8300
+
+
+@given(
+    st.lists(st.integers(1, 1 << 12), max_size=300),
+    st.integers(0, 2000),
+    st.booleans(),
+)
+def test_last_offset_index_entry_is_the_full_readers_last(
+    gaps: list[int], preallocated: int, first_at_zero: bool
+) -> None:
+    """The binary search over a preallocated index finds the entry the full read ends
+    with: any number of entries (none, one at relative offset 0 and position 0), any
+    zero-filled tail."""
+    entries, offset, position = [], 100, 0
+    if first_at_zero:
+        entries.append(OffsetIndexEntry(100, 0))
+    for gap in gaps:
+        offset, position = offset + gap, position + 4 * gap
+        entries.append(OffsetIndexEntry(offset, position))
+    data = encode_offset_index(entries, 100) + bytes(8 * preallocated)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d, "00000000000000000100.index")
+        path.write_bytes(data)
+        found = last_offset_index_entry(path, 100)
+    full = read_offset_index(data, 100)
+    assert found == (full[-1] if full else None)
+
+
+def test_last_offset_index_entry_errors(tmp_path: Path) -> None:
+    missing = tmp_path / "00000000000000000000.index"
+    with pytest.raises(SegmentFormatError, match="cannot read") as e:
+        last_offset_index_entry(missing, 0)
+    assert e.value.path == str(missing)
+    negative = tmp_path / "00000000000000000001.index"
+    negative.write_bytes(struct.pack(">iiii", 3, 100, 7, -5) + bytes(64))
+    with pytest.raises(SegmentFormatError, match="negative") as e:
+        last_offset_index_entry(negative, 0)
+    assert (e.value.path, e.value.position) == (str(negative), 8)
 
 
 def test_offset_index_errors() -> None:

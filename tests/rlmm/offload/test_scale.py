@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ import pytest
 
 from remote import PartitionDir
 from remote.local import LocalRemoteStorageManager
+from remote.segments import EpochEntry, encode_leader_epoch_checkpoint
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
-from rlmm.offload import LogDirSource, RemoteLogManager, RetentionSettings
+from rlmm.offload import LogDirSource, RemoteLogManager, RetentionSettings, logdir
 from rlmm.offload.log_source import LocalSegment
 from rlmm.offload.logdir import LogDirCache, scan_log_dirs
 from rlmm.offload.settings import OffloadSettings
@@ -110,6 +112,71 @@ def test_change_token_follows_every_change(tmp_path: Path) -> None:
     before = src.change_token()
     src.set_offsets(log_start_offset=10, high_watermark=None)  # a new checkpoint
     assert src.change_token() != before
+
+
+def test_a_growing_partition_reads_only_its_active_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy partition (its active segment grows every round, its dir unchanged) costs
+    no stat of a rolled segment, no listing, no read of a producer snapshot or of the
+    leader epochs: only its active segment. A roll, or a new epochs file, is seen at once."""
+    pdir = partition(tmp_path / "logs", 900)
+    bigger = partition(tmp_path / "bigger", 905)  # the same log, 5 records on
+    settle(pdir.path)
+    src = LogDirSource(pdir, KEEP_ALL)
+
+    def view(s: LogDirSource) -> tuple[Any, ...]:
+        return (
+            s.rolled_segments(), s.log_end_offset(), s.last_stable_offset(),
+            tuple(s.leader_epochs()), s.active_segment_size(),
+        )  # fmt: skip
+
+    first = view(src)
+    reads: Counter[str] = Counter()
+
+    def counted(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            reads[name] += 1
+            return fn(*args, **kwargs)
+
+        return counting
+
+    size_of = logdir._file_size
+    monkeypatch.setattr(
+        logdir, "_file_size", lambda path: counted(os.path.basename(path), size_of)(path)
+    )
+    monkeypatch.setattr(
+        logdir, "read_producer_snapshot", counted("snapshot", logdir.read_producer_snapshot)
+    )
+    monkeypatch.setattr(
+        PartitionDir, "leader_epochs", counted("epochs", PartitionDir.leader_epochs)
+    )
+    monkeypatch.setattr(PartitionDir, "offsets_of", counted("listing", PartitionDir.offsets_of))
+
+    assert view(src) == first and reads == {"00000000000000000730.log": 1}
+    active = pdir.path / "00000000000000000730.log"
+    with active.open("ab") as f:  # appended in place, as the broker does: no dir change
+        f.write((bigger.path / active.name).read_bytes()[active.stat().st_size :])
+    reads.clear()
+    grown = view(src)
+    assert reads == {"00000000000000000730.log": 1}
+    assert grown[1] == 905 and grown[0] == first[0] and grown[4] > first[4]
+    assert grown == view(LogDirSource(pdir, KEEP_ALL))
+
+    epochs = pdir.path / "leader-epoch-checkpoint"  # a new leader epoch, file replaced
+    tmp = epochs.with_name("leader-epoch-checkpoint.tmp")
+    tmp.write_bytes(encode_leader_epoch_checkpoint([EpochEntry(0, 0), EpochEntry(3, 905)]))
+    os.replace(tmp, epochs)
+    settle(pdir.path)
+    reads.clear()
+    assert [e.epoch for e in src.leader_epochs()] == [0, 3] and reads["epochs"] == 1
+
+    grow(pdir, tmp_path, 1200)  # a roll
+    settle(pdir.path)
+    reads.clear()
+    rolled = view(src)
+    assert reads["listing"] == 1 and rolled[1] == 1200
+    assert rolled == view(LogDirSource(pdir, KEEP_ALL))
 
 
 def test_scan_cache_sees_new_partition_dirs_and_topic_ids(tmp_path: Path) -> None:
