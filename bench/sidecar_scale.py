@@ -15,6 +15,9 @@ storage, the default 30 s task interval) over it and measures, against issue 27:
   malloc_trim (the sidecar's own counters);
 - one new segment rolled in one partition after a round: copied by the next round
   (target: within one interval);
+- busy rounds (no target): the round after the first, which runs every partition once
+  more, and a round after every partition's active segment changed (as if each took
+  writes): CPU seconds and milliseconds per partition;
 - the sidecar's RSS, sampled every second, max (target <= 300 MiB);
 - a ``/metrics`` scrape with every partition's gauges (target <= 100 ms).
 
@@ -230,6 +233,27 @@ class SidecarProcess:
         return self.proc.returncode
 
 
+def busy_round(sidecar: SidecarProcess, work: Path, partitions: int, n: int) -> dict[str, Any]:
+    """Right after round ``n``, every partition's active segment changes (its mtime set,
+    as an append would: a new change token) and round ``n + 1`` runs them all with
+    nothing to copy: what a broker whose every partition takes writes costs per round.
+    The mtime is a minute back, so the change is settled."""
+    old = time.time_ns() - 60 * 10**9
+    for p in range(partitions):
+        active = max((work / "{}-{}".format(*topic_of(p, partitions))).glob("*.log"))
+        os.utime(active, ns=(old, old))
+    prev = sidecar.rounds[n - 1]
+    r = sidecar.wait_rounds(n + 1, timeout_s=3600)
+    cpu = r["cpu"] - prev["cpu"]
+    return {
+        "interval_s": round(r["t"] - prev["t"], 2),
+        "cpu_s": round(cpu, 3),
+        "ms_per_partition": round(1000 * cpu / partitions, 2),
+        "housekeeping": cost_delta(prev["costs"], r["costs"]),
+        "line": r["line"],
+    }
+
+
 def sidecar_config(tmp: Path, concurrency: int, interval_ms: int, fsync: bool) -> Path:
     """The same settings as the baseline's ``config_for`` (offload_pipeline's), as a file."""
     path = tmp / "offload.toml"
@@ -323,7 +347,7 @@ def main() -> None:
     parser.add_argument("--segment-kib", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--interval-ms", type=int, default=30000)
-    parser.add_argument("--idle-rounds", type=int, default=2)
+    parser.add_argument("--idle-rounds", type=int, default=4)
     parser.add_argument("--no-fsync", action="store_true", help="[remote] fsync = false")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "rlmm-scale")
     args = parser.parse_args()
@@ -392,14 +416,24 @@ def main() -> None:
                     "housekeeping": cost_delta(prev["costs"], r["costs"]),
                     "line": r["line"],
                 })  # fmt: skip
-            # the first idle interval also holds the first round's tail (snapshot, GC)
-            last = idle[-1]
+            # The round after the first runs every partition once more (the copies
+            # changed each one's metadata, so none is idle yet): a busy round, reported
+            # as such. The idle figure is the mean over the intervals after it.
+            after_first, steady = idle[0], idle[1:] or idle
+            cpu = sum(i["cpu_s"] for i in steady)
+            seconds = sum(i["interval_s"] for i in steady)
+            out["round_after_first"] = {
+                **after_first,
+                "ms_per_partition": round(1000 * after_first["cpu_s"] / args.partitions, 2),
+            }
             out["idle"] = {
-                "intervals": idle,
-                "cpu_s_per_interval": last["cpu_s"],
-                "fraction_of_one_core": round(last["cpu_s"] / last["interval_s"], 4),
-                "meets_target": last["cpu_s"] / last["interval_s"]
-                <= TARGETS["idle_cpu_fraction_of_one_core"],
+                "intervals": steady,
+                "cpu_s_per_interval": round(cpu / len(steady), 3),
+                "fraction_of_one_core": round(cpu / seconds, 4),
+                "max_fraction_of_one_core": max(
+                    round(i["cpu_s"] / i["interval_s"], 4) for i in steady
+                ),
+                "meets_target": cpu / seconds <= TARGETS["idle_cpu_fraction_of_one_core"],
             }
             n = 2 + args.idle_rounds
             rolled_at = time.perf_counter()
@@ -415,6 +449,7 @@ def main() -> None:
                 "round_line": r["line"],
                 "meets_target": when is not None and when <= r["t"],
             }
+            out["busy_round"] = busy_round(sidecar, work, args.partitions, n)
             out["metrics_scrape"] = scrape(port, 5)
         finally:
             code = sidecar.stop()
