@@ -3,7 +3,8 @@
 Job: what an idle round costs beside its own work, for an operator and for
 bench/sidecar_scale.py: CPU seconds in Python's cyclic garbage collector by generation
 (the collecting thread's, timed by a ``gc.callbacks`` hook), and seconds and calls of
-``malloc_trim`` (``NativeMemory``). A broker's worth of partitions keeps a large heap
+``malloc_trim`` (``NativeMemory``), and the objects frozen out of the collector's
+walks (``LongLivedHeap``). A broker's worth of partitions keeps a large heap
 alive, so a collection or a trim is where an idle round's CPU can hide.
 
 Invariants: the hook is installed by ``install()`` and removed by ``close()``, both
@@ -19,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rlmm.offload.native_memory import NativeMemory
@@ -86,6 +87,11 @@ class RuntimeCosts(Collector):
             runs.add_metric([str(generation)], self._collections[generation])
         yield seconds
         yield runs
+        yield GaugeMetricFamily(
+            "rlmm_python_gc_frozen_objects",
+            "Objects in the collector's permanent generation (frozen after the first round)",
+            value=gc.get_freeze_count(),
+        )
         yield CounterMetricFamily(
             "rlmm_offload_malloc_trim_seconds",
             "Time spent in glibc's malloc_trim after rounds (0 where glibc is not the allocator)",

@@ -61,6 +61,7 @@ from rlmm.offload.leadership import (
 )
 from rlmm.offload.log_source import RetentionSettings
 from rlmm.offload.logdir import LogDirCache, LogDirSource, log_dir_problem, scan_log_dirs
+from rlmm.offload.long_lived import LongLivedHeap
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
 from rlmm.offload.native_memory import NativeMemory
 from rlmm.offload.remote_log_manager import CopyResult, RemoteLogManager
@@ -119,6 +120,7 @@ class Sidecar:
         self.metrics = OffloadMetrics()
         self.native_memory = NativeMemory()  # glibc's arenas capped, trimmed each round
         self.runtime_costs = RuntimeCosts(self.native_memory)
+        self.long_lived = LongLivedHeap()
         self.metrics.registry.register(self.runtime_costs)
         # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total:
         # what a memory limit and a leak alert are set against (Linux only, else none).
@@ -277,6 +279,7 @@ class Sidecar:
                 if self.metrics_server is not None:
                     self.metrics_server.close()
                 self.runtime_costs.close()
+                self.long_lived.thaw()
         report.stopped_by_signal = self._signals > 0
         report.skipped_topics = dict(self._skipped)
         return report
@@ -392,9 +395,12 @@ class Sidecar:
                 problem = report.leadership_unknown or round_problem(results) or behind
                 self.metrics.readiness.round_completed(problem)
             self.display.round_done(len(found), len(self._led))
-            self.native_memory.trim()  # the round's freed buffers go back to the OS
             if self.once:
+                self.native_memory.trim()
                 return
+            if self._led:  # the first round that led built what later ones keep (long_lived)
+                self.long_lived.freeze()
+            self.native_memory.trim()  # the round's freed buffers go back to the OS
             # Unknown leadership is asked again sooner than a round's interval.
             interval = self.settings.task_interval_ms / 1000
             if report.leadership_unknown is not None:
