@@ -106,6 +106,43 @@ def read_offset_index(
     return out
 
 
+def last_offset_index_entry(
+    path: str | os.PathLike[str], base_offset: int
+) -> OffsetIndexEntry | None:
+    """The last entry written in the offset index file at ``path`` (None: none yet),
+    reading O(log n) entries instead of the file: Kafka preallocates an active
+    segment's index with zeros (``segment.index.bytes``, 10 MiB by default), and the
+    written entries are a prefix of it (entry 0 may be ``(0, 0)``). Bytes the broker
+    cut meanwhile (it trims the index at a roll) count as not written."""
+    name = os.fspath(path)
+    size = OFFSET_INDEX_ENTRY.size
+    try:
+        fd = os.open(name, os.O_RDONLY)
+    except OSError as e:
+        raise SegmentFormatError(f"{name}: cannot read: {e}", name, 0) from e
+    try:
+        count = os.fstat(fd).st_size // size
+
+        def written(i: int) -> tuple[int, int] | None:
+            raw = os.pread(fd, size, i * size)
+            if len(raw) < size:
+                return None
+            rel, pos = OFFSET_INDEX_ENTRY.unpack(raw)
+            return None if i and rel == 0 and pos == 0 else (rel, pos)
+
+        lo, hi = 0, count  # entries [0, lo) are written, [hi, count) are not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if written(mid) is None:
+                hi = mid
+            else:
+                lo = mid + 1
+        last = written(lo - 1) if lo else None
+    finally:
+        os.close(fd)
+    return None if last is None else OffsetIndexEntry(base_offset + last[0], last[1])
+
+
 def read_time_index(
     data: Data, base_offset: int, *, name: str | None = None
 ) -> list[TimeIndexEntry]:
@@ -183,6 +220,7 @@ __all__ = [
     "encode_offset_index",
     "encode_time_index",
     "encode_txn_index",
+    "last_offset_index_entry",
     "lookup_offset",
     "read_offset_index",
     "read_time_index",

@@ -30,7 +30,12 @@ from remote.segments.checkpoints import (
     read_leader_epoch_checkpoint,
     read_partition_metadata,
 )
-from remote.segments.indexes import read_offset_index, read_time_index, read_txn_index
+from remote.segments.indexes import (
+    last_offset_index_entry,
+    read_offset_index,
+    read_time_index,
+    read_txn_index,
+)
 from remote.segments.timestamps import SmallestTimestamp
 from rlmm.model import TopicIdPartition
 
@@ -115,10 +120,16 @@ class LogSegmentFiles:
     def end_offset(self) -> int | None:
         """Last offset of the last batch (None for an empty segment).
 
-        Starts scanning at the last offset index entry, as Kafka's readNextOffset does.
+        Starts scanning at the last offset index entry, as Kafka's readNextOffset does,
+        found without reading the index whole (the sidecar asks this of every active
+        segment each round, and Kafka preallocates their indexes at 10 MiB).
         """
+        start = 0
+        if self.offset_index_path.exists():
+            entry = last_offset_index_entry(self.offset_index_path, self.base_offset)
+            start = entry.position if entry is not None else 0
         last = None
-        for h in RecordBatchReader(self.log_path, start_position=self._last_indexed_position()):
+        for h in RecordBatchReader(self.log_path, start_position=start):
             last = h
         return None if last is None else last.last_offset
 

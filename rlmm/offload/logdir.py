@@ -172,6 +172,13 @@ class LogDirSource(LogSource):
             raise LogDirError(f"{self.pdir.path}: no log segment")
         return [self._files(bases, i) for i in range(len(bases))]
 
+    def _active(self) -> LogSegmentFiles:
+        """The active segment alone (not a LogSegmentFiles per segment to take the last)."""
+        bases, _active = self._listed(os.stat(self._dir))
+        if not bases:
+            raise LogDirError(f"{self.pdir.path}: no log segment")
+        return self._files(bases, len(bases) - 1)
+
     def rolled_segments(self) -> Sequence[LocalSegment]:
         out = []
         for s in self._segments()[:-1]:
@@ -182,10 +189,10 @@ class LogDirSource(LogSource):
         return out
 
     def active_segment_base_offset(self) -> int:
-        return self._segments()[-1].base_offset
+        return self._active().base_offset
 
     def active_segment_size(self) -> int:
-        return self._segments()[-1].size_in_bytes
+        return self._active().size_in_bytes
 
     def log_start_offset(self) -> int:
         # Kafka checkpoints the whole log's start (below the local one once tiered);
@@ -193,7 +200,7 @@ class LogDirSource(LogSource):
         return 0 if self._log_start is None else self._log_start
 
     def log_end_offset(self) -> int:
-        active = self._segments()[-1]
+        active = self._active()
         try:
             end = active.end_offset()
         except SegmentFormatError:
