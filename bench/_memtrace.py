@@ -6,7 +6,8 @@ starts tracemalloc after ``MEMTRACE_START_S`` seconds (default 20, once the impo
 are done: traced, they take minutes) with ``MEMTRACE_FRAMES`` frames (default 25; 0:
 no tracing), dumps 30 s later, then every ``MEMTRACE_EVERY_S`` seconds (default 180),
 into ``OUT_DIR/<pid>/``: ``snap-NNN.tracemalloc`` (``Snapshot.dump``),
-``smaps-NNN.txt`` (``/proc/self/smaps``) and ``stats-NNN.json``: ``/proc/self/status``
+``smaps-NNN.txt`` (``/proc/self/smaps``), ``malloc-info-NNN.xml`` (glibc's
+``malloc_info``) and ``stats-NNN.json``: ``/proc/self/status``
 and ``smaps_rollup`` figures, tracemalloc's traced bytes, glibc's ``mallinfo2()``,
 CPython's object-allocator figures (``sys._debugmallocstats()``, summarised; empty
 while tracing), its allocated blocks, the garbage collector's object count and the 40
@@ -50,6 +51,22 @@ def _mallinfo() -> dict[str, int]:
     except (OSError, AttributeError):
         return {}
     return {name: getattr(info, name) for name, _ in _Mallinfo2._fields_}
+
+
+def _malloc_info(path: Path) -> None:
+    """glibc's malloc_info(3) XML (per arena: free chunks by size, mmapped, totals)."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.fopen.restype = ctypes.c_void_p
+        libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc.fclose.argtypes = [ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return
+    fp = libc.fopen(str(path).encode(), b"w")
+    if fp:
+        libc.malloc_info(0, fp)
+        libc.fclose(fp)
 
 
 def _proc(name: str) -> dict[str, int]:
@@ -112,6 +129,7 @@ def _dump(out: Path, n: int) -> None:
         del snap
     traced, peak = tracemalloc.get_traced_memory()
     (out / f"smaps-{n:03d}.txt").write_text(Path("/proc/self/smaps").read_text())
+    _malloc_info(out / f"malloc-info-{n:03d}.xml")
     stats = {
         "t": time.time(),
         "n": n,
