@@ -56,6 +56,7 @@ import math
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -111,6 +112,7 @@ from tests.fixtures.s3_faults import FaultyS3, faulty_s3  # noqa: E402
 RLMM = str(Path(sys.executable).parent / "rlmm")
 CODECS = (None, "gzip", "snappy", "lz4", "zstd")
 BUCKET = "soak"
+WRAP_ENV = "SOAK_SIDECAR_WRAP"  # not RLMM_*: rlmm refuses the RLMM_* it does not know
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 COPY_ALERT = "RlmmRemoteCopyErrors"
 AWS_ENV = {
@@ -493,8 +495,11 @@ class Sidecar:
         self.tally.sidecar_starts += 1
         self.starts += 1
         stem = "sidecar" if self.node is None else f"sidecar-{self.node}"
+        # SOAK_SIDECAR_WRAP: a command run instead of `rlmm`, with rlmm's arguments
+        # after it (e.g. `python bench/_memtrace.py DIR`: the sidecar under tracemalloc).
+        rlmm_cmd = shlex.split(env.pop(WRAP_ENV, "")) or [RLMM]
         self.proc = subprocess.Popen(
-            [RLMM, "offload", "--config", str(self.config), "--log-dir",
+            [*rlmm_cmd, "offload", "--config", str(self.config), "--log-dir",
              str(self.log_dir), "--metrics-port", str(self.port)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )  # fmt: skip

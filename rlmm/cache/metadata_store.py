@@ -23,8 +23,9 @@ import gc
 import logging
 import threading
 import uuid
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from rlmm.cache._block import BlockError
@@ -68,6 +69,57 @@ def _same_segment(a: RemoteLogSegmentMetadata, b: RemoteLogSegmentMetadata) -> b
         and a.segment_leader_epochs == b.segment_leader_epochs
         and a.txn_index_empty == b.txn_index_empty
     )
+
+
+class _RecentDeletes:
+    """The segments whose DELETE_SEGMENT_FINISHED applied last, at most ``limit``,
+    the oldest forgotten first.
+
+    A long-running sidecar that deletes as much as it copies fills it for good, so an
+    entry is kept small: the id's 128-bit int (its uuid's own), a slot in a dict and
+    one in a deque, and a reference to a TopicIdPartition the caller shares (the
+    partition's cache's): about 100 bytes, where the id object decoded from the event,
+    with its own uuid and TopicIdPartition, in an OrderedDict took about 520 (52 MiB
+    at the limit).
+    """
+
+    __slots__ = ("_order", "_tps", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._tps: dict[int, TopicIdPartition] = {}  # segment uuid as int -> partition
+        self._order: deque[int] = deque()  # the same ints, oldest first
+
+    def add(self, tp: TopicIdPartition, segment_uuid: uuid.UUID) -> None:
+        key = segment_uuid.int
+        if key not in self._tps:
+            self._order.append(key)
+        self._tps[key] = tp
+        while len(self._order) > self.limit:
+            del self._tps[self._order.popleft()]
+
+    def __contains__(self, sid: object) -> bool:
+        if not isinstance(sid, RemoteLogSegmentId):
+            return False
+        found = self._tps.get(sid.id.int)
+        return found is not None and found == sid.topic_id_partition
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def by_partition(self) -> dict[TopicIdPartition, list[bytes]]:
+        """Each partition's remembered ids, as uuid bytes, oldest first."""
+        out: dict[TopicIdPartition, list[bytes]] = {}
+        for key in self._order:
+            out.setdefault(self._tps[key], []).append(key.to_bytes(16, "big"))
+        return out
+
+    def forget(self, gone: AbstractSet[TopicIdPartition]) -> None:
+        """Drop the entries of the partitions ``gone``."""
+        if not any(tp in gone for tp in self._tps.values()):
+            return
+        self._tps = {k: tp for k, tp in self._tps.items() if tp not in gone}
+        self._order = deque(k for k in self._order if k in self._tps)
 
 
 class _Cold:
@@ -145,7 +197,7 @@ class RemotePartitionMetadataStore:
         self._cold = self.caches.cold
         self.delete_states: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
         # Recently finished deletes, to recognise a redelivered DELETE_SEGMENT_FINISHED.
-        self._deleted: OrderedDict[RemoteLogSegmentId, None] = OrderedDict()
+        self._deleted = _RecentDeletes(_REMEMBERED_DELETES)
         # Queued events skipped when their cold partition was decoded (redelivered
         # copies, illegal events): what the apply loop would have skipped on arrival.
         self.deferred_skips = 0
@@ -227,14 +279,11 @@ class RemotePartitionMetadataStore:
                 self._live[tp] = cache
             cache.add_copy_in_progress_segment(event)
         elif isinstance(event, RemoteLogSegmentMetadataUpdate):
-            self._existing(self._live.get(tp), event).update_remote_log_segment_metadata(event)
+            cache = self._existing(self._live.get(tp), event)
+            cache.update_remote_log_segment_metadata(event)
             if event.state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
-                self._remember_deleted(event.remote_log_segment_id)
-
-    def _remember_deleted(self, sid: RemoteLogSegmentId) -> None:
-        self._deleted[sid] = None
-        if len(self._deleted) > _REMEMBERED_DELETES:
-            self._deleted.popitem(last=False)
+                # the cache's partition object, not the event's: one shared by all
+                self._deleted.add(cache.topic_id_partition, event.remote_log_segment_id.id)
 
     @staticmethod
     def _existing(
@@ -326,8 +375,7 @@ class RemotePartitionMetadataStore:
         for tp in gone:
             self.caches.discard(tp)
             self.delete_states.pop(tp, None)
-        for sid in [sid for sid in self._deleted if sid.topic_id_partition in gone]:
-            del self._deleted[sid]
+        self._deleted.forget(gone)
 
     # ---- snapshot state --------------------------------------------------------------------
 
@@ -340,9 +388,7 @@ class RemotePartitionMetadataStore:
         changed since the last time. The deleted ids keep redelivery detection (and so
         the state after a retried DELETE_SEGMENT_FINISHED) the same as a full replay's.
         """
-        deleted: dict[TopicIdPartition, list[bytes]] = {}
-        for sid in self._deleted:
-            deleted.setdefault(sid.topic_id_partition, []).append(sid.id.bytes)
+        deleted = self._deleted.by_partition()
         out: list[Any] = []
         for tp in tps:
             cache = self._live.get(tp)
@@ -383,7 +429,7 @@ class RemotePartitionMetadataStore:
             self.delete_states.pop(tp, None)
             if len(entry) > 6:
                 for raw in entry[6]:
-                    self._remember_deleted(RemoteLogSegmentId(tp, uuid.UUID(bytes=raw)))
+                    self._deleted.add(tp, uuid.UUID(bytes=raw))
             if isinstance(cache_state, bytes):
                 pending = list(entry[5]) if len(entry) > 5 else []
                 self._cold[tp] = _Cold(cache_state, pending, source)

@@ -83,7 +83,8 @@ def offload(
             "bytes_copied": t.copied_bytes,
             "segments_deleted": t.deleted,
             "segments_not_copied_past_retention": t.skipped_expired,
-            "errors": t.errors,
+            "errors": t.errors,  # the newest KEPT_ERRORS of them
+            "error_count": t.error_count,
             "stopped_by_signal": report.stopped_by_signal,
             "warnings": report.warnings,
             "topics_skipped": report.skipped_topics,
@@ -93,7 +94,7 @@ def offload(
         click.echo(
             f"{report.rounds} rounds over {report.partitions} partitions ({report.led} led):"
             f" {t.copied} segments"
-            f" copied ({t.copied_bytes} bytes), {t.deleted} deleted, {len(t.errors)} errors"
+            f" copied ({t.copied_bytes} bytes), {t.deleted} deleted, {t.error_count} errors"
             + (
                 f", {t.skipped_expired} not copied (past retention.ms already)"
                 if t.skipped_expired

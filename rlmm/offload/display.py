@@ -23,10 +23,14 @@ from rich.progress import (
 from rlmm.offload.segment_ops import OffloadEvent
 
 log = logging.getLogger("rlmm.offload")
+# Error messages a Tally keeps (the newest): a sidecar running for months under
+# failing storage must not keep one string per failure; the count is kept whole.
+KEPT_ERRORS = 100
 
 
 class Tally:
-    """Counts of one run: segments and bytes copied and deleted, errors."""
+    """Counts of one run: segments and bytes copied and deleted, errors (all counted in
+    ``error_count``, the newest KEPT_ERRORS messages kept in ``errors``)."""
 
     def __init__(self) -> None:
         self.copied = 0
@@ -35,6 +39,7 @@ class Tally:
         self.deleted_bytes = 0
         self.skipped_expired = 0
         self.errors: list[str] = []
+        self.error_count = 0
         self.started = time.monotonic()
 
     def add(self, event: OffloadEvent) -> None:
@@ -47,7 +52,12 @@ class Tally:
         elif event.kind == "skipped":
             self.skipped_expired += 1
         elif event.error is not None:
-            self.errors.append(event.error)
+            self.add_error(event.error)
+
+    def add_error(self, message: str) -> None:
+        self.error_count += 1
+        self.errors.append(message)
+        del self.errors[:-KEPT_ERRORS]
 
     def rate(self) -> float:
         return self.copied_bytes / max(time.monotonic() - self.started, 1e-9)
@@ -104,7 +114,7 @@ class Display:
     def round_done(self, partitions: int, led: int | None = None) -> None:
         """One line: what this round did, then the totals since start apart."""
         t = self.tally
-        now = (t.copied, t.copied_bytes, t.deleted, len(t.errors), t.skipped_expired)
+        now = (t.copied, t.copied_bytes, t.deleted, t.error_count, t.skipped_expired)
         deltas = (a - b for a, b in zip(now, self._last, strict=True))
         copied, nbytes, deleted, errors, skipped = deltas
         self._last = now
@@ -115,7 +125,7 @@ class Display:
             f" {deleted} deleted, {errors} errors"
             + (f", {skipped} not copied (past retention.ms already)" if skipped else "")
             + f"; since start: {t.copied} copied ({t.copied_bytes} bytes), {t.deleted} deleted,"
-            f" {len(t.errors)} errors"
+            f" {t.error_count} errors"
         )
         if self._progress is not None:
             self._progress.console.print(message)
@@ -128,4 +138,4 @@ class Display:
             self._progress = None
 
 
-__all__ = ["Display", "Tally"]
+__all__ = ["KEPT_ERRORS", "Display", "Tally"]

@@ -763,7 +763,7 @@ class Sidecar:
             refusal = _refusal(failure)
             denied = denied or refusal
             self.metrics.round_failures.labels("denied" if refusal else "error").inc()
-            self.display.tally.errors.append(str(copied.error))
+            self.display.tally.add_error(str(copied.error))
         self.metrics.metadata_denied.set(1 if denied else 0)
         return denied
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
 import tempfile
 import uuid
@@ -75,6 +76,28 @@ def test_last_offset_index_entry_is_the_full_readers_last(
         found = last_offset_index_entry(path, 100)
     full = read_offset_index(data, 100)
     assert found == (full[-1] if full else None)
+
+
+@pytest.mark.parametrize("written", [0, 1, 2, 3, 7, 100])
+def test_last_offset_index_entry_reads_a_few_entries_not_the_file(
+    tmp_path: Path, written: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An active segment's index is preallocated at 10 MiB of zeros; the sidecar asks
+    # for its last entry every round: reading it whole cost 10 MiB a partition a round.
+    entries = [OffsetIndexEntry(500 + 3 * i, 40 * i) for i in range(written)]  # (0, 0) first
+    path = tmp_path / "00000000000000000500.index"
+    path.write_bytes(encode_offset_index(entries, 500) + bytes(10 * 1024 * 1024))
+    reads: list[int] = []
+    real_pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: reads.append(n) or real_pread(fd, n, at))
+    found = last_offset_index_entry(path, 500)
+    assert sum(reads) <= 8 * 24  # a binary search over 1.3M entries
+    # the parser's answer (a zero first entry is an entry: relative offset 0 at 0)
+    assert [found] == read_offset_index(path, 500)[-1:]
+    assert found == (entries[-1] if entries else OffsetIndexEntry(500, 0))
+    # a file the broker trimmed at a roll, and an empty one
+    path.write_bytes(encode_offset_index(entries, 500))
+    assert last_offset_index_entry(path, 500) == (entries[-1] if entries else None)
 
 
 def test_last_offset_index_entry_errors(tmp_path: Path) -> None:

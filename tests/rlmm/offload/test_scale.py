@@ -405,3 +405,32 @@ async def test_the_sidecar_leads_a_partition_once_not_every_round(
     assert calls_at[5] == 1, f"unchanged partitions led again: {led}"
     assert led[1:] == [["clicks-0"]]
     assert sidecar.metrics.leadership_changes._value.get() == 3
+
+
+def test_the_active_segment_is_read_without_its_preallocated_index(tmp_path: Path) -> None:
+    # Kafka preallocates an active segment's .index at segment.index.bytes (10 MiB of
+    # zeros); each round asks every led partition for its log end offset: reading that
+    # file whole cost 10 MiB a partition a round (6 at once under the file slots).
+    import tracemalloc
+
+    from remote.segments import read_offset_index
+
+    pdir = partition(tmp_path / "logs", 900)
+    active = pdir.segments()[-1]
+    written = active.offset_index_path.read_bytes()
+    active.offset_index_path.write_bytes(written + bytes(10 * 1024 * 1024))
+    src = LogDirSource(pdir, KEEP_ALL)
+    expected = active.end_offset()
+    assert read_offset_index(active.offset_index_path, active.base_offset)  # still parses
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        end = src.log_end_offset()
+        size = src.active_segment_size()
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert expected is not None and end == expected + 1
+    assert size == active.log_path.stat().st_size
+    assert peak < 1024 * 1024, f"{peak} bytes allocated for the active segment's end"
