@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlmm.archive import open_metadata_view
+from rlmm.archive import ArchiveError, open_metadata_view
 from rlmm.config import load_config
 from rlmm.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from rlmm.ops.record_dump import RecordQuery, read_records
@@ -213,7 +213,13 @@ async def wait_archived(
     deadline = time.monotonic() + timeout
     seen: Any = None
     while True:
-        state, segs, clean = await asyncio.to_thread(_observe, group.observer, topic)
+        try:
+            state, segs, clean = await asyncio.to_thread(_observe, group.observer, topic)
+        except ArchiveError as e:  # no metadata topic yet: no sidecar has created it
+            state, segs, clean, seen = {}, {}, False, repr(e)
+        else:
+            seen = (state, {p: [(m.start_offset, m.end_offset, m.state.name, m.broker_id)
+                                for m in ms] for p, ms in segs.items()})  # fmt: skip
         settled = clean and all(
             p in state and state[p][0] == 0 and state[p][1] >= end and state[p][2] == 0
             for p, end in ends.items()
@@ -223,8 +229,6 @@ async def wait_archived(
         )  # fmt: skip
         if settled:
             return state
-        seen = (state, {p: [(m.start_offset, m.end_offset, m.state.name, m.broker_id)
-                            for m in ms] for p, ms in segs.items()})  # fmt: skip
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"archive of {topic} not at {ends} within {timeout}s: {seen}\n"

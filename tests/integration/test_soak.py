@@ -35,7 +35,8 @@ def test_short_soak(short_soak: BackgroundSoak) -> None:
     assert out.strip(), f"no report (exit {code}):\n{err[-4000:]}"
     report = json.loads(out)
     summary = {k: v for k, v in report.items() if k not in ("partitions", "machine", "settings")}
-    assert report["ok"], f"{report['failures']}\n{json.dumps(summary, indent=1)[:6000]}"
+    # The failures last: a CI log keeps a failure's tail.
+    assert report["ok"], f"{json.dumps(summary, indent=1)[:6000]}\nfailures: {report['failures']}"
     assert code == 0
     assert report["records_lost"] == report["duplicates"] == report["mismatched"] == 0
     assert report["records_compared"] > 5000
