@@ -87,6 +87,19 @@ def make_config(tmp: Path, **overrides: object) -> RlmmConfig:
     )
 
 
+def one_partition_sidecar(tmp: Path, offload: str = "") -> tuple[RlmmConfig, Path]:
+    """An embedded sidecar's config over one written partition (``orders-0``) and its
+    log dir; ``offload`` adds TOML lines to ``[offload]``."""
+    logs = tmp / "kafka-logs"
+    write_partition(logs, "orders", 0)
+    config_path = tmp / "offload.toml"
+    config_path.write_text(
+        f'data_dir = "{tmp / "data"}"\n[eventlog]\npartitions = 4\n'
+        f'[offload]\n"retention.ms" = -1\n{offload}'
+    )
+    return load_config(config_path, env={}), logs
+
+
 @pytest.fixture
 async def rlmm_manager(tmp_path: Path) -> AsyncIterator[TopicBasedRemoteLogMetadataManager]:
     config = make_config(tmp_path / "rlmm")

@@ -8,11 +8,10 @@ import asyncio
 import gc
 from pathlib import Path
 
-from rlmm.config import load_config
 from rlmm.offload.display import Display
 from rlmm.offload.long_lived import LongLivedHeap
 from rlmm.offload.sidecar import Sidecar
-from tests.rlmm.offload.conftest import write_partition
+from tests.rlmm.offload.conftest import one_partition_sidecar
 
 
 class Cycle:
@@ -42,14 +41,8 @@ def test_freeze_once_then_thaw() -> None:
 async def test_the_sidecar_freezes_after_its_first_round_and_thaws_at_stop(
     tmp_path: Path,
 ) -> None:
-    logs = tmp_path / "kafka-logs"
-    write_partition(logs, "orders", 0)
-    config_path = tmp_path / "offload.toml"
-    config_path.write_text(
-        f'data_dir = "{tmp_path / "data"}"\n[eventlog]\npartitions = 4\n'
-        '[offload]\n"retention.ms" = -1\n"remote.log.manager.task.interval.ms" = 100\n'
-    )
-    sidecar = Sidecar(load_config(config_path, env={}), [logs], display=Display(rich=False))
+    config, logs = one_partition_sidecar(tmp_path, '"remote.log.manager.task.interval.ms" = 100\n')
+    sidecar = Sidecar(config, [logs], display=Display(rich=False))
     run = asyncio.create_task(sidecar.run())
     try:
         async with asyncio.timeout(60):

@@ -21,7 +21,7 @@ from rlmm.config import load_config
 from rlmm.offload.display import Display
 from rlmm.offload.native_memory import ARENA_MAX, SWITCH_ENV, NativeMemory, _glibc
 from rlmm.offload.sidecar import Sidecar
-from tests.rlmm.offload.conftest import write_partition
+from tests.rlmm.offload.conftest import one_partition_sidecar
 
 ROOT = Path(__file__).resolve().parents[3]
 glibc_only = pytest.mark.skipif(_glibc() is None, reason="glibc's malloc is not the allocator")
@@ -118,16 +118,8 @@ async def test_the_sidecar_bounds_at_start_and_trims_after_each_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(SWITCH_ENV, raising=False)
-    logs = tmp_path / "kafka-logs"
-    write_partition(logs, "orders", 0)
-    config_path = tmp_path / "offload.toml"
-    config_path.write_text(
-        f'data_dir = "{tmp_path / "data"}"\n[eventlog]\npartitions = 4\n'
-        '[offload]\n"retention.ms" = -1\n'
-    )
-    sidecar = Sidecar(
-        load_config(config_path, env={}), [logs], once=True, display=Display(rich=False)
-    )
+    config, logs = one_partition_sidecar(tmp_path)
+    sidecar = Sidecar(config, [logs], once=True, display=Display(rich=False))
     hooks = len(gc.callbacks)
     report = await sidecar.run()
     assert report.rounds == 1 and report.tally.copied > 0
