@@ -782,14 +782,17 @@ def events_summary(config: Path) -> dict[str, Any]:
     }
 
 
-def growth_per_hour(samples: list[tuple[float, int, int, int]], column: int) -> float | None:
+def growth_per_hour(
+    samples: list[tuple[float, int, int, int]], column: int, since: float | None = None
+) -> float | None:
     """Least-squares slope of ``column`` per hour over the last incarnation's samples
-    after its first 60 s (start-up allocations are not growth)."""
+    after its first 60 s (start-up allocations are not growth), and from ``since`` (a
+    monotonic time) when given."""
     if not samples:
         return None
     gen = samples[-1][1]
     mine = [s for s in samples if s[1] == gen]
-    start = mine[0][0] + 60
+    start = max(mine[0][0] + 60, since or 0.0)
     points = [(s[0], s[column]) for s in mine if s[0] >= start]
     if len(points) < 5:
         return None
@@ -1167,9 +1170,9 @@ scrape_configs:
             "s3_requests": (await asyncio.to_thread(s3.faults))["requests"],
         })  # fmt: skip
         if rep is None:
-            report["resources"] = _resources(sidecars[0].samples)
+            report["resources"] = _resources(sidecars[0].samples, at(0.5))
         else:
-            report["resources"] = {str(sc.node): _resources(sc.samples) for sc in sidecars}
+            report["resources"] = {str(sc.node): _resources(sc.samples, at(0.5)) for sc in sidecars}
             report.update(await asyncio.to_thread(
                 replicated_figures, rep, events, (wall["storm_start"], wall["storm_end"]),
                 configs, failures,
@@ -1248,11 +1251,15 @@ def _bucket_names(moto_url: str) -> list[str]:
     return names
 
 
-def _resources(samples: list[tuple[float, int, int, int]]) -> dict[str, Any]:
+def _resources(samples: list[tuple[float, int, int, int]], half: float) -> dict[str, Any]:
+    """The sidecar's RSS and fds; ``half`` is the run's midpoint (monotonic): issue 27's
+    target is the RSS growth over the last half of the run."""
     last = [x for x in samples if samples and x[1] == samples[-1][1]]
     mib = 1 << 20
     rss = growth_per_hour(samples, 2)
+    rss_half = growth_per_hour(samples, 2, since=half)
     fds = growth_per_hour(samples, 3)
+    every_5_min = [x for i, x in enumerate(last) if i % 150 == 0][-24:]  # samples are 2 s apart
     return {
         "samples": len(samples),
         "last_incarnation_s": round(last[-1][0] - last[0][0], 1) if last else None,
@@ -1261,6 +1268,8 @@ def _resources(samples: list[tuple[float, int, int, int]]) -> dict[str, Any]:
             "last_start": round(last[0][2] / mib, 1) if last else None,
             "last_end": round(last[-1][2] / mib, 1) if last else None,
             "growth_mib_per_hour": None if rss is None else round(rss / mib, 1),
+            "growth_last_half_mib_per_hour": None if rss_half is None else round(rss_half / mib, 1),
+            "last_every_5_min": [round(x[2] / mib, 1) for x in every_5_min],
         },
         "fds": {
             "max": max(x[3] for x in samples) if samples else None,
