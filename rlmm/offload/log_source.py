@@ -82,6 +82,18 @@ class EpochStart:
     start_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class LogView:
+    """One consistent read of a LogSource (a round takes it in a worker thread)."""
+
+    rolled: Sequence[LocalSegment]
+    epochs: Sequence[EpochStart]
+    log_start_offset: int
+    log_end_offset: int
+    last_stable_offset: int
+    local_sizes: tuple[tuple[int, int], ...]  # (next base offset, size) incl. the active one
+
+
 class LogSource(abc.ABC):
     """One local partition log, as the offloader sees it."""
 
@@ -138,11 +150,34 @@ class LogSource(abc.ABC):
         """Bytes in the active segment (0 when unknown)."""
         return 0
 
+    def view(self) -> LogView:
+        """What a round reads of this log, together (a source may answer it from one
+        read of its files)."""
+        rolled = self.rolled_segments()
+        end = self.log_end_offset()
+        return LogView(
+            rolled,
+            self.leader_epochs(),
+            self.log_start_offset(),
+            end,
+            self.last_stable_offset(),
+            local_sizes(rolled, end, self.active_segment_size()),
+        )
+
     def change_token(self) -> Hashable | None:
         """A value that changes whenever any answer of this source may change (None: no
         such promise, the default). Cheap: the offloader asks it of every partition each
         round, and skips a partition whose last round did nothing while it is unchanged."""
         return None
+
+
+def local_sizes(
+    rolled: Sequence[LocalSegment], log_end_offset: int, active_size: int
+) -> tuple[tuple[int, int], ...]:
+    """(next base offset, size) of each local segment, the active one last (its "next
+    base" is the log end + 1)."""
+    rolled_sizes = ((s.next_base_offset, s.size_in_bytes) for s in rolled)
+    return (*rolled_sizes, (log_end_offset + 1, active_size))
 
 
 def epoch_end_offsets(epochs: Sequence[EpochStart], log_end_offset: int) -> dict[int, int]:

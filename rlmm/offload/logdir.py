@@ -23,7 +23,8 @@ not cost time proportional to its segments either: with a kept listing come its
 rolled segments' sizes (a rolled segment is never written again), its producer
 snapshots' offsets, the newest snapshot's open transactions (while the file's inode,
 size and mtime stay, settled) and the leader epochs (likewise); the active segment's
-end is found from the last entry of its preallocated offset index by a binary search.
+end is found from the last entry of its preallocated offset index by a binary search,
+once per view: a round's view stats the dir once and answers from that one listing.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ from rlmm.offload.log_source import (
     EpochStart,
     LocalSegment,
     LogSource,
+    LogView,
     RetentionSettings,
     SegmentDescription,
+    local_sizes,
 )
 from rlmm.offload.settings import INTERNAL_TOPICS, OffloadSettings
 
@@ -227,8 +230,25 @@ class LogDirSource(LogSource):
             listing.sizes = sizes
         return sizes
 
-    def rolled_segments(self) -> Sequence[LocalSegment]:
+    def view(self) -> LogView:
+        """One listing (one stat of the dir) and one end offset for the whole view."""
         listing = self._current()
+        rolled = self._rolled(listing)
+        end = self._end_offset(listing)
+        lso = self._stable_offset(listing, end)
+        return LogView(
+            rolled,
+            self.leader_epochs(),
+            self.log_start_offset(),
+            end,
+            lso,
+            local_sizes(rolled, end, _file_size(listing.active)),
+        )
+
+    def rolled_segments(self) -> Sequence[LocalSegment]:
+        return self._rolled(self._current())
+
+    def _rolled(self, listing: _Listing) -> list[LocalSegment]:
         bases = listing.bases
         sizes = self._rolled_sizes(listing)
         return [
@@ -248,7 +268,10 @@ class LogDirSource(LogSource):
         return 0 if self._log_start is None else self._log_start
 
     def log_end_offset(self) -> int:
-        bases = self._current().bases
+        return self._end_offset(self._current())
+
+    def _end_offset(self, listing: _Listing) -> int:
+        bases = listing.bases
         active = self._files(bases, len(bases) - 1)
         try:
             end = active.end_offset()
@@ -257,9 +280,16 @@ class LogDirSource(LogSource):
         return active.base_offset if end is None else end + 1
 
     def last_stable_offset(self) -> int:
-        lso = self.log_end_offset() if self._high_watermark is None else self._high_watermark
+        return self._stable_offset(self._current())
+
+    def _stable_offset(self, listing: _Listing, log_end_offset: int | None = None) -> int:
+        """The LSO (see the module doc); ``log_end_offset``: the listing's, when known."""
+        if self._high_watermark is not None:
+            lso = self._high_watermark
+        else:
+            lso = self._end_offset(listing) if log_end_offset is None else log_end_offset
         cap: int | None = None  # set once a newer snapshot was skipped
-        for offset in reversed(self._current().snapshots):
+        for offset in reversed(listing.snapshots):
             path = os.path.join(self._dir, offset_file_name(offset, SNAPSHOT_SUFFIX))
             try:
                 open_txns = self._open_transactions(offset, path)

@@ -56,7 +56,13 @@ from rlmm.offload.blocking import run_blocking
 from rlmm.offload.errors import ForeignSegmentError, OffloadError, SegmentCopyError
 from rlmm.offload.expiry import Victim, off_lineage, plan_expiry
 from rlmm.offload.faults import KillPoints
-from rlmm.offload.log_source import EpochStart, LocalSegment, LogSource, epoch_end_offsets
+from rlmm.offload.log_source import (
+    EpochStart,
+    LocalSegment,
+    LogSource,
+    LogView,
+    epoch_end_offsets,
+)
 from rlmm.offload.metrics import OffloadMetrics
 from rlmm.offload.ownership import Ownership
 from rlmm.offload.quota import CopyQuota
@@ -88,32 +94,6 @@ class ExpireResult:
     deleted: list[Victim] = field(default_factory=list)
     cleaned: int = 0  # DELETE_SEGMENT_STARTED leftovers finished
     kept_off_lineage: int = 0  # off the lineage, but the local log no longer holds their start
-
-
-@dataclass(frozen=True, slots=True)
-class _LogView:
-    """One consistent read of a LogSource (taken in a worker thread)."""
-
-    rolled: Sequence[LocalSegment]
-    epochs: Sequence[EpochStart]
-    log_start_offset: int
-    log_end_offset: int
-    last_stable_offset: int
-    local_sizes: tuple[tuple[int, int], ...]  # (next base offset, size) incl. the active one
-
-
-def _view(source: LogSource) -> _LogView:
-    rolled = source.rolled_segments()
-    end = source.log_end_offset()
-    sizes = tuple((s.next_base_offset, s.size_in_bytes) for s in rolled)
-    return _LogView(
-        rolled,
-        source.leader_epochs(),
-        source.log_start_offset(),
-        end,
-        source.last_stable_offset(),
-        (*sizes, (end + 1, source.active_segment_size())),
-    )
 
 
 def _read_range(
@@ -365,7 +345,7 @@ class RemoteLogManager:
             return True
         return self._clock_ms() - m.event_timestamp_ms >= self._leftover_grace_ms
 
-    def _continue_after(self, tp: TopicIdPartition, copied: int, view: _LogView) -> int:
+    def _continue_after(self, tp: TopicIdPartition, copied: int, view: LogView) -> int:
         """``copied``, or the end of the archive's first hole below it when the local log
         still holds the hole's start (so copying goes back and fills it)."""
         finished = sorted(
@@ -448,7 +428,7 @@ class RemoteLogManager:
                 self.metrics.set_copy_lag(tp, 0, 0)
                 return result  # KIP-950: nothing copied; expiration still runs
             self.metrics.partition_rounds.labels("copy").inc()
-            view = await run_blocking(self._file_slots, _view, leader.source)
+            view = await run_blocking(self._file_slots, leader.source.view)
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
             copied = self._continue_after(tp, copied, view)
             start = max(copied + 1, view.log_start_offset)
@@ -536,7 +516,7 @@ class RemoteLogManager:
             # of this partition runs now (we hold its lock), so none of them is live.
             result.cleaned = await self._cleanup(tp)
             segments = self.rlmm.list_remote_log_segments(tp)
-            view = await run_blocking(self._file_slots, _view, leader.source)
+            view = await run_blocking(self._file_slots, leader.source.view)
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
             local_only = sum(size for next_base, size in view.local_sizes if next_base > copied + 1)
             victims = plan_expiry(
@@ -568,7 +548,7 @@ class RemoteLogManager:
         self,
         tp: TopicIdPartition,
         segments: Sequence[RemoteLogSegmentMetadata],
-        view: _LogView,
+        view: LogView,
         chosen: set[RemoteLogSegmentId],
         result: ExpireResult,
     ) -> list[Victim]:

@@ -22,10 +22,10 @@ import pytest
 
 from remote import PartitionDir
 from remote.local import LocalRemoteStorageManager
-from remote.segments import EpochEntry, encode_leader_epoch_checkpoint
+from remote.segments import EpochEntry, LogSegmentFiles, encode_leader_epoch_checkpoint
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.offload import LogDirSource, RemoteLogManager, RetentionSettings, logdir
-from rlmm.offload.log_source import LocalSegment
+from rlmm.offload.log_source import LogSource, LogView
 from rlmm.offload.logdir import LogDirCache, scan_log_dirs
 from rlmm.offload.settings import OffloadSettings
 from tests.rlmm.offload.conftest import (
@@ -76,9 +76,9 @@ class CountingSource(LogDirSource):
 
     reads = 0
 
-    def rolled_segments(self) -> Sequence[LocalSegment]:
+    def view(self) -> LogView:
         self.reads += 1
-        return super().rolled_segments()
+        return super().view()
 
 
 def test_change_token_follows_every_change(tmp_path: Path) -> None:
@@ -177,6 +177,36 @@ def test_a_growing_partition_reads_only_its_active_segment(
     rolled = view(src)
     assert reads["listing"] == 1 and rolled[1] == 1200
     assert rolled == view(LogDirSource(pdir, KEEP_ALL))
+
+
+def test_a_view_is_one_read_of_the_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round's view of a partition stats its dir once and finds the active segment's
+    end once (no high watermark: the LSO is that end), and equals what the source's
+    methods answer one by one."""
+    pdir = partition(tmp_path / "logs", 900)
+    settle(pdir.path)
+    src = LogDirSource(pdir, KEEP_ALL)
+    assert src.view() == LogSource.view(src)
+    dir_stats: Counter[str] = Counter()
+    real_stat = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        dir_stats[os.fspath(path)] += 1
+        return real_stat(path, *args, **kwargs)
+
+    ends = Counter[int]()
+    end_offset = LogSegmentFiles.end_offset
+
+    def counted_end(files: LogSegmentFiles) -> int | None:
+        ends[files.base_offset] += 1
+        return end_offset(files)
+
+    monkeypatch.setattr(logdir.os, "stat", stat)
+    monkeypatch.setattr(LogSegmentFiles, "end_offset", counted_end)
+    view = src.view()
+    assert dir_stats[str(pdir.path)] == 1 and ends == {730: 1}
+    assert view.last_stable_offset == view.log_end_offset == 900
+    assert view.local_sizes[-1] == (901, (pdir.path / "00000000000000000730.log").stat().st_size)
 
 
 def test_scan_cache_sees_new_partition_dirs_and_topic_ids(tmp_path: Path) -> None:
