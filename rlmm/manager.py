@@ -609,6 +609,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         cache = self._cache(tp)
         return 0 if cache is None else cache.remote_log_size(leader_epoch)
 
+    def remote_log_segment_count(self, tp: TopicIdPartition) -> int:
+        """len(list_remote_log_segments(tp)), without making the segments' metadata."""
+        cache = self._cache(tp)
+        return 0 if cache is None else cache.segment_count()
+
     def next_segment_with_txn_index(
         self, tp: TopicIdPartition, leader_epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:

@@ -275,6 +275,9 @@ class RemoteLogMetadataCache:
         rows.sort(key=self.columns.sort_key)
         return [self.segment_at(r, memo=False) for r in rows]
 
+    def segment_count(self) -> int:
+        return self.columns.live
+
     def remote_log_size(self, leader_epoch: int | None = None) -> int:
         if leader_epoch is None:
             return self.total_size_bytes

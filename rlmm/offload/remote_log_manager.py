@@ -584,8 +584,8 @@ class RemoteLogManager:
         return False
 
     def _record_remote_size(self, tp: TopicIdPartition) -> None:
-        segments = self.rlmm.list_remote_log_segments(tp)
-        self.metrics.set_remote_log(tp, self.rlmm.remote_log_size(tp), len(segments))
+        count = self.rlmm.remote_log_segment_count(tp)
+        self.metrics.set_remote_log(tp, self.rlmm.remote_log_size(tp), count)
 
     async def _one_round(
         self, tp: TopicIdPartition, inputs: Hashable | None = None

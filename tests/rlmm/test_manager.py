@@ -260,6 +260,12 @@ async def test_remote_log_size_per_epoch(log: MemoryEventLog) -> None:
     assert manager.remote_log_size(TP0, 3) == 300
     assert manager.remote_log_size(TP0, 9) == 0  # unknown epoch
     assert manager.remote_log_size(TP0) == 600
+    # the count the sidecar's gauge takes, without making the segments
+    assert manager.remote_log_segment_count(TP0) == len(manager.list_remote_log_segments(TP0)) == 3
+    first = manager.list_remote_log_segments(TP0)[0]
+    for state in (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
+        await manager.update_remote_log_segment_metadata(update(first, state))
+    assert manager.remote_log_segment_count(TP0) == len(manager.list_remote_log_segments(TP0)) == 2
     await manager.close()
 
 
