@@ -479,8 +479,9 @@ class LogDirCache:
     later, so its name is gone for a round or more and its inode cannot be reused before."""
 
     names: dict[Path, tuple[tuple[int, int], dict[str, int]]] = field(default_factory=dict)
-    sources: dict[Path, LogDirSource] = field(default_factory=dict)
-    inodes: dict[Path, int] = field(default_factory=dict)  # the partition dir's, per source
+    # per log dir, by partition dir name (no Path made or hashed per partition a round):
+    # the source, and the partition dir's inode it was found at
+    sources: dict[Path, dict[str, tuple[LogDirSource, int]]] = field(default_factory=dict)
 
     def dir_names(self, log_dir: Path) -> dict[str, int]:
         """The directories in ``log_dir`` by name, sorted, with their inodes."""
@@ -492,20 +493,23 @@ class LogDirCache:
         # DirEntry.inode() is the d_ino the listing already holds: no stat per entry.
         found = sorted((e.name, e.inode()) for e in os.scandir(log_dir) if e.is_dir())
         names = dict(found)
-        for path in [p for p in self.sources if p.parent == log_dir]:
-            if names.get(path.name) != self.inodes.get(path):
-                del self.sources[path]
-                self.inodes.pop(path, None)
+        kept = self.sources.get(log_dir, {})
+        for name in [n for n, (_, inode) in kept.items() if names.get(n) != inode]:
+            del kept[name]
         if _settled(st.st_mtime_ns):
             self.names[log_dir] = (key, names)
         else:
             self.names.pop(log_dir, None)
         return names
 
-    def keep(self, path: Path, source: LogDirSource, names: dict[str, int]) -> None:
-        """Reuse ``source`` for ``path`` while it is the directory listed in ``names``."""
-        self.sources[path] = source
-        self.inodes[path] = names[path.name]
+    def source(self, log_dir: Path, name: str) -> LogDirSource | None:
+        kept = self.sources.get(log_dir)
+        found = None if kept is None else kept.get(name)
+        return None if found is None else found[0]
+
+    def keep(self, log_dir: Path, name: str, source: LogDirSource, names: dict[str, int]) -> None:
+        """Reuse ``source`` for ``log_dir/name`` while it is the directory in ``names``."""
+        self.sources.setdefault(log_dir, {})[name] = (source, names[name])
 
 
 def scan_log_dirs(
@@ -530,13 +534,13 @@ def scan_log_dirs(
         watermarks = read_offset_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
         names = cache.dir_names(log_dir)
         for name in names:
-            path = log_dir / name
-            source = cache.sources.get(path)
+            source = cache.source(log_dir, name)
             if source is None:
+                path = log_dir / name
                 source = _source(path, settings, starts, watermarks, warned, disabled is not None)
                 if source is None:
                     continue  # not ours, or no topic id yet: looked at again next round
-                cache.keep(path, source, names)
+                cache.keep(log_dir, name, source, names)
             else:
                 key = (source.pdir.topic, source.pdir.partition)
                 source.set_offsets(starts.get(key), watermarks.get(key))
