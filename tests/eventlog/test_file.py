@@ -25,6 +25,7 @@ from eventlog import (
     EventLogLockedError,
     EventLogReadOnlyError,
 )
+from eventlog._partition import TAIL_RECORDS
 from eventlog.errors import EventLogStorageError
 from eventlog.file import FileEventLog
 from tests.eventlog.conftest import collect
@@ -163,6 +164,22 @@ async def test_reads_seek_by_index_instead_of_scanning(tmp_path: Path) -> None:
         assert got[0][0] == last_segment_start
         active = log._parts[0].active
         assert active.index.lookup(199) > 0  # the sparse index has entries to seek by
+
+
+async def test_the_writer_keeps_a_bounded_tail_and_older_reads_go_to_disk(
+    tmp_path: Path,
+) -> None:
+    """The writer keeps only the newest TAIL_RECORDS acknowledged records in memory for
+    its in-process followers (it is a sidecar's memory for good); a reader from before
+    them reads the disk and gets the same records."""
+    n = TAIL_RECORDS * 2 + 7
+    async with FileEventLog(tmp_path, 1) as log:
+        await asyncio.gather(*(log.append(0, b"v%d" % i) for i in range(n)))
+        tail = log._parts[0].tail
+        assert len(tail) == TAIL_RECORDS and tail[0][0] == n - TAIL_RECORDS
+        assert log._parts[0].tail_from(n - TAIL_RECORDS - 1) is None  # not in memory
+        got = await collect(log, 0, 0, n)
+    assert got == [(i, b"v%d" % i) for i in range(n)]
 
 
 async def test_missing_or_bad_index_is_rebuilt_on_open(tmp_path: Path) -> None:
