@@ -83,6 +83,7 @@ def offload(
             "bytes_copied": t.copied_bytes,
             "segments_deleted": t.deleted,
             "segments_not_copied_past_retention": t.skipped_expired,
+            "offsets_missed": t.offsets_missed,
             "errors": t.errors,  # the newest KEPT_ERRORS of them
             "error_count": t.error_count,
             "stopped_by_signal": report.stopped_by_signal,
@@ -98,6 +99,11 @@ def offload(
             + (
                 f", {t.skipped_expired} not copied (past retention.ms already)"
                 if t.skipped_expired
+                else ""
+            )
+            + (
+                f", {t.offsets_missed} offsets deleted locally before they were copied"
+                if t.offsets_missed
                 else ""
             )
             + (" (stopped by signal)" if report.stopped_by_signal else "")

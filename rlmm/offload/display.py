@@ -38,6 +38,7 @@ class Tally:
         self.deleted = 0
         self.deleted_bytes = 0
         self.skipped_expired = 0
+        self.offsets_missed = 0
         self.errors: list[str] = []
         self.error_count = 0
         self.started = time.monotonic()
@@ -51,6 +52,8 @@ class Tally:
             self.deleted_bytes += event.size_in_bytes
         elif event.kind == "skipped":
             self.skipped_expired += 1
+        elif event.kind == "missed":
+            self.offsets_missed += event.offsets
         elif event.error is not None:
             self.add_error(event.error)
 
@@ -71,7 +74,7 @@ class Display:
         self.rich = self.console.is_terminal if rich is None else rich
         self.tally = Tally()
         self.rounds = 0
-        self._last = (0, 0, 0, 0, 0)  # the tally at the end of the previous round
+        self._last = (0, 0, 0, 0, 0, 0)  # the tally at the end of the previous round
         self._progress: Progress | None = None
         self._task: TaskID | None = None
         if self.rich:
@@ -114,9 +117,10 @@ class Display:
     def round_done(self, partitions: int, led: int | None = None) -> None:
         """One line: what this round did, then the totals since start apart."""
         t = self.tally
-        now = (t.copied, t.copied_bytes, t.deleted, t.error_count, t.skipped_expired)
+        now = (t.copied, t.copied_bytes, t.deleted, t.error_count, t.skipped_expired,
+               t.offsets_missed)  # fmt: skip
         deltas = (a - b for a, b in zip(now, self._last, strict=True))
-        copied, nbytes, deleted, errors, skipped = deltas
+        copied, nbytes, deleted, errors, skipped, missed = deltas
         self._last = now
         self.rounds += 1
         over = f"{partitions} partitions" + (f" ({led} led)" if led is not None else "")
@@ -124,6 +128,7 @@ class Display:
             f"round {self.rounds} over {over}: {copied} segments copied ({nbytes} bytes),"
             f" {deleted} deleted, {errors} errors"
             + (f", {skipped} not copied (past retention.ms already)" if skipped else "")
+            + (f", {missed} offsets deleted locally before they were copied" if missed else "")
             + f"; since start: {t.copied} copied ({t.copied_bytes} bytes), {t.deleted} deleted,"
             f" {t.error_count} errors"
         )

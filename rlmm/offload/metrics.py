@@ -193,6 +193,13 @@ class OffloadMetrics:
             ("metadata_partition",),
             registry=r,
         )
+        self.offsets_missed = Counter(
+            "rlmm_offload_offsets_missed",
+            "Offsets the broker deleted from its local log before they were copied (its"
+            " local retention outran the copy lag, or DeleteRecords): missing from the archive",
+            _TOPIC,
+            registry=r,
+        )
         self.rounds = Counter(
             "rlmm_offload_rounds",
             "Rounds run over every leader partition (a copy, then an expiration, of each)",
@@ -337,6 +344,7 @@ class OffloadMetrics:
         for counter in (
             self.copy_bytes, self.copy_requests, self.copy_errors, self.delete_requests,
             self.delete_errors, self.fetch_bytes, self.fetch_requests, self.fetch_errors,
+            self.offsets_missed,
         ):  # fmt: skip
             counter.labels(topic)
 

@@ -85,6 +85,7 @@ class CopyResult:
     skipped_expired: int = 0  # past retention.ms already: the same round would delete them
     round_failure: BaseException | None = None  # the whole round of the partition failed
     abandoned: bool = False  # leadership was lost during the round: it stopped there
+    offsets_missed: int = 0  # deleted from the local log before they were copied
 
 
 @dataclass
@@ -112,6 +113,10 @@ class _Leader:
     # (inputs, until ms): the last round did nothing; with the same inputs before that
     # time the next one would not either (see run_round)
     idle: tuple[Hashable, int] | None = None
+    # The highest offset whose absence from the archive is already accounted for:
+    # reported missed (deleted locally before it was copied) or skipped as past
+    # retention.ms. A gap is reported once, however many rounds see it.
+    accounted_through: int = -1
 
 
 class RemoteLogManager:
@@ -370,6 +375,30 @@ class RemoteLogManager:
             return end
         return copied
 
+    def _note_missed(
+        self, tp: TopicIdPartition, leader: _Leader, copied: int, view: LogView
+    ) -> int:
+        """Report the offsets between the archive's end and the local log's first segment:
+        the broker deleted them (local retention, DeleteRecords) before they were copied,
+        as it knows nothing of the sidecar. They are lost to the archive; nothing copied
+        yet means the log was cut before rlmm came, not a miss. Returns their count."""
+        if copied < 0 or not view.rolled:
+            return 0
+        first = max(copied, leader.accounted_through) + 1
+        last = view.rolled[0].base_offset - 1
+        if last < first:
+            return 0
+        leader.accounted_through = last
+        self.metrics.offsets_missed.labels(tp.topic).inc(last - first + 1)
+        self._ops.emit(OffloadEvent("missed", None, offsets=last - first + 1))
+        log.error(
+            "%s: offsets %d..%d were deleted from the local log before they were copied"
+            " (local retention outran the copy lag, or DeleteRecords): the archive misses"
+            " them, unless they were already past retention.ms",
+            tp, first, last,
+        )  # fmt: skip
+        return last - first + 1
+
     async def _run(self, tp: TopicIdPartition) -> None:
         while True:
             for round_ in (self.copy_round, self.expire_round):
@@ -431,6 +460,7 @@ class RemoteLogManager:
             view = await run_blocking(self._file_slots, leader.source.view)
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
             copied = self._continue_after(tp, copied, view)
+            result.offsets_missed = self._note_missed(tp, leader, copied, view)
             start = max(copied + 1, view.log_start_offset)
             candidates = [
                 s
@@ -459,6 +489,7 @@ class RemoteLogManager:
                     break
                 lag_bytes -= segment.size_in_bytes
                 if finished is None:
+                    leader.accounted_through = segment.next_base_offset - 1
                     result.skipped_expired += 1
                     self._ops.emit(OffloadEvent("skipped", None, segment.size_in_bytes))
                     self.metrics.set_copy_lag(tp, lag_bytes, len(candidates) - i - 1)

@@ -47,13 +47,15 @@ S = RemoteLogSegmentState
 
 @dataclass(frozen=True, slots=True)
 class OffloadEvent:
-    """What a round did, for progress displays: ``kind`` is copied, deleted, failed or
-    skipped (past retention already: not uploaded)."""
+    """What a round did, for progress displays: ``kind`` is copied, deleted, failed,
+    skipped (past retention already: not uploaded) or missed (``offsets`` deleted from
+    the local log before they were copied)."""
 
     kind: str
     segment: RemoteLogSegmentMetadata | None
     size_in_bytes: int = 0
     error: str | None = None
+    offsets: int = 0
 
 
 @dataclass

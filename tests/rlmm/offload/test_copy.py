@@ -298,3 +298,73 @@ async def test_each_copy_records_its_segments_smallest_timestamp_from_the_crc_pa
                 h.base_timestamp
             )
     assert below_its_base_timestamp
+
+
+def _move_offsets(pdir: PartitionDir, to: Path, keep: Callable[[int], bool]) -> None:
+    """Move every offset-named file of ``pdir`` (segments, indexes, snapshots) whose
+    offset ``keep`` refuses into ``to``: what Kafka's retention does, or a log not yet
+    written that far."""
+    to.mkdir(exist_ok=True)
+    for f in list(pdir.path.iterdir()):
+        if f.name[:20].isdigit() and not keep(int(f.name[:20])):
+            f.rename(to / f.name)
+
+
+async def test_offsets_the_broker_deleted_before_they_were_copied_are_reported_once(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The broker knows nothing of the sidecar: its local retention deletes segments
+    whether or not they were copied. A copy lag that outruns it loses them to the
+    archive, and that must be loud: an error naming the offsets, a counter per topic,
+    the round's count, once however many rounds see the gap."""
+    pdir = write_partition(tmp_path / "logs", "orders", 0, records=1500, epochs=(0,))
+    segs = pdir.segments()
+    assert len(segs) >= 7
+    later = tmp_path / "later"
+    _move_offsets(pdir, later, lambda o: o < segs[3].base_offset)  # s2 is the active one
+    src = source(pdir)
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    tp = src.topic_id_partition
+    assert [m.start_offset for m in (await rlm.copy_round(tp)).copied] == [0, segs[1].base_offset]
+    # The log grows on; then retention deletes s0..s3 while s2 and s3 were never copied.
+    for f in list(later.iterdir()):
+        f.rename(pdir.path / f.name)
+    gone = tmp_path / "deleted"
+    _move_offsets(pdir, gone, lambda o: o >= segs[4].base_offset)
+
+    def missed_total() -> float | None:
+        return rlm.metrics.registry.get_sample_value(
+            "rlmm_offload_offsets_missed_total", {"topic": "orders"}
+        )
+
+    assert missed_total() == 0  # created with the topic: increase() has a first sample
+    with caplog.at_level(logging.ERROR):
+        result = await rlm.copy_round(tp)
+    missed = segs[4].base_offset - segs[2].base_offset
+    assert result.offsets_missed == missed
+    assert [m.start_offset for m in result.copied] == [s.base_offset for s in segs[4:-1]]
+    text = f"offsets {segs[2].base_offset}..{segs[4].base_offset - 1} were deleted"
+    assert [r for r in caplog.records if text in r.getMessage() and "orders" in r.getMessage()]
+    assert missed_total() == missed
+    # the archive continues after the gap; the gap is not reported again
+    assert (await rlm.copy_round(tp)).offsets_missed == 0
+    assert missed_total() == missed
+
+
+async def test_a_log_cut_before_anything_was_copied_is_not_a_miss(
+    tmp_path: Path, make_rlm: Callable[..., RemoteLogManager]
+) -> None:
+    """Retention that ran before rlmm came deleted nothing rlmm was due to copy."""
+    pdir = write_partition(tmp_path / "logs", "orders", 0, epochs=(0,))
+    segs = pdir.segments()
+    _move_offsets(pdir, tmp_path / "deleted", lambda o: o >= segs[1].base_offset)
+    src = source(pdir, log_start_offset=segs[1].base_offset)
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    result = await rlm.copy_round(src.topic_id_partition)
+    assert result.offsets_missed == 0 and result.copied
+    assert result.copied[0].start_offset == segs[1].base_offset
