@@ -117,6 +117,9 @@ class _Leader:
     # reported missed (deleted locally before it was copied) or skipped as past
     # retention.ms. A gap is reported once, however many rounds see it.
     accounted_through: int = -1
+    # The highest offset this process saw archived: retention may since have expired
+    # every segment, and a gap after an emptied archive is still a miss.
+    archived_through: int = -1
 
 
 class RemoteLogManager:
@@ -381,10 +384,15 @@ class RemoteLogManager:
         """Report the offsets between the archive's end and the local log's first segment:
         the broker deleted them (local retention, DeleteRecords) before they were copied,
         as it knows nothing of the sidecar. They are lost to the archive; nothing copied
-        yet means the log was cut before rlmm came, not a miss. Returns their count."""
-        if copied < 0 or not view.rolled:
+        yet means the log was cut before rlmm came, not a miss. Returns their count.
+
+        An archive that remote retention emptied is known only to the process that saw
+        it hold something: a gap that a restarted sidecar finds first, after that, goes
+        unreported."""
+        leader.archived_through = max(leader.archived_through, copied)
+        if leader.archived_through < 0 or not view.rolled:
             return 0
-        first = max(copied, leader.accounted_through) + 1
+        first = max(leader.archived_through, leader.accounted_through) + 1
         last = view.rolled[0].base_offset - 1
         if last < first:
             return 0
@@ -496,6 +504,7 @@ class RemoteLogManager:
                     continue
                 cutoff = None  # a segment was kept: the rest are copied
                 result.copied.append(finished)
+                leader.archived_through = max(leader.archived_through, finished.end_offset)
                 result.bytes += finished.segment_size_in_bytes
                 self.metrics.set_copy_lag(tp, lag_bytes, len(candidates) - i - 1)
             self._record_remote_size(tp)

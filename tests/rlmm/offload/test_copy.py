@@ -26,7 +26,7 @@ from remote import (
 from remote.local import LocalRemoteStorageManager
 from rlmm.errors import RemoteResourceNotFoundError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
-from rlmm.offload import RemoteLogManager
+from rlmm.offload import RemoteLogManager, RetentionSettings
 from rlmm.offload.errors import LogDirError
 from rlmm.offload.logdir import SNAPSHOT_WRITE_S
 from tests.rlmm.offload.conftest import (
@@ -368,3 +368,32 @@ async def test_a_log_cut_before_anything_was_copied_is_not_a_miss(
     result = await rlm.copy_round(src.topic_id_partition)
     assert result.offsets_missed == 0 and result.copied
     assert result.copied[0].start_offset == segs[1].base_offset
+
+
+async def test_a_gap_after_retention_emptied_the_archive_is_still_a_miss(
+    tmp_path: Path, make_rlm: Callable[..., RemoteLogManager]
+) -> None:
+    """Remote retention expired everything the archive held; the broker then deleted
+    segments never copied. Nothing is archived at that moment, yet it is a miss, not a
+    log cut before rlmm came (seen in a soak: 412 records went unreported)."""
+    pdir = write_partition(tmp_path / "logs", "orders", 0, records=1500, epochs=(0,))
+    segs = pdir.segments()
+    later = tmp_path / "later"
+    _move_offsets(pdir, later, lambda o: o < segs[3].base_offset)
+    # generated timestamps are 1_700_000_000_000 + offset: s0 and s1 expire, s2.. do not
+    clock = [1_700_000_000_000]
+    retention = RetentionSettings(retention_ms=3_600_000, retention_bytes=-1)
+    src = source(pdir, retention)
+    rlm = make_rlm(clock_ms=lambda: clock[0])
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    tp = src.topic_id_partition
+    assert len((await rlm.copy_round(tp)).copied) == 2
+    clock[0] = 1_700_000_000_000 + segs[2].base_offset + 3_600_000
+    assert len((await rlm.expire_round(tp)).deleted) == 2
+    assert rlm.highest_remote_offset(tp) == -1  # the archive is empty
+    for f in list(later.iterdir()):
+        f.rename(pdir.path / f.name)
+    _move_offsets(pdir, tmp_path / "deleted", lambda o: o >= segs[4].base_offset)
+    result = await rlm.copy_round(tp)
+    assert result.offsets_missed == segs[4].base_offset - segs[2].base_offset
+    assert result.copied and result.copied[0].start_offset == segs[4].base_offset
