@@ -19,6 +19,9 @@ Invariants:
   finished copy below it is missing (a hole, e.g. a cleanup that raced a copy
   finishing) and the local log still holds the hole's start, from the hole: the
   archive heals what it lost instead of keeping a gap;
+- offsets the local log lost before they were copied (the broker's retention knows
+  nothing of the sidecar) are reported once per gap (an error, a counter), never
+  silently skipped over;
 - only segments rlmm wrote are deleted or cleaned up (``Ownership``); a segment
   another writer left (Kafka's own RemoteLogManager) is never touched;
 - ``abandon(tp)`` (leadership lost) cancels the partition's round: a copy in flight
