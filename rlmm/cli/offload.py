@@ -56,6 +56,7 @@ def offload(
     metrics_host: str,
 ) -> None:
     """Copy rolled segments of Kafka log dirs to remote storage and apply remote retention."""
+    from rlmm.offload.display import not_copied
     from rlmm.offload.sidecar import plan_sidecar, run_sidecar
 
     s = session()
@@ -96,16 +97,7 @@ def offload(
             f"{report.rounds} rounds over {report.partitions} partitions ({report.led} led):"
             f" {t.copied} segments"
             f" copied ({t.copied_bytes} bytes), {t.deleted} deleted, {t.error_count} errors"
-            + (
-                f", {t.skipped_expired} not copied (past retention.ms already)"
-                if t.skipped_expired
-                else ""
-            )
-            + (
-                f", {t.offsets_missed} offsets deleted locally before they were copied"
-                if t.offsets_missed
-                else ""
-            )
+            + not_copied(t.skipped_expired, t.offsets_missed)
             + (" (stopped by signal)" if report.stopped_by_signal else "")
         )
     if once and report.leadership_unknown and not report.stopped_by_signal:

@@ -66,6 +66,18 @@ class Tally:
         return self.copied_bytes / max(time.monotonic() - self.started, 1e-9)
 
 
+def not_copied(skipped_expired: int, offsets_missed: int) -> str:
+    """What a summary line adds about segments not copied: past retention already, and
+    offsets the broker deleted before their copy ("" when neither)."""
+    return (
+        f", {skipped_expired} not copied (past retention.ms already)" if skipped_expired else ""
+    ) + (
+        f", {offsets_missed} offsets deleted locally before they were copied"
+        if offsets_missed
+        else ""
+    )
+
+
 class Display:
     """Renders OffloadEvents; ``rich`` on a terminal, log lines elsewhere."""
 
@@ -127,8 +139,7 @@ class Display:
         message = (
             f"round {self.rounds} over {over}: {copied} segments copied ({nbytes} bytes),"
             f" {deleted} deleted, {errors} errors"
-            + (f", {skipped} not copied (past retention.ms already)" if skipped else "")
-            + (f", {missed} offsets deleted locally before they were copied" if missed else "")
+            + not_copied(skipped, missed)
             + f"; since start: {t.copied} copied ({t.copied_bytes} bytes), {t.deleted} deleted,"
             f" {t.error_count} errors"
         )
@@ -143,4 +154,4 @@ class Display:
             self._progress = None
 
 
-__all__ = ["KEPT_ERRORS", "Display", "Tally"]
+__all__ = ["KEPT_ERRORS", "Display", "Tally", "not_copied"]
