@@ -119,8 +119,8 @@ class Sidecar:
         self.display = display if display is not None else Display()
         self.metrics = OffloadMetrics()
         self.native_memory = NativeMemory()  # glibc's arenas capped, trimmed each round
-        self.runtime_costs = RuntimeCosts(self.native_memory)
         self.long_lived = LongLivedHeap()
+        self.runtime_costs = RuntimeCosts(self.native_memory, self.long_lived)
         self.metrics.registry.register(self.runtime_costs)
         # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total:
         # what a memory limit and a leak alert are set against (Linux only, else none).
@@ -394,13 +394,16 @@ class Sidecar:
             if not self._stop.is_set():
                 problem = report.leadership_unknown or round_problem(results) or behind
                 self.metrics.readiness.round_completed(problem)
+            # The round's housekeeping is the round's (before its line): the first round
+            # that led built what later ones keep (long_lived); the others' young objects
+            # are collected now, not in the idle interval after; then the freed buffers
+            # go back to the OS.
+            if self._led and not self.once:
+                self.long_lived.after_round()
+            self.native_memory.trim()
             self.display.round_done(len(found), len(self._led))
             if self.once:
-                self.native_memory.trim()
                 return
-            if self._led:  # the first round that led built what later ones keep (long_lived)
-                self.long_lived.freeze()
-            self.native_memory.trim()  # the round's freed buffers go back to the OS
             # Unknown leadership is asked again sooner than a round's interval.
             interval = self.settings.task_interval_ms / 1000
             if report.leadership_unknown is not None:

@@ -9,12 +9,13 @@ import itertools
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from rlmm.offload.long_lived import LongLivedHeap
 from rlmm.offload.native_memory import NativeMemory
 from rlmm.offload.runtime_costs import RuntimeCosts
 
 
 def test_a_full_collection_is_timed_under_its_generation() -> None:
-    costs = RuntimeCosts(NativeMemory())
+    costs = RuntimeCosts(NativeMemory(), LongLivedHeap())
     registry = CollectorRegistry()
     registry.register(costs)
     gc.collect(2)  # not timed: not installed yet
