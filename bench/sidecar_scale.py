@@ -11,8 +11,8 @@ storage, the default 30 s task interval) over it and measures, against issue 27:
   measured in the same run with the same config (target >= 0.8x);
 - idle rounds (nothing new): CPU seconds of the sidecar process per interval (the round
   and the sleep after it) over the interval (target <= 1% of one core), with what
-  housekeeping took of it: seconds in Python's garbage collector by generation and in
-  malloc_trim (the sidecar's own counters);
+  housekeeping took of it: seconds in Python's garbage collector by generation, the
+  heap's refreezes, and malloc_trim (the sidecar's own counters);
 - one new segment rolled in one partition after a round: copied by the next round
   (target: within one interval);
 - busy rounds (no target): the round after the first, which runs every partition once
@@ -280,6 +280,7 @@ COSTS = (
     "rlmm_python_gc_timed_collections_total",
     "rlmm_offload_malloc_trim_seconds_total",
     "rlmm_offload_malloc_trims_total",
+    "rlmm_python_gc_refreezes_total",
 )
 
 
