@@ -693,13 +693,22 @@ MISSED = re.compile(
     r"(?P<topic>\S+)-(?P<partition>\d+) \([^)]*\): offsets (?P<first>\d+)\.\.(?P<last>\d+)"
     r" were deleted from the local log before they were copied"
 )
+# Its info line for a segment not copied because remote retention would delete it at
+# once (what Kafka's copy then expiration does in two steps): expired, not lost.
+SKIPPED = re.compile(
+    r"(?P<topic>\S+)-(?P<partition>\d+) \([^)]*\): not copying \S+ \(offsets"
+    r" (?P<first>\d+)\.\.(?P<last>\d+)\): past retention\.ms already"
+)
 
 
-def missed_by_broker(logs: Path) -> dict[tuple[str, int], list[tuple[int, int]]]:
-    """The offset ranges the sidecars said the broker deleted before they were copied."""
-    out: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+Ranges = dict[tuple[str, int], list[tuple[int, int]]]  # inclusive offset ranges per partition
+
+
+def logged_ranges(logs: Path, line: re.Pattern[str]) -> Ranges:
+    """The offset ranges the sidecars' logs name in ``line`` (MISSED, SKIPPED)."""
+    out: Ranges = defaultdict(list)
     for path in sorted(logs.glob("sidecar*.log")):
-        for m in MISSED.finditer(path.read_text(errors="replace")):
+        for m in line.finditer(path.read_text(errors="replace")):
             tp = (m["topic"], int(m["partition"]))
             out[tp].append((int(m["first"]), int(m["last"])))
     return dict(out)
@@ -709,12 +718,17 @@ def compare(
     truth: Truth, config: Path, topics: list[Topic], rolls: dict[tuple[str, int], int],
     expired: dict[tuple[str, int], list[tuple[int, int]]],
     missed: dict[tuple[str, int], list[tuple[int, int]]],
+    skipped: dict[tuple[str, int], list[tuple[int, int]]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Archived records against the consumers', per partition and isolation level. A
     lost record the sidecar reported missed (the broker deleted it first) is counted
-    apart, in ``missed_by_broker``: the run's local retention was too short for it."""
+    apart, in ``missed_by_broker``: the run's local retention was too short for it. A
+    record of a segment the sidecar did not copy because it was past remote retention
+    already (``skipped``) is expired, in ``skipped_past_retention``: not a loss."""
+    skipped = skipped or {}
     out: dict[str, Any] = {"compared": 0, "lost": 0, "missed_by_broker": 0, "duplicates": 0,
-                           "mismatched": 0, "unseen_by_consumer": 0, "partitions": {}}  # fmt: skip
+                           "mismatched": 0, "unseen_by_consumer": 0,
+                           "skipped_past_retention": 0, "partitions": {}}  # fmt: skip
     for level, seen in truth.records.items():
         for t in topics:
             archived = archive_rows(config, t.name, level)
@@ -732,6 +746,9 @@ def compare(
                 lost = [o for o in want if o >= first and o not in got_map]
                 kept = set(covered)  # once: below holds every record an hour expired
                 lost += [o for o in below if o not in kept]
+                retired = _merged(skipped.get(tp, []))
+                past_retention = [o for o in lost if _within(o, retired)]
+                lost = [o for o in lost if not _within(o, retired)]
                 gaps = _merged(missed.get(tp, []))
                 reported = [o for o in lost if _within(o, gaps)]
                 lost = [o for o in lost if not _within(o, gaps)]
@@ -740,6 +757,7 @@ def compare(
                 out["compared"] += len(got_map)
                 out["lost"] += len(lost)
                 out["missed_by_broker"] += len(reported)
+                out["skipped_past_retention"] += len(past_retention)
                 out["duplicates"] += dup
                 out["mismatched"] += len(bad)
                 out["unseen_by_consumer"] += len(unseen)
@@ -747,6 +765,7 @@ def compare(
                     "archived": len(got_map), "first_offset": first if got else None,
                     "expired_below": len(covered), "lost": lost[:10],
                     "missed_by_broker": len(reported), "mismatched": bad[:10],
+                    "skipped_past_retention": len(past_retention),
                     "duplicates": dup, "unseen_by_consumer": unseen[:10],
                 }  # fmt: skip
     return out
@@ -1089,7 +1108,7 @@ scrape_configs:
             str(log_dirs[crash_node]), env={KILL_ENV: "copy.after_upload@2"},
         )  # fmt: skip
         report["crashed_round_exit"] = code
-        (logs / "sidecar-crashed-round.log").write_text(err)  # (missed_by_broker reads it)
+        (logs / "sidecar-crashed-round.log").write_text(err)  # (logged_ranges reads it)
         log(f"crashed round (node {crash_node}): exit {code}")
         # (Not --deep: a stuck copy is found from the metadata and a listing; the deep
         # read of every object comes after the clean round.)
@@ -1142,10 +1161,11 @@ scrape_configs:
         log("clean round and verify done")
         # What the archive holds against what the consumers read.
         events = await asyncio.to_thread(events_summary, config)
-        missed = missed_by_broker(logs)
+        missed = logged_ranges(logs, MISSED)
         comparison = await asyncio.to_thread(
-            compare, truth, config, topics, rolls, events["expired_ranges"], missed
-        )
+            compare, truth, config, topics, rolls, events["expired_ranges"], missed,
+            logged_ranges(logs, SKIPPED),
+        )  # fmt: skip
         log(f"compared {comparison['compared']} records")
         # Remote retention: nothing past it is left, in the metadata or the bucket.
         code, listing, err = await asyncio.to_thread(rlmm, config, "segments", "list")
@@ -1192,6 +1212,7 @@ scrape_configs:
             "records_compared": comparison["compared"],
             "records_lost": comparison["lost"],
             "records_missed_by_broker": comparison["missed_by_broker"],
+            "records_skipped_past_retention": comparison["skipped_past_retention"],
             "duplicates": comparison["duplicates"],
             "mismatched": comparison["mismatched"],
             "archived_but_unseen_by_consumer": comparison["unseen_by_consumer"],

@@ -529,8 +529,10 @@ class RemoteLogManager:
                     raise
                 if expired_before_ms is not None and desc.max_timestamp_ms <= expired_before_ms:
                     log.info(
-                        "%s: not copying %s: past retention.ms already (max timestamp %d)",
-                        tp, segment.name, desc.max_timestamp_ms,
+                        "%s: not copying %s (offsets %d..%d): past retention.ms already"
+                        " (max timestamp %d)",
+                        tp, segment.name, segment.base_offset, segment.next_base_offset - 1,
+                        desc.max_timestamp_ms,
                     )  # fmt: skip
                     return None
                 # As Kafka's copier thread does, a throttled copy waits holding its slot.

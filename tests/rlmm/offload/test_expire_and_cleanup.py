@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from remote import LogSegmentData
 from remote.local import LocalRemoteStorageManager
@@ -74,9 +77,13 @@ async def test_segments_past_retention_are_not_uploaded(
     rlmm_manager: TopicBasedRemoteLogMetadataManager,
     rsm: LocalRemoteStorageManager,
     make_rlm: Callable[..., RemoteLogManager],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A round does not upload what its own expiration would delete at once (it used to
-    copy and then delete them): the leading segments past retention.ms are skipped."""
+    copy and then delete them): the leading segments past retention.ms are skipped, each
+    logged with its offsets (what they are is expired, not lost: bench/soak.py counts
+    them so)."""
+    caplog.set_level(logging.INFO, logger="rlmm.offload")
     pdir = write_partition(tmp_path, "orders", 0)
     now = 1_700_000_000_000 + 400 + 3_600_000
     src = source(pdir, RetentionSettings(retention_ms=3_600_000, retention_bytes=-1))
@@ -94,6 +101,10 @@ async def test_segments_past_retention_are_not_uploaded(
     skipped = [seg.base_offset for seg in rolled[: result.skipped_expired]]
     keys = list(local_keys(rsm.root))
     assert keys and not [k for k in keys for b in skipped if f"/{b:020d}-" in k]  # not uploaded
+    said = [r.getMessage() for r in caplog.records if "past retention.ms already" in r.getMessage()]
+    assert [m.split("(offsets ")[1].split(")")[0] for m in said] == [
+        f"{seg.base_offset}..{seg.next_base_offset - 1}" for seg in rolled[: result.skipped_expired]
+    ]
 
 
 async def test_retention_bytes_counts_local_and_remote(
