@@ -21,9 +21,10 @@ verify is clean; for every partition and both isolation levels the archived reco
 equal the consumers' (no gap, no duplicate, same bytes), and what was below the
 archive was expired by remote retention, whose segments are gone from the metadata
 and the bucket, or was never copied because it was past remote retention already
-when its turn came (the sidecar logs each such segment's offsets); the copy-errors alert fired during the storm and resolved after it;
-every Grafana dashboard query returns data; the sidecar's RSS and open fds (its last
-incarnation) stay flat; no process outlives the run. Prints ONE JSON document; exit
+when its turn came (the sidecar logs each such segment's offsets); the copy-errors
+alert fired during the storm and resolved after it; every Grafana dashboard query
+returns data; the sidecar's RSS and open fds (its last incarnation) stay flat; no
+process outlives the run. Prints ONE JSON document; exit
 0 when every check passed, 1 otherwise.
 
 With ``--brokers 3`` the broker is a three-node Apache Kafka cluster (every node broker
@@ -717,9 +718,7 @@ def logged_ranges(logs: Path, line: re.Pattern[str]) -> Ranges:
 
 def compare(
     truth: Truth, config: Path, topics: list[Topic], rolls: dict[tuple[str, int], int],
-    expired: dict[tuple[str, int], list[tuple[int, int]]],
-    missed: dict[tuple[str, int], list[tuple[int, int]]],
-    skipped: dict[tuple[str, int], list[tuple[int, int]]] | None = None,
+    expired: Ranges, missed: Ranges, skipped: Ranges | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Archived records against the consumers', per partition and isolation level. A
     lost record the sidecar reported missed (the broker deleted it first) is counted
