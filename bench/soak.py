@@ -718,14 +718,13 @@ def logged_ranges(logs: Path, line: re.Pattern[str]) -> Ranges:
 
 def compare(
     truth: Truth, config: Path, topics: list[Topic], rolls: dict[tuple[str, int], int],
-    expired: Ranges, missed: Ranges, skipped: Ranges | None = None,
+    expired: Ranges, missed: Ranges, skipped: Ranges,
 ) -> dict[str, Any]:  # fmt: skip
     """Archived records against the consumers', per partition and isolation level. A
     lost record the sidecar reported missed (the broker deleted it first) is counted
     apart, in ``missed_by_broker``: the run's local retention was too short for it. A
     record of a segment the sidecar did not copy because it was past remote retention
     already (``skipped``) is expired, in ``skipped_past_retention``: not a loss."""
-    skipped = skipped or {}
     out: dict[str, Any] = {"compared": 0, "lost": 0, "missed_by_broker": 0, "duplicates": 0,
                            "mismatched": 0, "unseen_by_consumer": 0,
                            "skipped_past_retention": 0, "partitions": {}}  # fmt: skip
