@@ -2,13 +2,15 @@
 
 A ``TopicBasedRemoteLogMetadataManager`` over the embedded file event log (the
 sidecar's default, ``config/embedded.toml``) leads ``--partitions`` user partitions
-and records ``--segments`` segments (each an add then a COPY_SEGMENT_FINISHED update,
-as a copy does). The resident memory after a full collection, before and after,
-gives the bytes per segment the process keeps (the cache, the event log's
-in-memory tail, the allocator's share); a second pass of the same work under
-tracemalloc gives the Python heap's share and its top sites. No target: the figure
-says what a sidecar's RSS grows by per segment it archives and keeps, which is what
-a topic kept forever costs it. Prints ONE JSON document.
+and records ``--segments`` segments (each an add then a COPY_SEGMENT_FINISHED update
+carrying a manifest as its custom metadata, as a copy does). The resident memory
+after a full collection, before and after, gives the bytes per segment the process
+keeps (the cache, the event log's in-memory tail, the allocator's share), and the
+interpreter's allocated blocks the small objects it keeps per segment (each one kept
+for good pins a small-object pool among a round's transient objects); a second pass
+of the same work under tracemalloc gives the Python heap's share and its top sites.
+No target: the figure says what a sidecar's RSS grows by per segment it archives and
+keeps, which is what a topic kept forever costs it. Prints ONE JSON document.
 
 Usage: python bench/metadata_memory.py [--segments 8000] [--partitions 7]
 """
@@ -32,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._machine import machine  # noqa: E402
+from remote.manifest import ObjectChecksum, SegmentManifest  # noqa: E402
+from remote.naming import OBJECT_KINDS  # noqa: E402
 from rlmm.config import load_config  # noqa: E402
 from rlmm.factory import create_manager, open_event_log  # noqa: E402
 from rlmm.model import (  # noqa: E402
@@ -50,6 +54,15 @@ def _rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
+def _manifest(i: int) -> bytes:
+    """The custom metadata a copy of segment ``i`` carries (four objects, a timestamp)."""
+    objects = {
+        kind: ObjectChecksum(1 << 20 if kind is None else 4096 + i % 97, i * 2654435761 % (1 << 32))
+        for kind in OBJECT_KINDS[:4]
+    }
+    return SegmentManifest(objects, 1_700_000_000_000 + i).encode()
+
+
 async def _record(segments: int, partitions: int, traced: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rlmm-metadata-memory-") as work:
         config = load_config(
@@ -65,6 +78,7 @@ async def _record(segments: int, partitions: int, traced: bool) -> dict[str, Any
             if traced:
                 tracemalloc.start(10)
             before, heap_before = _rss(), tracemalloc.get_traced_memory()[0]
+            blocks = sys.getallocatedblocks()
             first = tracemalloc.take_snapshot() if traced else None
             for i in range(segments):
                 tp, start = tps[i % partitions], (i // partitions) * 1000
@@ -72,16 +86,22 @@ async def _record(segments: int, partitions: int, traced: bool) -> dict[str, Any
                     RemoteLogSegmentId.generate_new(tp), start, start + 999,
                     max_timestamp_ms=1_700_000_000_000 + i, broker_id=0,
                     event_timestamp_ms=1_700_000_000_000 + i, segment_size_in_bytes=1 << 20,
-                    segment_leader_epochs={0: 0}, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+                    segment_leader_epochs={0: start},
+                    state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
                 )  # fmt: skip
                 await manager.add_remote_log_segment_metadata(m)
                 done = RemoteLogSegmentMetadataUpdate(
-                    m.remote_log_segment_id, 1_700_000_000_001 + i, None,
+                    m.remote_log_segment_id, 1_700_000_000_001 + i, _manifest(i),
                     RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 0,
                 )  # fmt: skip
                 await manager.update_remote_log_segment_metadata(done)
             after, heap_after = _rss(), tracemalloc.get_traced_memory()[0]
-            out: dict[str, Any] = {"rss_bytes_per_segment": round((after - before) / segments)}
+            out: dict[str, Any] = {
+                "rss_bytes_per_segment": round((after - before) / segments),
+                "small_objects_per_segment": round(
+                    (sys.getallocatedblocks() - blocks) / segments, 2
+                ),
+            }
             if traced and first is not None:
                 top = tracemalloc.take_snapshot().compare_to(first, "lineno")[:8]
                 out = {

@@ -9,7 +9,9 @@ to S3: moto's server in a process of its own on loopback, behind the suite's fau
 proxy (``--fault-rate``, 0 by default: it then passes every request through), one
 bucket per side; ``/metrics`` is scraped every ``--scrape-s``. Remote
 retention (``--retention-s``) keeps deleting what it copied, so the sidecar's state is
-bounded and any growth is its own. Both sides run at the same time, on the same server.
+bounded and any growth is its own; with ``--retention-s -1`` every copy is kept, as the
+soak's kept topics are, and the growth per copy (``copy_requests``, from the last
+scrape) is what the kept metadata costs. Both sides run at the same time, on the same server.
 
 The baseline is the same process with ``RLMM_NO_NATIVE_MEMORY_BOUND=1`` (glibc's
 defaults: one malloc arena per thread up to 8 x cores, no trim).
@@ -217,6 +219,9 @@ data_dir = "{side_dir / "data"}"
 [eventlog]
 partitions = 4
 fsync = "interval"
+[snapshot]
+every_events = {args.snapshot_every_events}
+interval_s = {args.snapshot_interval_s}
 [remote]
 type = "s3"
 bucket = "{bucket}"
@@ -224,7 +229,7 @@ prefix = "bench"
 endpoint_url = "{endpoint}"
 region = "us-east-1"
 [offload]
-"retention.ms" = {int(args.retention_s * 1000)}
+"retention.ms" = {-1 if args.retention_s < 0 else int(args.retention_s * 1000)}
 "remote.log.manager.task.interval.ms" = {args.interval_ms}
 """
     )
@@ -287,8 +292,17 @@ def main() -> None:
     parser.add_argument("--segment-kib", type=int, default=512)
     parser.add_argument("--keep-local", type=int, default=20, help="rolled segments kept locally")
     parser.add_argument(
-        "--retention-s", type=float, default=120.0, help="remote retention.ms / 1000"
-    )
+        "--retention-s", type=float, default=120.0,
+        help="remote retention.ms / 1000 (-1: keep every copy, so the archive grows)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--snapshot-every-events", type=int, default=100_000,
+        help="[snapshot] every_events (the soak's: 2000)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--snapshot-interval-s", type=float, default=300.0,
+        help="[snapshot] interval_s (the soak's: 30)",
+    )  # fmt: skip
     parser.add_argument("--interval-ms", type=int, default=1000, help="task interval")
     parser.add_argument(
         "--scrape-s",
@@ -398,6 +412,16 @@ def main() -> None:
             else:
                 time.sleep(2)
     finally:
+        copied: dict[str, int | None] = {}
+        for side, port in ports.items():  # the last word on what each side archived
+            copied[side] = None
+            with contextlib.suppress(OSError, ValueError):
+                url = f"http://127.0.0.1:{port}/metrics"
+                text = urllib.request.urlopen(url, timeout=30).read().decode()
+                copied[side] = round(sum(
+                    float(m.group(1)) for m in re.finditer(
+                        r"^rlmm_remote_copy_requests_total\{.*\} (\S+)$", text, re.M)
+                ))  # fmt: skip
         for proc in procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -422,6 +446,7 @@ def main() -> None:
         sides_out[side] = {
             "exit_code": exits.get(side),
             "metrics_scrapes": scrapes[side],
+            "copy_requests": copied.get(side),
             "stderr_tail": data_log.strip().splitlines()[-3:],
             **summarize(samples[side], stats, t0),
         }
@@ -444,6 +469,8 @@ def main() -> None:
             "segment_kib": args.segment_kib,
             "task_interval_ms": args.interval_ms,
             "remote_retention_s": args.retention_s,
+            "snapshot_every_events": args.snapshot_every_events,
+            "snapshot_interval_s": args.snapshot_interval_s,
             "scrape_every_s": args.scrape_s,
             "s3": "moto server behind the fault proxy (tests/fixtures/s3_faults.py),"
             " each its own process, 127.0.0.1",

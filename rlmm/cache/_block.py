@@ -44,6 +44,7 @@ from rlmm.cache._columns import (
     TXN_EMPTY,
     SegmentColumns,
 )
+from rlmm.cache._custom_column import CustomMetadataColumn
 from rlmm.cache._state import CacheState, RemoteLogLeaderEpochState, SegmentSource
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -181,7 +182,7 @@ def decode_v4(owner: SegmentSource, data: bytes, check: bool = True) -> CacheSta
     copy = swap or v3  # the index too: a cache owns all or none of its buffers
     pos += _pad(pos)
     cols.dead = dead
-    cols.custom = {row: value for row, value in custom}
+    cols.custom = _custom_column(custom, rows)
     epochs: dict[int, RemoteLogLeaderEpochState] = {}
     lengths = [e[1] for e in epochs_state]
     if pos + 20 * sum(lengths) != len(data):
@@ -219,9 +220,21 @@ def decode_v4(owner: SegmentSource, data: bytes, check: bool = True) -> CacheSta
             for row, first in enumerate(firsts):
                 if first >= flat and cols.pair_bounds(row) != (first, first):
                     raise BlockError(f"segment {row}: leader epoch index {first} out of range")
-        if custom and not 0 <= min(r for r, _ in custom) <= max(r for r, _ in custom) < rows:
-            raise BlockError("custom metadata of a segment out of range")
     return CacheState(cols, epochs, total, None if v3 else data)
+
+
+def _custom_column(pairs: Any, rows: int) -> CustomMetadataColumn:
+    """The header's ``[[row, custom metadata], ...]`` as a column; BlockError unless each
+    is a row of the block with bytes (checked before anything is sized by a row)."""
+    column = CustomMetadataColumn()
+    for pair in pairs:
+        row, value = pair if isinstance(pair, list) and len(pair) == 2 else (None, None)
+        if type(row) is not int or not 0 <= row < rows:
+            raise BlockError(f"custom metadata of segment {row!r}: not a segment of the block")
+        if not isinstance(value, bytes):
+            raise BlockError(f"custom metadata of segment {row}: not bytes")
+        column.set(row, value)
+    return column
 
 
 def _column(view: memoryview, code: str, copy: bool, swap: bool) -> Any:

@@ -41,6 +41,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from rlmm import _fast_paths
+from rlmm.cache._custom_column import CustomMetadataColumn
 from rlmm.codec import build as _build
 from rlmm.codec import uuid_from_int
 from rlmm.model import (
@@ -135,7 +136,7 @@ class SegmentColumns:
     def __init__(self) -> None:
         self.recs: Any = bytearray()  # WIDTH bytes a row (bytearray, or a frozen view)
         self.eps: Any = array("q")  # epoch, start offset, epoch, ... (array, or a frozen view)
-        self.custom: dict[int, bytes] = {}  # rows whose custom metadata is not None (rare)
+        self.custom = CustomMetadataColumn()  # every segment rlmm copies has a manifest
         self.dead = 0
         self.frozen = False
         # Open addressing over row + 1 (0: empty), built on the first find(): a restored
@@ -235,7 +236,7 @@ class SegmentColumns:
         )
         row = self._push(record, flat if first >= 0 else ())
         if m.custom_metadata is not None:
-            self.custom[row] = m.custom_metadata
+            self.custom.set(row, m.custom_metadata)
         if self.table is not None:
             self._index(row, raw)
         return row
@@ -260,7 +261,7 @@ class SegmentColumns:
         )
         row = self._push(record, flat_epochs if first >= 0 else ())
         if custom is not None:
-            self.custom[row] = custom
+            self.custom.set(row, custom)
         self.table = None
         return row
 
@@ -276,9 +277,9 @@ class SegmentColumns:
         recs[at + _BROKER : at + _BROKER + 4] = packed_broker
         recs[at + _EVENT_TS : at + _EVENT_TS + 8] = packed_ts
         if custom is None:
-            self.custom.pop(row, None)
+            self.custom.pop(row)
         else:
-            self.custom[row] = custom
+            self.custom.set(row, custom)
 
     def kill(self, row: int) -> None:
         """The segment is gone (DELETE_SEGMENT_FINISHED): its row is dead until compact()."""
@@ -286,7 +287,7 @@ class SegmentColumns:
         at = row << 6
         self.recs[at + TAIL] |= DEAD
         _I32.pack_into(self.recs, at + _SIZE, 0)  # so that the sizes always sum to the live total
-        self.custom.pop(row, None)
+        self.custom.pop(row)
         self.dead += 1
 
     def compact(self) -> list[int]:
@@ -308,7 +309,7 @@ class SegmentColumns:
                 new_eps += eps[2 * a : 2 * b]
             out += record
         self.recs, self.eps = out, new_eps
-        self.custom = {remap[r]: v for r, v in self.custom.items()}
+        self.custom.renumber(remap)
         self.dead = 0
         self.table = None
         return remap

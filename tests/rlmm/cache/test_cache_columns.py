@@ -153,19 +153,38 @@ def test_a_segment_read_again_is_the_same_object_until_it_changes() -> None:
 
 
 def test_memory_per_segment_is_packed() -> None:
+    """A segment as rlmm copies it (a manifest of about 60 bytes as its custom metadata)
+    costs packed bytes, and no small object of its own: those, kept for good among a
+    round's transient objects, pin the interpreter's small-object pools."""
+    import gc
+    import sys
     import tracemalloc
 
+    manifest = bytes(range(60))
+    cache = RemoteLogMetadataCache(TP)
+
+    def keep(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            m = segment(TP, i * 10, i * 10 + 9, {i // 1000: i * 10})
+            cache.add_copy_in_progress_segment(m)
+            done = update(m, S.COPY_SEGMENT_FINISHED, custom=manifest[: 40 + i % 20])
+            cache.update_remote_log_segment_metadata(done)
+
+    keep(0, 500)  # the columns' first growth steps
+    gc.collect()
+    blocks = sys.getallocatedblocks()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    cache = RemoteLogMetadataCache(TP)
-    for i in range(5000):
-        m = segment(TP, i * 10, i * 10 + 9, {i // 1000: i * 10})
-        cache.add_copy_in_progress_segment(m)
-        cache.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED))
+    keep(500, 5000)
     used = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    assert len(cache.segments) == 5000
+    gc.collect()
+    objects = sys.getallocatedblocks() - blocks
+    assert len(cache.segments) == 5500
+    found = cache.remote_log_segment_metadata(5, 54321)
+    assert found is not None and found.custom_metadata == manifest[:52]
     assert used / 5000 < 256, f"{used / 5000:.0f} bytes per segment"
+    assert objects / 5000 < 0.05, f"{objects / 5000:.2f} small objects kept per segment"
 
 
 def v3_block(cache: RemoteLogMetadataCache) -> bytes:

@@ -230,11 +230,27 @@ def corrupted(data: bytes, how: str) -> bytes:
         header[8][0][4] = [header[2] + 5]  # an unreferenced row past the last segment
     elif how == "bad total":
         header[5] += 1
+    elif how == "custom past the last":
+        header[7] = [[header[2], b"manifest"]]
+    elif how == "custom row huge":
+        header[7] = [[1 << 40, b"manifest"]]  # refused before anything is sized by it
+    elif how == "custom not bytes":
+        header[7] = [[0, "manifest"]]
     return _cache_block.join_block(header, columns)
 
 
 @pytest.mark.parametrize(
-    "how", ["truncated", "garbage", "other partition", "bad index", "bad total"]
+    "how",
+    [
+        "truncated",
+        "garbage",
+        "other partition",
+        "bad index",
+        "bad total",
+        "custom past the last",
+        "custom row huge",
+        "custom not bytes",
+    ],
 )
 def test_corrupt_block_names_partition_and_snapshot(how: str) -> None:
     head = RemotePartitionMetadataStore()
