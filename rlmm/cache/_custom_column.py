@@ -3,9 +3,9 @@
 Every segment rlmm copies carries custom metadata (its manifest, about 60 bytes), so a
 partition that keeps its archive keeps one value per segment for good. As a ``dict``
 of ``bytes`` that was two small long-lived objects per segment (the value and its row
-number) plus a slot: about 180 bytes, scattered over CPython's small-object pools
-among the round's transient objects, which then could not hand those pools back. Here
-the values are bytes of one ``bytearray`` and each row's place is two array entries.
+number) plus a slot, about 180 bytes, each one pinning a small-object pool it shares
+with transient objects. Here the values are bytes of one ``bytearray`` and each row's
+place is two array entries: about 70 bytes, and no object per segment.
 
 Invariant: ``get(row)`` is the value last ``set`` for ``row``, or None (never set,
 ``pop``-ped, or a row past the end). A replaced or popped value's bytes stay in the
