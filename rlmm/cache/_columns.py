@@ -478,7 +478,7 @@ class SegmentColumns:
         m.segment_size_in_bytes = size  # type: ignore[attr-defined]
         m.segment_leader_epochs = _PROXY(epochs)  # type: ignore[attr-defined]
         m.state = STATES[tail & STATE_MASK]  # type: ignore[attr-defined]
-        m.custom_metadata = self.custom.get(row) if self.custom else None  # type: ignore[attr-defined]
+        m.custom_metadata = self.custom.get(row)  # type: ignore[attr-defined]
         m.txn_index_empty = tail & TXN_EMPTY != 0  # type: ignore[attr-defined]
         m.__class__ = RemoteLogSegmentMetadata  # type: ignore[assignment]
         return m  # type: ignore[return-value]
