@@ -24,15 +24,19 @@ _NONE: Final = -1
 
 
 class CustomMetadataColumn:
-    """Row -> custom metadata bytes (or None), in one blob (see the module docstring)."""
+    """Row -> custom metadata bytes (or None), in one blob (see the module docstring).
 
-    __slots__ = ("_at", "_blob", "_garbage", "_live", "_size")
+    The blob and its two per-row arrays are one tuple, replaced whole by a rewrite, and
+    ``set`` writes a row's offset last: a read on another thread meanwhile sees the old
+    value or the new one, never a mix or a gap.
+    """
+
+    __slots__ = ("_data", "_garbage", "_live")
 
     def __init__(self) -> None:
-        self._blob = bytearray()
-        self._at: array[int] = array("q")  # per row: offset in _blob, or _NONE
-        self._size: array[int] = array("I")  # per row: length (meaningless when _NONE)
-        self._garbage = 0  # bytes of _blob no row points at
+        # blob; per row: offset in the blob or _NONE; per row: length
+        self._data: tuple[bytearray, array[int], array[int]] = _empty()
+        self._garbage = 0  # bytes of the blob no row points at
         self._live = 0  # rows with a value
 
     def __len__(self) -> int:
@@ -42,55 +46,64 @@ class CustomMetadataColumn:
     def __bool__(self) -> bool:
         return self._live > 0
 
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of the blob, garbage included."""
+        return len(self._data[0])
+
     def get(self, row: int) -> bytes | None:
-        if row >= len(self._at):
+        blob, at, size = self._data
+        if row >= len(at) or at[row] == _NONE:
             return None
-        at = self._at[row]
-        if at == _NONE:
-            return None
-        return bytes(self._blob[at : at + self._size[row]])
+        start = at[row]
+        return bytes(blob[start : start + size[row]])
 
     def set(self, row: int, value: bytes) -> None:
         if row < 0:
             raise IndexError(f"row {row}")
-        self.pop(row)  # first: it may rewrite the arrays
-        grow = row + 1 - len(self._at)
+        self.pop(row)  # first: it may rewrite the blob
+        blob, at, size = self._data
+        grow = row + 1 - len(at)
         if grow > 0:
-            self._at.extend([_NONE] * grow)
-            self._size.extend([0] * grow)
-        self._at[row] = len(self._blob)
-        self._size[row] = len(value)
-        self._blob += value
+            size.extend([0] * grow)
+            at.extend([_NONE] * grow)
+        start = len(blob)
+        blob += value
+        size[row] = len(value)
+        at[row] = start
         self._live += 1
 
     def pop(self, row: int) -> None:
         """Forget ``row``'s value (nothing when it has none)."""
-        if row >= len(self._at) or self._at[row] == _NONE:
+        blob, at, size = self._data
+        if row >= len(at) or at[row] == _NONE:
             return
-        self._at[row] = _NONE
-        self._garbage += self._size[row]
+        at[row] = _NONE
+        self._garbage += size[row]
         self._live -= 1
-        if self._garbage > _REPACK_MIN_GARBAGE and 2 * self._garbage > len(self._blob):
+        if self._garbage > _REPACK_MIN_GARBAGE and 2 * self._garbage > len(blob):
             self._rewrite(list(self.items()))
 
     def items(self) -> Iterator[tuple[int, bytes]]:
         """(row, value) of every row with a value, in row order."""
-        blob, sizes = self._blob, self._size
-        for row, at in enumerate(self._at):
-            if at != _NONE:
-                yield row, bytes(blob[at : at + sizes[row]])
+        blob, at, size = self._data
+        for row, start in enumerate(at):
+            if start != _NONE:
+                yield row, bytes(blob[start : start + size[row]])
 
     def renumber(self, remap: Sequence[int]) -> None:
         """Move each value to ``remap[row]``; a row mapped to -1 loses its value."""
         self._rewrite([(remap[row], value) for row, value in self.items() if remap[row] >= 0])
 
     def _rewrite(self, values: list[tuple[int, bytes]]) -> None:
-        self._blob = bytearray()
-        self._at = array("q")
-        self._size = array("I")
-        self._garbage = self._live = 0
+        fresh = CustomMetadataColumn()
         for row, value in values:
-            self.set(row, value)
+            fresh.set(row, value)
+        self._data, self._garbage, self._live = fresh._data, 0, fresh._live
+
+
+def _empty() -> tuple[bytearray, array[int], array[int]]:
+    return bytearray(), array("q"), array("I")
 
 
 __all__ = ["CustomMetadataColumn"]

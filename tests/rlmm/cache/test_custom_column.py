@@ -52,7 +52,7 @@ def test_the_column_answers_as_a_dict_does(steps: list[tuple[str, object, object
                 model.get(r) for r in range(ROWS + 5)
             ]
             live = sum(len(v) for v in model.values())
-            assert len(column._blob) <= max(2 * live, live + 256) + 300
+            assert column.stored_bytes <= max(2 * live, live + 256) + 300
     finally:
         setattr(_custom_column, "_REPACK_MIN_GARBAGE", saved)  # noqa: B010
 
@@ -63,7 +63,7 @@ def test_replacing_every_value_keeps_the_blob_bounded() -> None:
     for i in range(20_000):
         column.set(i % 100, bytes([i % 256]) * 60)
     assert len(column) == 100
-    assert len(column._blob) <= 2 * 100 * 60 + _custom_column._REPACK_MIN_GARBAGE + 60
+    assert column.stored_bytes <= 2 * 100 * 60 + _custom_column._REPACK_MIN_GARBAGE + 60
     assert column.get(99) == bytes([19_999 % 256]) * 60
 
 
