@@ -20,7 +20,7 @@ import heapq
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from eventlog import EventLog, EventLogClosedError, EventLogError, OffsetBeforeLogStartError
@@ -608,6 +608,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def remote_log_size(self, tp: TopicIdPartition, leader_epoch: int | None = None) -> int:
         cache = self._cache(tp)
         return 0 if cache is None else cache.remote_log_size(leader_epoch)
+
+    def walk_remote_log_segments(
+        self, tp: TopicIdPartition, states: frozenset[RemoteLogSegmentState] | None = None
+    ) -> Iterator[RemoteLogSegmentMetadata]:
+        """The segments of ``tp`` (all, or those in ``states``) by start offset, then end
+        offset, each built as the walk reaches it: a caller that scans a large archive
+        every round (the offloader) holds one object at a time, not a list of them all.
+        Walk it to the end, or drop it, before the next ``await``: the walk follows the
+        cache's rows as they were when it started."""
+        cache = self._cache(tp)
+        return iter(()) if cache is None else cache.walk_remote_log_segments(states)
 
     def remote_log_segment_count(self, tp: TopicIdPartition) -> int:
         """len(list_remote_log_segments(tp)), without making the segments' metadata."""

@@ -32,11 +32,13 @@ model's constructors are.
 
 from __future__ import annotations
 
+import functools
 import struct
 import sys
 import uuid
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import compress
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -62,7 +64,7 @@ DEAD: Final = 0b1000
 RECORD: Final = struct.Struct("<16sqqqqiiiI")
 WIDTH: Final = 64
 assert RECORD.size == WIDTH
-_END, _EVENT_TS, _SIZE, _BROKER, _FIRST, TAIL = 24, 40, 48, 52, 56, 60  # field offsets
+_START, _END, _EVENT_TS, _SIZE, _BROKER, _FIRST, TAIL = 16, 24, 40, 48, 52, 56, 60  # offsets
 MANY: Final = 0xFFFFFF  # count field saturated: the next record's first pair bounds them
 _INLINE_MAX: Final = (1 << 31) - 2  # largest epoch that fits inline as -(epoch + 1)
 _I64: Final = struct.Struct("<q")
@@ -399,6 +401,19 @@ class SegmentColumns:
             if not recs[(row << 6) + TAIL] & DEAD:
                 yield row
 
+    def rows_by_start(self, states: frozenset[RemoteLogSegmentState] | None = None) -> array[int]:
+        """Live rows (all, or those in ``states``) by start offset, then end offset, then
+        row: a packed array, so a walk over a large partition holds no object per row."""
+        flags = bytes(self.recs[TAIL::WIDTH])
+        rows = list(compress(range(len(flags)), flags.translate(_wanted(states))))
+        if NATIVE == "little" and rows:
+            longs = memoryview(self.recs).cast("q")
+            rows.sort(key=longs[_END >> 3 :: WIDTH >> 3].__getitem__)
+            rows.sort(key=longs[_START >> 3 :: WIDTH >> 3].__getitem__)
+        else:
+            rows.sort(key=lambda r: _KEY.unpack_from(self.recs, r << 6)[1:])
+        return array("i", rows)
+
     def pair_bounds(self, row: int) -> tuple[int, int]:
         """Pairs ``[a, b)`` of ``eps`` of a row whose epochs are not inline."""
         first, tail = _FIRST_TAIL.unpack_from(self.recs, (row << 6) + _FIRST)
@@ -555,6 +570,15 @@ FAST_OBJECTS: Final = _fast_paths.ALLOWED and _fast_path_works(FAST_METADATA)
 make_segment_id: Final = _fast_segment_id if FAST_OBJECTS else _slow_segment_id
 if not FAST_OBJECTS:
     SegmentColumns.metadata = SegmentColumns.metadata_by_constructors  # type: ignore[method-assign]
+
+
+@functools.cache
+def _wanted(states: frozenset[RemoteLogSegmentState] | None) -> bytes:
+    """A ``bytes.translate`` table: a flags byte -> 1 when its row is live and in ``states``."""
+    codes = None if states is None else {int(s) for s in states}
+    return bytes(
+        int(not v & DEAD and (codes is None or v & STATE_MASK in codes)) for v in range(256)
+    )
 
 
 def packed_rows(values: Iterable[int]) -> array[int]:

@@ -275,6 +275,14 @@ class RemoteLogMetadataCache:
         rows.sort(key=self.columns.sort_key)
         return [self.segment_at(r, memo=False) for r in rows]
 
+    def walk_remote_log_segments(
+        self, states: frozenset[RemoteLogSegmentState] | None = None
+    ) -> Iterator[RemoteLogSegmentMetadata]:
+        """Segments (all, or those in ``states``) by start offset, built one at a time
+        (see ``TopicBasedRemoteLogMetadataManager.walk_remote_log_segments``)."""
+        for row in self.columns.rows_by_start(states):
+            yield self.segment_at(row, memo=False)
+
     def segment_count(self) -> int:
         return self.columns.live
 

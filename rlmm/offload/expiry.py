@@ -28,7 +28,7 @@ class Victim:
 
 
 def plan_expiry(
-    segments: Iterable[RemoteLogSegmentMetadata],
+    walk: Callable[[], Iterable[RemoteLogSegmentMetadata]],
     *,
     referenced: Callable[[RemoteLogSegmentMetadata], bool],
     retention: RetentionSettings,
@@ -36,20 +36,30 @@ def plan_expiry(
     local_only_bytes: int,
     now_ms: int,
 ) -> list[Victim]:
-    """The segments to delete, oldest first."""
-    listed = sorted(segments, key=lambda m: (m.start_offset, m.end_offset))
-    copying = [m.start_offset for m in listed if m.state == S.COPY_SEGMENT_STARTED]
-    walk_limit = min(copying) if copying else None
-    finished = [m for m in listed if m.state == S.COPY_SEGMENT_FINISHED]
-    served = [referenced(m) for m in finished]  # one lookup each: it is the round's cost
-    live = [m for m, r in zip(finished, served, strict=True) if r]
-    victims = [Victim(m, "superseded") for m, r in zip(finished, served, strict=True) if not r]
+    """The segments to delete, oldest first. ``walk()`` yields the partition's segments
+    by start offset, afresh at each call: it is walked twice (the totals, then the
+    walk), and no list of them all is made, as a partition may keep thousands."""
+    walk_limit = None
+    superseded: list[Victim] = []
+    remote_bytes = 0
+    for m in walk():
+        if m.state == S.COPY_SEGMENT_STARTED:
+            if walk_limit is None:
+                walk_limit = m.start_offset  # the first one is the oldest being copied
+        elif m.state == S.COPY_SEGMENT_FINISHED:
+            if referenced(m):  # one lookup each: it is the round's cost
+                remote_bytes += m.segment_size_in_bytes
+            else:
+                superseded.append(Victim(m, "superseded"))
+    gone = {v.segment.remote_log_segment_id for v in superseded}
     excess = None
     if retention.retention_bytes >= 0:
-        remote_bytes = sum(m.segment_size_in_bytes for m in live)
         excess = local_only_bytes + remote_bytes - retention.retention_bytes
     cutoff = now_ms - retention.retention_ms if retention.retention_ms >= 0 else None
-    for m in live:
+    victims = superseded
+    for m in walk():
+        if m.state != S.COPY_SEGMENT_FINISHED or m.remote_log_segment_id in gone:
+            continue
         if walk_limit is not None and m.start_offset >= walk_limit:
             break
         if m.end_offset < log_start_offset:

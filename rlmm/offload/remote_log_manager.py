@@ -67,7 +67,7 @@ from rlmm.offload.log_source import (
     epoch_end_offsets,
 )
 from rlmm.offload.metrics import OffloadMetrics
-from rlmm.offload.ownership import Ownership
+from rlmm.offload.ownership import Ownership, is_signed
 from rlmm.offload.quota import CopyQuota
 from rlmm.offload.segment_ops import OffloadEvent, SegmentOps
 
@@ -75,6 +75,9 @@ log = logging.getLogger(__name__)
 
 S = RemoteLogSegmentState
 P = RemotePartitionDeleteState
+_FINISHED_STATE = frozenset({S.COPY_SEGMENT_FINISHED})
+_STARTED_STATES = frozenset({S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED})
+_UNFINISHED_STATES = frozenset(set(S) - {S.COPY_SEGMENT_FINISHED})
 
 
 @dataclass
@@ -306,7 +309,13 @@ class RemoteLogManager:
         applied = self.rlmm.applied_offset_of(tp)
         if applied is not None and self._no_foreign.get(tp) == applied:
             return []
-        found = [m for m in self.rlmm.list_remote_log_segments(tp) if not await self._ops.owns(m)]
+        # A signed id is rlmm's without a look at the store; only the others are asked.
+        unsigned = [
+            m
+            for m in self.rlmm.walk_remote_log_segments(tp)
+            if not is_signed(m.remote_log_segment_id)
+        ]
+        found = [m for m in unsigned if not await self._ops.owns(m)]
         if not found and applied is not None:
             self._no_foreign[tp] = applied
         return found
@@ -331,13 +340,11 @@ class RemoteLogManager:
         """Delete what earlier attempts of rlmm left STARTED (copies and deletions) for ``tp``."""
         leftovers = await self._owned(
             tp,
-            (
+            [
                 m
-                for m in self.rlmm.list_remote_log_segments(tp)
-                if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)
-                and m.remote_log_segment_id not in self._ops.in_flight
-                and self._left_over(m)
-            ),
+                for m in self.rlmm.walk_remote_log_segments(tp, _STARTED_STATES)
+                if m.remote_log_segment_id not in self._ops.in_flight and self._left_over(m)
+            ],
             "cleaning up",
         )
         for m in leftovers:
@@ -359,18 +366,16 @@ class RemoteLogManager:
     def _continue_after(self, tp: TopicIdPartition, copied: int, view: LogView) -> int:
         """``copied``, or the end of the archive's first hole below it when the local log
         still holds the hole's start (so copying goes back and fills it)."""
-        finished = sorted(
-            (m for m in self.rlmm.list_remote_log_segments(tp)
-             if m.state == S.COPY_SEGMENT_FINISHED),
-            key=lambda m: m.start_offset,
-        )  # fmt: skip
-        if not finished:
-            return copied
-        end = finished[0].end_offset
-        for m in finished[1:]:
-            if m.start_offset > end + 1:
+        end = None
+        for m in self.rlmm.walk_remote_log_segments(tp, _FINISHED_STATE):
+            if end is None:
+                end = m.end_offset
+            elif m.start_offset > end + 1:
                 break
-            end = max(end, m.end_offset)
+            else:
+                end = max(end, m.end_offset)
+        if end is None:
+            return copied
         local_start = view.rolled[0].base_offset if view.rolled else view.log_end_offset
         if end < copied and end + 1 >= max(local_start, view.log_start_offset):
             log.warning(
@@ -560,12 +565,12 @@ class RemoteLogManager:
             # Leftovers of failed cleanups (the RSM delete failed too) go first; no copy
             # of this partition runs now (we hold its lock), so none of them is live.
             result.cleaned = await self._cleanup(tp)
-            segments = self.rlmm.list_remote_log_segments(tp)
             view = await run_blocking(self._file_slots, leader.source.view)
+            # No await from here to the victims' list: the walks follow the cache as it is.
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
             local_only = sum(size for next_base, size in view.local_sizes if next_base > copied + 1)
             victims = plan_expiry(
-                segments,
+                lambda: self.rlmm.walk_remote_log_segments(tp),
                 referenced=lambda m: self._referenced(tp, m),
                 retention=leader.source.retention(),
                 log_start_offset=view.log_start_offset,
@@ -573,7 +578,8 @@ class RemoteLogManager:
                 now_ms=self._clock_ms(),
             )
             chosen = {v.segment.remote_log_segment_id for v in victims}
-            victims += self._off_lineage(tp, segments, view, chosen, result)
+            finished = self.rlmm.walk_remote_log_segments(tp, _FINISHED_STATE)
+            victims += self._off_lineage(tp, finished, view, chosen, result)
             owned = {
                 m.remote_log_segment_id
                 for m in await self._owned(tp, (v.segment for v in victims), "expiring")
@@ -592,7 +598,7 @@ class RemoteLogManager:
     def _off_lineage(
         self,
         tp: TopicIdPartition,
-        segments: Sequence[RemoteLogSegmentMetadata],
+        segments: Iterable[RemoteLogSegmentMetadata],
         view: LogView,
         chosen: set[RemoteLogSegmentId],
         result: ExpireResult,
@@ -671,14 +677,13 @@ class RemoteLogManager:
         busy = copied.copied or copied.pending or copied.error or copied.skipped_expired
         if inputs is None or busy or copied.round_failure or expired.deleted or expired.cleaned:
             return
-        segments = self.rlmm.list_remote_log_segments(tp)
-        if any(m.state != S.COPY_SEGMENT_FINISHED for m in segments):
+        if next(self.rlmm.walk_remote_log_segments(tp, _UNFINISHED_STATES), None) is not None:
             return
         retention_ms = leader.source.retention().retention_ms
-        until = min(
-            (m.max_timestamp_ms + retention_ms for m in segments if retention_ms >= 0),
-            default=2**63,
-        )
+        until = 2**63
+        if retention_ms >= 0:
+            for m in self.rlmm.walk_remote_log_segments(tp):
+                until = min(until, m.max_timestamp_ms + retention_ms)
         leader.idle = (inputs, until)
 
     def _still_idle(self, tp: TopicIdPartition, inputs: Hashable | None, now_ms: int) -> bool:
@@ -786,7 +791,7 @@ class RemoteLogManager:
         current = None if state is None else state.state
         if current == P.DELETE_PARTITION_FINISHED:
             return 0
-        if only_if_tiered and current is None and not self.rlmm.list_remote_log_segments(tp):
+        if only_if_tiered and current is None and not self.rlmm.remote_log_segment_count(tp):
             return 0
         foreign = await self.foreign_segments(tp)
         if foreign:

@@ -32,8 +32,47 @@ def reads(cache: RemoteLogMetadataCache) -> Any:
         [cache.highest_offset_for_epoch(e) for e in range(6)],
         [cache.remote_log_size(e) for e in (None, *range(6))],
         [cache.next_segment_with_txn_index(e, o) for e in range(6) for o in range(0, 4200, 400)],
+        [list(cache.walk_remote_log_segments(states)) for states in WALKS],
         cache.fingerprint(),
     )
+
+
+WALKS = (
+    None,
+    frozenset({S.COPY_SEGMENT_FINISHED}),
+    frozenset({S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED}),
+    frozenset(),
+)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["arrays", "block"])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_walk_is_the_listing_of_its_states(seed: int, frozen: bool) -> None:
+    """Out-of-order starts, equal starts and equal ranges, every state, dead rows: the
+    walk yields what the listing holds in those states, by start then end offset."""
+    rng = random.Random(seed)
+    cache = RemoteLogMetadataCache(TP)
+    starts = [rng.randrange(0, 40) * 10 for _ in range(120)]
+    for i, start in enumerate(starts):
+        end = start + rng.choice((9, 9, 19))
+        m = segment(TP, start, end, {i % 3: start}, size=1 + i)
+        cache.add_copy_in_progress_segment(m)
+        for state in (S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
+            if rng.random() < 0.5:
+                break
+            cache.update_remote_log_segment_metadata(update(m, state))
+    if frozen:
+        cache = RemoteLogMetadataCache.from_block(TP, cache.to_block())
+        assert cache.columns.frozen
+    listed = cache.list_remote_log_segments()
+    assert cache.columns.dead and len(listed) > 40  # the history left dead rows and live ones
+    for states in WALKS:
+        walked = list(cache.walk_remote_log_segments(states))
+        assert sorted(walked, key=lambda m: (m.start_offset, m.end_offset)) == walked
+        expected = [m for m in listed if states is None or m.state in states]
+        assert sorted(walked, key=lambda m: m.remote_log_segment_id.id) == sorted(
+            expected, key=lambda m: m.remote_log_segment_id.id
+        )
 
 
 def history(cache: RemoteLogMetadataCache, seed: int, count: int) -> None:

@@ -39,7 +39,8 @@ def plan(segments: list[RemoteLogSegmentMetadata], **kw: object) -> list[tuple[i
         "now_ms": 10_000,
     }
     options.update(kw)
-    return [(v.segment.start_offset, v.reason) for v in plan_expiry(segments, **options)]  # type: ignore[arg-type]
+    listed = sorted(segments, key=lambda m: (m.start_offset, m.end_offset))
+    return [(v.segment.start_offset, v.reason) for v in plan_expiry(lambda: listed, **options)]  # type: ignore[arg-type]
 
 
 def test_time_size_and_log_start() -> None:
