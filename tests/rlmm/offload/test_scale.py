@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import tracemalloc
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from rlmm.offload import LogDirSource, RemoteLogManager, RetentionSettings, logd
 from rlmm.offload.log_source import LogSource, LogView
 from rlmm.offload.logdir import LogDirCache, scan_log_dirs
 from rlmm.offload.settings import OffloadSettings
+from tests.rlmm.factories import S, segment, update
 from tests.rlmm.offload.conftest import (
     KEEP_ALL,
     check_invariants,
@@ -464,3 +466,42 @@ def test_the_active_segment_is_read_without_its_preallocated_index(tmp_path: Pat
     assert expected is not None and end == expected + 1
     assert size == active.log_path.stat().st_size
     assert peak < 1024 * 1024, f"{peak} bytes allocated for the active segment's end"
+
+
+async def test_a_round_over_a_large_archive_holds_no_object_per_kept_segment(
+    tmp_path: Path,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    """A partition keeps 2,000 remote segments: a busy round walks them (the hole check,
+    expiry's totals and walk, the lineage check) one object at a time. Listing them all,
+    several times a round and across awaits, is what fragmented a long-running sidecar's
+    small-object pools in proportion to its archive."""
+    pdir = partition(tmp_path / "logs", 300)
+    src = LogDirSource(pdir, KEEP_ALL)
+    tp = src.topic_id_partition
+    kept = 2_000
+    await rlmm_manager.on_partition_leadership_changes([tp], [])
+    await rlmm_manager.wait_until_ready([tp], 30)
+    for i in range(kept):  # the archive reaches past the local log: nothing left to copy
+        m = segment(tp, i * 10, i * 10 + 9, {0: i * 10}, size=100)
+        await rlmm_manager.add_remote_log_segment_metadata(m)
+        await rlmm_manager.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED))
+    rlm = make_rlm()
+    await rlm.on_leadership_changes([src], start_tasks=False)
+    await rlm.copy_round(tp)
+    await rlm.expire_round(tp)  # warm: the round's own one-off allocations are made
+    listing = rlmm_manager.list_remote_log_segments(tp)
+    tracemalloc.start()
+    try:
+        await rlm.copy_round(tp)
+        await rlm.expire_round(tp)
+        _, round_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        listing = rlmm_manager.list_remote_log_segments(tp)
+        _, listing_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(listing) == kept
+    # One listing of the archive holds ~1 KiB a segment; the whole round, a fraction.
+    assert round_peak < listing_peak / 4, (round_peak, listing_peak)
