@@ -53,9 +53,9 @@ class CustomMetadataColumn:
 
     def get(self, row: int) -> bytes | None:
         blob, at, size = self._data
-        if row >= len(at) or at[row] == _NONE:
+        start = at[row] if row < len(at) else _NONE  # read once: a set may run meanwhile
+        if start == _NONE:
             return None
-        start = at[row]
         return bytes(blob[start : start + size[row]])
 
     def set(self, row: int, value: bytes) -> None:
