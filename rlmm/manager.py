@@ -44,11 +44,17 @@ from rlmm.model import (
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
     TopicIdPartition,
+    is_rlmm_segment_uuid,
 )
 from rlmm.partitioning import metadata_partition_for
 from rlmm.snapshotting import SnapshotPolicy, Snapshotter
 
 log = logging.getLogger(__name__)
+
+
+def _unsigned(raw: bytes) -> bool:
+    return not is_rlmm_segment_uuid(raw)
+
 
 _MAX_REMEMBERED_REJECTIONS = 10_000
 # A denied read (an ACL, a credential) is retried this often, not in a tight loop.
@@ -610,20 +616,47 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return 0 if cache is None else cache.remote_log_size(leader_epoch)
 
     def walk_remote_log_segments(
-        self, tp: TopicIdPartition, states: frozenset[RemoteLogSegmentState] | None = None
+        self,
+        tp: TopicIdPartition,
+        states: frozenset[RemoteLogSegmentState] | None = None,
+        *,
+        unsigned_only: bool = False,
     ) -> Iterator[RemoteLogSegmentMetadata]:
-        """The segments of ``tp`` (all, or those in ``states``) by start offset, then end
-        offset, each built as the walk reaches it: a caller that scans a large archive
-        every round (the offloader) holds one object at a time, not a list of them all.
-        Walk it to the end, or drop it, before the next ``await``: the walk follows the
-        cache's rows as they were when it started."""
+        """The segments of ``tp`` (all, or those in ``states``; with ``unsigned_only``,
+        only those whose id lacks rlmm's signature) by start offset, then end offset, each
+        built as the walk reaches it: a caller that scans a large archive every round (the
+        offloader) holds one object at a time, not a list of them all. Walk it to the end,
+        or drop it, before the next ``await``: the walk follows the cache's rows as they
+        were when it started."""
         cache = self._cache(tp)
-        return iter(()) if cache is None else cache.walk_remote_log_segments(states)
+        if cache is None:
+            return iter(())
+        keep = _unsigned if unsigned_only else None
+        return cache.walk_remote_log_segments(states, keep)
 
-    def remote_log_segment_count(self, tp: TopicIdPartition) -> int:
-        """len(list_remote_log_segments(tp)), without making the segments' metadata."""
+    def remote_log_segment_count(
+        self, tp: TopicIdPartition, states: frozenset[RemoteLogSegmentState] | None = None
+    ) -> int:
+        """len(list_remote_log_segments(tp)) (of the segments in ``states``, if given),
+        without making the segments' metadata."""
         cache = self._cache(tp)
-        return 0 if cache is None else cache.segment_count()
+        return 0 if cache is None else cache.segment_count(states)
+
+    def oldest_max_timestamp_ms(
+        self, tp: TopicIdPartition, states: frozenset[RemoteLogSegmentState] | None = None
+    ) -> int | None:
+        """The smallest max timestamp among ``tp``'s segments (in ``states``, if given),
+        read from the cache's columns; None when there is no such segment."""
+        cache = self._cache(tp)
+        return None if cache is None else cache.oldest_max_timestamp_ms(states)
+
+    def contiguous_end_offset(
+        self, tp: TopicIdPartition, states: frozenset[RemoteLogSegmentState] | None = None
+    ) -> int | None:
+        """The end offset that ``tp``'s segments (in ``states``, if given), taken by start
+        offset from the lowest, reach before their first gap; None when there is none."""
+        cache = self._cache(tp)
+        return None if cache is None else cache.contiguous_end_offset(states)
 
     def next_segment_with_txn_index(
         self, tp: TopicIdPartition, leader_epoch: int, offset: int

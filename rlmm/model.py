@@ -235,7 +235,11 @@ def new_rlmm_segment_id(topic_id_partition: TopicIdPartition) -> RemoteLogSegmen
 
 def is_rlmm_segment_id(segment_id: RemoteLogSegmentId) -> bool:
     """True when ``segment_id`` was made by ``new_rlmm_segment_id``."""
-    raw = segment_id.id.bytes
+    return is_rlmm_segment_uuid(segment_id.id.bytes)
+
+
+def is_rlmm_segment_uuid(raw: bytes) -> bool:
+    """``is_rlmm_segment_id`` of a segment id whose uuid's 16 bytes are ``raw``."""
     return raw[_SIGNED_BYTES:] == _signature(raw[:_SIGNED_BYTES])
 
 
@@ -409,6 +413,7 @@ __all__ = [
     "check_partition_delete_transition",
     "check_segment_transition",
     "is_rlmm_segment_id",
+    "is_rlmm_segment_uuid",
     "is_valid_partition_delete_transition",
     "is_valid_segment_transition",
     "kafka_uuid_from_str",

@@ -64,7 +64,7 @@ DEAD: Final = 0b1000
 RECORD: Final = struct.Struct("<16sqqqqiiiI")
 WIDTH: Final = 64
 assert RECORD.size == WIDTH
-_START, _END, _EVENT_TS, _SIZE, _BROKER, _FIRST, TAIL = 16, 24, 40, 48, 52, 56, 60  # offsets
+_START, _END, _MAX_TS, _EVENT_TS, _SIZE, _BROKER, _FIRST, TAIL = 16, 24, 32, 40, 48, 52, 56, 60
 MANY: Final = 0xFFFFFF  # count field saturated: the next record's first pair bounds them
 _INLINE_MAX: Final = (1 << 31) - 2  # largest epoch that fits inline as -(epoch + 1)
 _I64: Final = struct.Struct("<q")
@@ -128,6 +128,7 @@ _unpack_record = RECORD.unpack_from
 _FIRST_TAIL: Final = struct.Struct("<iI")
 _KEY: Final = struct.Struct("<16sqq")
 _START_FIRST: Final = struct.Struct("<16xq32xi")  # (start offset, first field)
+_START_END: Final = struct.Struct("<16xqq")
 
 
 class SegmentColumns:
@@ -401,11 +402,56 @@ class SegmentColumns:
             if not recs[(row << 6) + TAIL] & DEAD:
                 yield row
 
-    def rows_by_start(self, states: frozenset[RemoteLogSegmentState] | None = None) -> array[int]:
-        """Live rows (all, or those in ``states``) by start offset, then end offset, then
-        row: a packed array, so a walk over a large partition holds no object per row."""
-        flags = bytes(self.recs[TAIL::WIDTH])
-        rows = list(compress(range(len(flags)), flags.translate(_wanted(states))))
+    def _wanted_flags(self, states: frozenset[RemoteLogSegmentState] | None) -> bytes:
+        """One byte a row: 1 when the row is live and in ``states`` (all: None), else 0."""
+        return bytes(self.recs[TAIL::WIDTH]).translate(_wanted(states))
+
+    def count_in(self, states: frozenset[RemoteLogSegmentState] | None = None) -> int:
+        """How many live rows are in ``states`` (all: None)."""
+        if states is None:
+            return self.live
+        return self._wanted_flags(states).count(1)
+
+    def min_max_timestamp(
+        self, states: frozenset[RemoteLogSegmentState] | None = None
+    ) -> int | None:
+        """The smallest max timestamp of the live rows in ``states`` (None: no such row),
+        read from the column: no object per row."""
+        flags = self._wanted_flags(states)
+        if NATIVE == "little" and flags:
+            column: Iterable[int] = memoryview(self.recs).cast("q")[_MAX_TS >> 3 :: WIDTH >> 3]
+        else:
+            column = [r[3] for r in RECORD.iter_unpack(self.recs)]
+        return min(compress(column, flags), default=None)
+
+    def contiguous_end(self, states: frozenset[RemoteLogSegmentState] | None = None) -> int | None:
+        """The highest end offset of the live rows in ``states`` reached from the lowest
+        start offset without a gap (a row starting more than one past the ends so far);
+        None when there is no such row."""
+        recs = self.recs
+        end = None
+        for row in self.rows_by_start(states):
+            start, last = _START_END.unpack_from(recs, row << 6)
+            if end is None:
+                end = last
+            elif start > end + 1:
+                break
+            elif last > end:
+                end = last
+        return end
+
+    def rows_by_start(
+        self,
+        states: frozenset[RemoteLogSegmentState] | None = None,
+        keep_uuid: Callable[[bytes], bool] | None = None,
+    ) -> array[int]:
+        """Live rows (all, or those in ``states``, and whose uuid bytes ``keep_uuid``
+        keeps) by start offset, then end offset, then row: a packed array, so a walk over
+        a large partition holds no object per row."""
+        rows = list(compress(range(len(self)), self._wanted_flags(states)))
+        if keep_uuid is not None:
+            recs = self.recs
+            rows = [r for r in rows if keep_uuid(bytes(recs[r << 6 : (r << 6) + 16]))]
         if NATIVE == "little" and rows:
             longs = memoryview(self.recs).cast("q")
             rows.sort(key=longs[_END >> 3 :: WIDTH >> 3].__getitem__)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from rlmm.cache._block import decode_block, decode_v4, encode_block, load_rows, segment_to_state
@@ -276,15 +276,28 @@ class RemoteLogMetadataCache:
         return [self.segment_at(r, memo=False) for r in rows]
 
     def walk_remote_log_segments(
-        self, states: frozenset[RemoteLogSegmentState] | None = None
+        self,
+        states: frozenset[RemoteLogSegmentState] | None = None,
+        keep_uuid: Callable[[bytes], bool] | None = None,
     ) -> Iterator[RemoteLogSegmentMetadata]:
-        """Segments (all, or those in ``states``) by start offset, built one at a time
-        (see ``TopicBasedRemoteLogMetadataManager.walk_remote_log_segments``)."""
-        for row in self.columns.rows_by_start(states):
+        """Segments (all, or those in ``states`` whose uuid bytes ``keep_uuid`` keeps) by
+        start offset, built one at a time (see
+        ``TopicBasedRemoteLogMetadataManager.walk_remote_log_segments``)."""
+        for row in self.columns.rows_by_start(states, keep_uuid):
             yield self.segment_at(row, memo=False)
 
-    def segment_count(self) -> int:
-        return self.columns.live
+    def segment_count(self, states: frozenset[RemoteLogSegmentState] | None = None) -> int:
+        return self.columns.count_in(states)
+
+    def oldest_max_timestamp_ms(
+        self, states: frozenset[RemoteLogSegmentState] | None = None
+    ) -> int | None:
+        return self.columns.min_max_timestamp(states)
+
+    def contiguous_end_offset(
+        self, states: frozenset[RemoteLogSegmentState] | None = None
+    ) -> int | None:
+        return self.columns.contiguous_end(states)
 
     def remote_log_size(self, leader_epoch: int | None = None) -> int:
         if leader_epoch is None:

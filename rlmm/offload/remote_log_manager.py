@@ -67,7 +67,7 @@ from rlmm.offload.log_source import (
     epoch_end_offsets,
 )
 from rlmm.offload.metrics import OffloadMetrics
-from rlmm.offload.ownership import Ownership, is_signed
+from rlmm.offload.ownership import Ownership
 from rlmm.offload.quota import CopyQuota
 from rlmm.offload.segment_ops import OffloadEvent, SegmentOps
 
@@ -310,11 +310,7 @@ class RemoteLogManager:
         if applied is not None and self._no_foreign.get(tp) == applied:
             return []
         # A signed id is rlmm's without a look at the store; only the others are asked.
-        unsigned = [
-            m
-            for m in self.rlmm.walk_remote_log_segments(tp)
-            if not is_signed(m.remote_log_segment_id)
-        ]
+        unsigned = list(self.rlmm.walk_remote_log_segments(tp, unsigned_only=True))
         found = [m for m in unsigned if not await self._ops.owns(m)]
         if not found and applied is not None:
             self._no_foreign[tp] = applied
@@ -366,14 +362,7 @@ class RemoteLogManager:
     def _continue_after(self, tp: TopicIdPartition, copied: int, view: LogView) -> int:
         """``copied``, or the end of the archive's first hole below it when the local log
         still holds the hole's start (so copying goes back and fills it)."""
-        end = None
-        for m in self.rlmm.walk_remote_log_segments(tp, _FINISHED_STATE):
-            if end is None:
-                end = m.end_offset
-            elif m.start_offset > end + 1:
-                break
-            else:
-                end = max(end, m.end_offset)
+        end = self.rlmm.contiguous_end_offset(tp, _FINISHED_STATE)
         if end is None:
             return copied
         local_start = view.rolled[0].base_offset if view.rolled else view.log_end_offset
@@ -677,14 +666,11 @@ class RemoteLogManager:
         busy = copied.copied or copied.pending or copied.error or copied.skipped_expired
         if inputs is None or busy or copied.round_failure or expired.deleted or expired.cleaned:
             return
-        if next(self.rlmm.walk_remote_log_segments(tp, _UNFINISHED_STATES), None) is not None:
+        if self.rlmm.remote_log_segment_count(tp, _UNFINISHED_STATES):
             return
         retention_ms = leader.source.retention().retention_ms
-        until = 2**63
-        if retention_ms >= 0:
-            for m in self.rlmm.walk_remote_log_segments(tp):
-                until = min(until, m.max_timestamp_ms + retention_ms)
-        leader.idle = (inputs, until)
+        oldest = self.rlmm.oldest_max_timestamp_ms(tp) if retention_ms >= 0 else None
+        leader.idle = (inputs, 2**63 if oldest is None else min(2**63, oldest + retention_ms))
 
     def _still_idle(self, tp: TopicIdPartition, inputs: Hashable | None, now_ms: int) -> bool:
         leader = self._leaders.get(tp)

@@ -5,6 +5,7 @@ check compares with what the public reads answered before."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
 from array import array
@@ -18,7 +19,12 @@ from rlmm.cache import _columns as columns_module
 from rlmm.cache import partition as cache_module
 from rlmm.cache._block import segment_to_state, split_block
 from rlmm.cache._columns import RECORD
-from rlmm.model import RemoteLogSegmentMetadata
+from rlmm.model import (
+    RemoteLogSegmentMetadata,
+    is_rlmm_segment_id,
+    is_rlmm_segment_uuid,
+    new_rlmm_segment_id,
+)
 from tests.rlmm.factories import S, segment, tp, update
 
 TP = tp(3)
@@ -33,6 +39,9 @@ def reads(cache: RemoteLogMetadataCache) -> Any:
         [cache.remote_log_size(e) for e in (None, *range(6))],
         [cache.next_segment_with_txn_index(e, o) for e in range(6) for o in range(0, 4200, 400)],
         [list(cache.walk_remote_log_segments(states)) for states in WALKS],
+        [cache.segment_count(states) for states in WALKS],
+        [cache.oldest_max_timestamp_ms(states) for states in WALKS],
+        [cache.contiguous_end_offset(states) for states in WALKS],
         cache.fingerprint(),
     )
 
@@ -56,6 +65,9 @@ def test_a_walk_is_the_listing_of_its_states(seed: int, frozen: bool) -> None:
     for i, start in enumerate(starts):
         end = start + rng.choice((9, 9, 19))
         m = segment(TP, start, end, {i % 3: start}, size=1 + i)
+        m = dataclasses.replace(m, max_timestamp_ms=rng.randrange(1000, 2000))
+        if rng.random() < 0.5:
+            m = dataclasses.replace(m, remote_log_segment_id=new_rlmm_segment_id(TP))
         cache.add_copy_in_progress_segment(m)
         for state in (S.COPY_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
             if rng.random() < 0.5:
@@ -73,6 +85,30 @@ def test_a_walk_is_the_listing_of_its_states(seed: int, frozen: bool) -> None:
         assert sorted(walked, key=lambda m: m.remote_log_segment_id.id) == sorted(
             expected, key=lambda m: m.remote_log_segment_id.id
         )
+        # The answers read from the columns, against the objects.
+        assert cache.segment_count(states) == len(expected)
+        assert cache.oldest_max_timestamp_ms(states) == min(
+            (m.max_timestamp_ms for m in expected), default=None
+        )
+        assert cache.contiguous_end_offset(states) == contiguous_end(walked)
+        unsigned = cache.walk_remote_log_segments(states, lambda raw: not is_rlmm_segment_uuid(raw))
+        assert [m.remote_log_segment_id for m in unsigned] == [
+            m.remote_log_segment_id
+            for m in walked
+            if not is_rlmm_segment_id(m.remote_log_segment_id)
+        ]
+    assert any(is_rlmm_segment_id(m.remote_log_segment_id) for m in listed)
+    assert any(not is_rlmm_segment_id(m.remote_log_segment_id) for m in listed)
+
+
+def contiguous_end(by_start: list[RemoteLogSegmentMetadata]) -> int | None:
+    """The end the segments (by start offset) reach from the first before a gap."""
+    end = None
+    for m in by_start:
+        if end is not None and m.start_offset > end + 1:
+            break
+        end = m.end_offset if end is None else max(end, m.end_offset)
+    return end
 
 
 def history(cache: RemoteLogMetadataCache, seed: int, count: int) -> None:
