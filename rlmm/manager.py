@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from eventlog import EventLog, EventLogClosedError, EventLogError, OffsetBeforeLogStartError
 from eventlog.errors import EventLogAuthError
 from rlmm.base import RemoteLogMetadataManager
-from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
+from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore, SegmentSummary
 from rlmm.codec import decode, encode
 from rlmm.errors import (
     CodecError,
@@ -633,6 +633,16 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             return iter(())
         keep = _unsigned if unsigned_only else None
         return cache.walk_remote_log_segments(states, keep)
+
+    def walk_segment_summaries(
+        self, tp: TopicIdPartition, states: frozenset[RemoteLogSegmentState] | None = None
+    ) -> Iterator[SegmentSummary]:
+        """As ``walk_remote_log_segments``, but each segment as a ``SegmentSummary``:
+        state, offsets, max timestamp, size and whether a lookup still finds it, read from
+        the cache's columns (``metadata()`` builds the full object, before the next
+        ``await``). What the offloader's expiry reads of every kept segment each round."""
+        cache = self._cache(tp)
+        return iter(()) if cache is None else cache.walk_segment_summaries(states)
 
     def remote_log_segment_count(
         self, tp: TopicIdPartition, states: frozenset[RemoteLogSegmentState] | None = None

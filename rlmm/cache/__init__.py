@@ -5,7 +5,8 @@ effect of the events applied to it. This package imports the codec only through 
 public surface, and the codec imports nothing of it. Modules: ``metadata_store`` (the
 store, lazy restore), ``partition`` (one partition's cache), ``_state`` (per-epoch
 state, and what a block decodes to), ``_block`` (a cache as one snapshot block),
-``_columns`` (the packed segment records).
+``_columns`` (the packed segment records), ``summary`` (a segment's facts for the
+offloader's rounds, read from its record).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rlmm.cache._columns import DEAD
 from rlmm.cache._state import RemoteLogLeaderEpochState
 from rlmm.cache.metadata_store import RemotePartitionMetadataStore
 from rlmm.cache.partition import RemoteLogMetadataCache, SegmentsView
+from rlmm.cache.summary import SegmentSummary
 
 __all__ = [
     "DEAD",
@@ -22,5 +24,6 @@ __all__ = [
     "RemoteLogLeaderEpochState",
     "RemoteLogMetadataCache",
     "RemotePartitionMetadataStore",
+    "SegmentSummary",
     "SegmentsView",
 ]

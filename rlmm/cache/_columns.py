@@ -129,6 +129,7 @@ _FIRST_TAIL: Final = struct.Struct("<iI")
 _KEY: Final = struct.Struct("<16sqq")
 _START_FIRST: Final = struct.Struct("<16xq32xi")  # (start offset, first field)
 _START_END: Final = struct.Struct("<16xqq")
+_FACTS: Final = struct.Struct("<16xqqq8xi8xB")  # start, end, max timestamp, size, flags
 
 
 class SegmentColumns:
@@ -423,6 +424,11 @@ class SegmentColumns:
         else:
             column = [r[3] for r in RECORD.iter_unpack(self.recs)]
         return min(compress(column, flags), default=None)
+
+    def facts(self, row: int) -> tuple[int, int, int, int, RemoteLogSegmentState]:
+        """(start offset, end offset, max timestamp, size, state) of ``row``: one read."""
+        start, end, max_ts, size, flags = _FACTS.unpack_from(self.recs, row << 6)
+        return start, end, max_ts, size, STATES[flags & STATE_MASK]
 
     def contiguous_end(self, states: frozenset[RemoteLogSegmentState] | None = None) -> int | None:
         """The highest end offset of the live rows in ``states`` reached from the lowest

@@ -22,6 +22,7 @@ from typing import Any
 from rlmm.cache._block import decode_block, decode_v4, encode_block, load_rows, segment_to_state
 from rlmm.cache._columns import TXN_EMPTY, SegmentColumns
 from rlmm.cache._state import CacheState, RemoteLogLeaderEpochState
+from rlmm.cache.summary import SegmentSummary
 from rlmm.errors import InvalidStateTransitionError, RemoteResourceNotFoundError
 from rlmm.model import (
     RemoteLogSegmentId,
@@ -285,6 +286,29 @@ class RemoteLogMetadataCache:
         ``TopicBasedRemoteLogMetadataManager.walk_remote_log_segments``)."""
         for row in self.columns.rows_by_start(states, keep_uuid):
             yield self.segment_at(row, memo=False)
+
+    def walk_segment_summaries(
+        self, states: frozenset[RemoteLogSegmentState] | None = None
+    ) -> Iterator[SegmentSummary]:
+        """Summaries of the segments (all, or those in ``states``) by start offset, read
+        from the columns one at a time (see ``rlmm.cache.summary``)."""
+        for row in self.columns.rows_by_start(states):
+            yield SegmentSummary(self, row)
+
+    def is_referenced(self, row: int, start_offset: int) -> bool:
+        """True when a lookup of some offset of ``row``'s segment (starting at
+        ``start_offset``) in its leader epoch finds it: the lookup
+        ``remote_log_segment_metadata`` does, on the row numbers."""
+        epochs = self.epochs
+        for epoch, start in self.columns.epoch_items(row):
+            state = epochs.get(epoch)
+            if state is None:
+                continue
+            offset = start if start > start_offset else start_offset
+            i = bisect_right(state.starts, offset)
+            if i and offset <= state.ends[i - 1] and state.rows[i - 1] == row:
+                return True
+        return False
 
     def segment_count(self, states: frozenset[RemoteLogSegmentState] | None = None) -> int:
         return self.columns.count_in(states)

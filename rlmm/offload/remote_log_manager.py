@@ -45,10 +45,10 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from remote import RemoteStorageManager
+from rlmm.cache import SegmentSummary
 from rlmm.errors import RemoteResourceNotFoundError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import (
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
@@ -57,7 +57,7 @@ from rlmm.model import (
 )
 from rlmm.offload.blocking import run_blocking
 from rlmm.offload.errors import ForeignSegmentError, OffloadError, SegmentCopyError
-from rlmm.offload.expiry import Victim, off_lineage, plan_expiry
+from rlmm.offload.expiry import Lineage, Victim, plan_expiry
 from rlmm.offload.faults import KillPoints
 from rlmm.offload.log_source import (
     EpochStart,
@@ -78,6 +78,11 @@ P = RemotePartitionDeleteState
 _FINISHED_STATE = frozenset({S.COPY_SEGMENT_FINISHED})
 _STARTED_STATES = frozenset({S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED})
 _UNFINISHED_STATES = frozenset(set(S) - {S.COPY_SEGMENT_FINISHED})
+
+
+def _served(summary: SegmentSummary) -> bool:
+    """A lookup of some offset of the segment still finds it (expiry's ``referenced``)."""
+    return summary.referenced
 
 
 @dataclass
@@ -558,16 +563,17 @@ class RemoteLogManager:
             # No await from here to the victims' list: the walks follow the cache as it is.
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
             local_only = sum(size for next_base, size in view.local_sizes if next_base > copied + 1)
-            victims = plan_expiry(
-                lambda: self.rlmm.walk_remote_log_segments(tp),
-                referenced=lambda m: self._referenced(tp, m),
+            planned = plan_expiry(
+                lambda: self.rlmm.walk_segment_summaries(tp),
+                referenced=_served,
                 retention=leader.source.retention(),
                 log_start_offset=view.log_start_offset,
                 local_only_bytes=local_only,
                 now_ms=self._clock_ms(),
             )
-            chosen = {v.segment.remote_log_segment_id for v in victims}
-            finished = self.rlmm.walk_remote_log_segments(tp, _FINISHED_STATE)
+            victims = [Victim(c.metadata(), reason) for c, reason in planned]
+            chosen = {c.row for c, _ in planned}
+            finished = self.rlmm.walk_segment_summaries(tp, _FINISHED_STATE)
             victims += self._off_lineage(tp, finished, view, chosen, result)
             owned = {
                 m.remote_log_segment_id
@@ -587,22 +593,25 @@ class RemoteLogManager:
     def _off_lineage(
         self,
         tp: TopicIdPartition,
-        segments: Iterable[RemoteLogSegmentMetadata],
+        segments: Iterable[SegmentSummary],
         view: LogView,
-        chosen: set[RemoteLogSegmentId],
+        chosen: set[int],
         result: ExpireResult,
     ) -> list[Victim]:
-        """FINISHED segments holding records the leader's lineage does not have (an
-        unclean election cut them). One is deleted only when the local log still starts
-        at or before it, so the next copy round uploads again what it served on the
-        lineage; otherwise it stays (readers follow the lineage and skip its cut part)."""
+        """FINISHED segments (``segments``, but the rows ``chosen`` already) holding
+        records the leader's lineage does not have (an unclean election cut them). One is
+        deleted only when the local log still starts at or before it, so the next copy
+        round uploads again what it served on the lineage; otherwise it stays (readers
+        follow the lineage and skip its cut part)."""
         local_start = view.rolled[0].base_offset if view.rolled else view.log_end_offset
+        lineage = Lineage(view.epochs, view.log_end_offset)
         out = []
-        for m in segments:
-            if m.remote_log_segment_id in chosen or m.state != S.COPY_SEGMENT_FINISHED:
+        for summary in segments:
+            if summary.row in chosen or summary.state != S.COPY_SEGMENT_FINISHED:
                 continue
-            if not off_lineage(m, view.epochs, view.log_end_offset):
+            if not lineage.cuts(summary):
                 continue
+            m = summary.metadata()
             if local_start <= m.start_offset:
                 log.warning(
                     "%s: deleting %s (offsets %d-%d, epochs %s): records off the leader's"
@@ -614,14 +623,6 @@ class RemoteLogManager:
             else:
                 result.kept_off_lineage += 1
         return out
-
-    def _referenced(self, tp: TopicIdPartition, m: RemoteLogSegmentMetadata) -> bool:
-        """True when a lookup of some offset of ``m`` in its epoch still finds ``m``."""
-        for epoch, start in m.segment_leader_epochs.items():
-            found = self.rlmm.remote_log_segment_metadata(tp, epoch, max(start, m.start_offset))
-            if found is not None and found.remote_log_segment_id == m.remote_log_segment_id:
-                return True
-        return False
 
     def _record_remote_size(self, tp: TopicIdPartition) -> None:
         count = self.rlmm.remote_log_segment_count(tp)

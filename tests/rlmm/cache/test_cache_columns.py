@@ -97,8 +97,45 @@ def test_a_walk_is_the_listing_of_its_states(seed: int, frozen: bool) -> None:
             for m in walked
             if not is_rlmm_segment_id(m.remote_log_segment_id)
         ]
+        summaries = list(cache.walk_segment_summaries(states))
+        assert [c.metadata() for c in summaries] == walked
+        assert [
+            (
+                c.state,
+                c.start_offset,
+                c.end_offset,
+                c.max_timestamp_ms,
+                c.segment_size_in_bytes,
+                c.segment_leader_epochs,
+                c.referenced,
+            )
+            for c in summaries
+        ] == [
+            (
+                m.state,
+                m.start_offset,
+                m.end_offset,
+                m.max_timestamp_ms,
+                m.segment_size_in_bytes,
+                dict(m.segment_leader_epochs),
+                served(cache, m),
+            )
+            for m in walked
+        ]
+    finished = [m for m in listed if m.state == S.COPY_SEGMENT_FINISHED]
+    assert any(served(cache, m) for m in finished)
+    assert any(not served(cache, m) for m in finished)  # superseded ones too
     assert any(is_rlmm_segment_id(m.remote_log_segment_id) for m in listed)
     assert any(not is_rlmm_segment_id(m.remote_log_segment_id) for m in listed)
+
+
+def served(cache: RemoteLogMetadataCache, m: RemoteLogSegmentMetadata) -> bool:
+    """A lookup of some offset of ``m`` in its leader epoch finds ``m`` (FINISHED only)."""
+    return any(
+        (found := cache.remote_log_segment_metadata(epoch, max(start, m.start_offset))) is not None
+        and found.remote_log_segment_id == m.remote_log_segment_id
+        for epoch, start in m.segment_leader_epochs.items()
+    )
 
 
 def contiguous_end(by_start: list[RemoteLogSegmentMetadata]) -> int | None:

@@ -40,7 +40,7 @@ def plan(segments: list[RemoteLogSegmentMetadata], **kw: object) -> list[tuple[i
     }
     options.update(kw)
     listed = sorted(segments, key=lambda m: (m.start_offset, m.end_offset))
-    return [(v.segment.start_offset, v.reason) for v in plan_expiry(lambda: listed, **options)]  # type: ignore[arg-type]
+    return [(m.start_offset, reason) for m, reason in plan_expiry(lambda: listed, **options)]  # type: ignore[arg-type]
 
 
 def test_time_size_and_log_start() -> None:
