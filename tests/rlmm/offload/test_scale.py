@@ -473,10 +473,11 @@ async def test_a_round_over_a_large_archive_holds_no_object_per_kept_segment(
     rlmm_manager: TopicBasedRemoteLogMetadataManager,
     make_rlm: Callable[..., RemoteLogManager],
 ) -> None:
-    """A partition keeps 2,000 remote segments: a busy round walks them (the hole check,
-    expiry's totals and walk, the lineage check) one object at a time. Listing them all,
-    several times a round and across awaits, is what fragmented a long-running sidecar's
-    small-object pools in proportion to its archive."""
+    """A partition keeps 2,000 remote segments: a busy round reads them from the cache's
+    columns (the hole check, the idle deadline, the foreign check) or one summary at a
+    time (expiry's totals and walk, the lineage check). Listing them all, several times
+    a round and across awaits, is what kept a long-running sidecar's memory resident in
+    proportion to its archive."""
     pdir = partition(tmp_path / "logs", 300)
     src = LogDirSource(pdir, KEEP_ALL)
     tp = src.topic_id_partition
