@@ -51,14 +51,14 @@ from rlmm.snapshotting import SnapshotPolicy, Snapshotter
 
 log = logging.getLogger(__name__)
 
-
-def _unsigned(raw: bytes) -> bool:
-    return not is_rlmm_segment_uuid(raw)
-
-
 _MAX_REMEMBERED_REJECTIONS = 10_000
 # A denied read (an ACL, a credential) is retried this often, not in a tight loop.
 AUTH_RETRY_S = 30.0
+
+
+def _unsigned(raw: bytes) -> bool:
+    """The uuid bytes ``raw`` lack rlmm's signature (a segment another writer named)."""
+    return not is_rlmm_segment_uuid(raw)
 
 
 @dataclass
