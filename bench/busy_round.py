@@ -31,10 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._archive import copy_manifest  # noqa: E402
 from bench._machine import machine  # noqa: E402
 from remote.local import LocalRemoteStorageManager  # noqa: E402
-from remote.manifest import ObjectChecksum, SegmentManifest  # noqa: E402
-from remote.naming import OBJECT_KINDS  # noqa: E402
 from remote.segments import PartitionDir, PartitionDirWriter  # noqa: E402
 from remote.segments.writer import generate_records  # noqa: E402
 from rlmm.config import load_config  # noqa: E402
@@ -49,13 +48,6 @@ from rlmm.offload import LogDirSource, RemoteLogManager, RetentionSettings  # no
 
 S = RemoteLogSegmentState
 SPAN = 100  # offsets per archived segment
-
-
-def _manifest(i: int) -> bytes:
-    objects = {
-        kind: ObjectChecksum(4096 + i % 97, i * 2654435761 % (1 << 32)) for kind in OBJECT_KINDS[:4]
-    }
-    return SegmentManifest(objects, 1_700_000_000_000 + i).encode()
 
 
 def _cpu(fn: Any, rounds: int, repeat: int) -> float:
@@ -96,7 +88,7 @@ async def _measure(kept: int, rounds: int, repeat: int) -> dict[str, Any]:
                 )  # fmt: skip
                 await manager.add_remote_log_segment_metadata(m)
                 done = RemoteLogSegmentMetadataUpdate(
-                    m.remote_log_segment_id, 1_700_000_000_001 + i, _manifest(i),
+                    m.remote_log_segment_id, 1_700_000_000_001 + i, copy_manifest(i),
                     S.COPY_SEGMENT_FINISHED, 0,
                 )  # fmt: skip
                 await manager.update_remote_log_segment_metadata(done)

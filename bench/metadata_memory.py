@@ -33,9 +33,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._archive import copy_manifest  # noqa: E402
 from bench._machine import machine  # noqa: E402
-from remote.manifest import ObjectChecksum, SegmentManifest  # noqa: E402
-from remote.naming import OBJECT_KINDS  # noqa: E402
 from rlmm.config import load_config  # noqa: E402
 from rlmm.factory import create_manager, open_event_log  # noqa: E402
 from rlmm.model import (  # noqa: E402
@@ -52,15 +51,6 @@ MIB = 1 << 20
 def _rss() -> int:
     gc.collect()
     return int(psutil.Process().memory_info().rss)
-
-
-def _manifest(i: int) -> bytes:
-    """The custom metadata a copy of segment ``i`` carries (four objects, a timestamp)."""
-    objects = {
-        kind: ObjectChecksum(1 << 20 if kind is None else 4096 + i % 97, i * 2654435761 % (1 << 32))
-        for kind in OBJECT_KINDS[:4]
-    }
-    return SegmentManifest(objects, 1_700_000_000_000 + i).encode()
 
 
 async def _record(segments: int, partitions: int, traced: bool) -> dict[str, Any]:
@@ -91,7 +81,7 @@ async def _record(segments: int, partitions: int, traced: bool) -> dict[str, Any
                 )  # fmt: skip
                 await manager.add_remote_log_segment_metadata(m)
                 done = RemoteLogSegmentMetadataUpdate(
-                    m.remote_log_segment_id, 1_700_000_000_001 + i, _manifest(i),
+                    m.remote_log_segment_id, 1_700_000_000_001 + i, copy_manifest(i),
                     RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 0,
                 )  # fmt: skip
                 await manager.update_remote_log_segment_metadata(done)

@@ -96,6 +96,18 @@ def glibc_stats(libc: Any) -> dict[str, int]:
     return out
 
 
+def python_stats() -> dict[str, int]:
+    """Python's own view: small-object blocks in use, and the collector's generations
+    (objects in each, and those frozen), to tell objects that pile up from free space."""
+    import gc
+
+    return {
+        "py_blocks": sys.getallocatedblocks(),
+        **{f"gc_gen{g}": len(gc.get_objects(g)) for g in range(3)},
+        "gc_frozen": gc.get_freeze_count(),
+    }
+
+
 def child(stats_path: Path, cli_args: list[str]) -> None:
     """Run ``rlmm <cli_args>`` in this process; a daemon thread appends glibc's stats."""
     name = ctypes.util.find_library("c")
@@ -104,7 +116,7 @@ def child(stats_path: Path, cli_args: list[str]) -> None:
     def sample() -> None:
         while True:
             try:
-                row = {"t": time.monotonic(), **glibc_stats(libc)}
+                row = {"t": time.monotonic(), **glibc_stats(libc), **python_stats()}
             except (AttributeError, OSError):  # not glibc
                 return
             with stats_path.open("a") as f:
@@ -280,6 +292,17 @@ def summarize(rows: list[dict[str, Any]], stats: list[dict[str, Any]], t0: float
             out["glibc_last"][f"{name}_growth_mib_per_hour_last_half"] = (
                 None if s is None else round(s, 2)
             )
+        if "py_blocks" in last:
+            out["python"] = {
+                key: {
+                    "first": stats[0][key],
+                    "last": last[key],
+                    "growth_per_hour_last_half": round(
+                        slope_per_hour([(r["t"], r[key]) for r in half_stats]) or 0.0
+                    ),
+                }
+                for key in ("py_blocks", "gc_gen0", "gc_gen1", "gc_gen2", "gc_frozen")
+            }
     return out
 
 
