@@ -11,7 +11,8 @@ the same, so a round that found nothing to do need not be run again (None: no pr
 from __future__ import annotations
 
 import abc
-from collections.abc import Hashable, Mapping, Sequence
+import bisect
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from remote import LogSegmentData
@@ -82,16 +83,53 @@ class EpochStart:
     start_offset: int
 
 
+def _next_base(segment: LocalSegment) -> int:
+    return segment.next_base_offset
+
+
 @dataclass(frozen=True, slots=True)
 class LogView:
-    """One consistent read of a LogSource (a round takes it in a worker thread)."""
+    """One consistent read of a LogSource (a round takes it in a worker thread).
+
+    ``rolled`` may build its items as they are read (the sidecar's does: a local log
+    that keeps thousands of segments would otherwise cost an object and a path per
+    segment on every round, freed at once but resident in proportion to the log). The
+    methods below bisect it, so a round reads only the segments it acts on.
+    """
 
     rolled: Sequence[LocalSegment]
     epochs: Sequence[EpochStart]
     log_start_offset: int
     log_end_offset: int
     last_stable_offset: int
-    local_sizes: tuple[tuple[int, int], ...]  # (next base offset, size) incl. the active one
+    active_size: int  # bytes in the active segment
+
+    @property
+    def local_start_offset(self) -> int:
+        """The first local offset (the log end when no segment is rolled)."""
+        return self.rolled[0].base_offset if self.rolled else self.log_end_offset
+
+    def _first_holding(self, offset: int) -> int:
+        """Index of the first rolled segment holding offsets at or after ``offset``."""
+        return bisect.bisect_right(self.rolled, offset, key=_next_base)
+
+    def rolled_from(self, offset: int) -> Iterator[LocalSegment]:
+        """Rolled segments holding offsets at or after ``offset`` and wholly below the
+        last stable offset (what a copy may upload), in offset order."""
+        rolled = self.rolled
+        for i in range(self._first_holding(offset), len(rolled)):
+            segment = rolled[i]
+            if segment.next_base_offset > self.last_stable_offset:
+                return
+            yield segment
+
+    def local_bytes_from(self, offset: int) -> int:
+        """Bytes of the local segments holding offsets at or after ``offset``, and of the
+        active one unless ``offset`` is past the log end."""
+        rolled = self.rolled
+        first = self._first_holding(offset)
+        rolled_bytes = sum(rolled[i].size_in_bytes for i in range(first, len(rolled)))
+        return rolled_bytes + (self.active_size if self.log_end_offset >= offset else 0)
 
 
 class LogSource(abc.ABC):
@@ -161,7 +199,7 @@ class LogSource(abc.ABC):
             self.log_start_offset(),
             end,
             self.last_stable_offset(),
-            local_sizes(rolled, end, self.active_segment_size()),
+            self.active_segment_size(),
         )
 
     def change_token(self) -> Hashable | None:
@@ -169,15 +207,6 @@ class LogSource(abc.ABC):
         such promise, the default). Cheap: the offloader asks it of every partition each
         round, and skips a partition whose last round did nothing while it is unchanged."""
         return None
-
-
-def local_sizes(
-    rolled: Sequence[LocalSegment], log_end_offset: int, active_size: int
-) -> tuple[tuple[int, int], ...]:
-    """(next base offset, size) of each local segment, the active one last (its "next
-    base" is the log end + 1)."""
-    rolled_sizes = ((s.next_base_offset, s.size_in_bytes) for s in rolled)
-    return (*rolled_sizes, (log_end_offset + 1, active_size))
 
 
 def epoch_end_offsets(epochs: Sequence[EpochStart], log_end_offset: int) -> dict[int, int]:

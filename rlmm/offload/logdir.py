@@ -37,6 +37,7 @@ import time
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 from remote import (
     PartitionDir,
@@ -55,7 +56,6 @@ from rlmm.offload.log_source import (
     LogView,
     RetentionSettings,
     SegmentDescription,
-    local_sizes,
 )
 from rlmm.offload.settings import INTERNAL_TOPICS, OffloadSettings
 
@@ -104,6 +104,46 @@ class _Listing:
 
 
 _NO_LISTING = _Listing((0, 0), (), (), "")
+
+
+class _Rolled(Sequence[LocalSegment]):
+    """A listing's rolled segments, each LocalSegment built only when it is read (see
+    LogView): the listing's ints are all a round's view holds per segment."""
+
+    __slots__ = ("_bases", "_dir", "_sizes")
+
+    def __init__(self, bases: tuple[int, ...], sizes: tuple[int, ...], directory: str) -> None:
+        self._bases = bases  # the active segment's base last
+        self._sizes = sizes
+        self._dir = directory
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    @overload
+    def __getitem__(self, i: int) -> LocalSegment: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[LocalSegment]: ...
+    def __getitem__(self, i: int | slice) -> LocalSegment | list[LocalSegment]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"rolled segment {i} of {len(self)}")
+        base = self._bases[i]
+        path = os.path.join(self._dir, offset_file_name(base, LOG_SUFFIX))
+        return LocalSegment(base, self._bases[i + 1], self._sizes[i], path)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
+
+    def __repr__(self) -> str:
+        return f"_Rolled({len(self)} segments in {self._dir!r})"
 
 
 def _being_written(path: str | Path) -> bool:
@@ -242,19 +282,14 @@ class LogDirSource(LogSource):
             self.log_start_offset(),
             end,
             lso,
-            local_sizes(rolled, end, _file_size(listing.active)),
+            _file_size(listing.active),
         )
 
     def rolled_segments(self) -> Sequence[LocalSegment]:
         return self._rolled(self._current())
 
-    def _rolled(self, listing: _Listing) -> list[LocalSegment]:
-        bases = listing.bases
-        sizes = self._rolled_sizes(listing)
-        return [
-            LocalSegment(base, bases[i + 1], sizes[i], self._log_path(base))
-            for i, base in enumerate(bases[:-1])
-        ]
+    def _rolled(self, listing: _Listing) -> _Rolled:
+        return _Rolled(listing.bases, self._rolled_sizes(listing), self._dir)
 
     def active_segment_base_offset(self) -> int:
         return self._current().bases[-1]

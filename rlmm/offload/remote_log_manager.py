@@ -370,7 +370,7 @@ class RemoteLogManager:
         end = self.rlmm.contiguous_end_offset(tp, _FINISHED_STATE)
         if end is None:
             return copied
-        local_start = view.rolled[0].base_offset if view.rolled else view.log_end_offset
+        local_start = view.local_start_offset
         if end < copied and end + 1 >= max(local_start, view.log_start_offset):
             log.warning(
                 "%s: offsets %d.. are missing from remote storage below its highest offset %d"
@@ -472,11 +472,7 @@ class RemoteLogManager:
             copied = self._continue_after(tp, copied, view)
             result.offsets_missed = self._note_missed(tp, leader, copied, view)
             start = max(copied + 1, view.log_start_offset)
-            candidates = [
-                s
-                for s in view.rolled
-                if s.next_base_offset > start and s.next_base_offset <= view.last_stable_offset
-            ]
+            candidates = list(view.rolled_from(start))
             lag_bytes = sum(s.size_in_bytes for s in candidates)
             self.metrics.set_copy_lag(tp, lag_bytes, len(candidates))
             retention_ms = leader.source.retention().retention_ms
@@ -562,7 +558,7 @@ class RemoteLogManager:
             view = await run_blocking(self._file_slots, leader.source.view)
             # No await from here to the victims' list: the walks follow the cache as it is.
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
-            local_only = sum(size for next_base, size in view.local_sizes if next_base > copied + 1)
+            local_only = view.local_bytes_from(copied + 1)
             planned = plan_expiry(
                 lambda: self.rlmm.walk_segment_summaries(tp),
                 referenced=_served,
@@ -603,7 +599,7 @@ class RemoteLogManager:
         deleted only when the local log still starts at or before it, so the next copy
         round uploads again what it served on the lineage; otherwise it stays (readers
         follow the lineage and skip its cut part)."""
-        local_start = view.rolled[0].base_offset if view.rolled else view.log_end_offset
+        local_start = view.local_start_offset
         lineage = Lineage(view.epochs, view.log_end_offset)
         out = []
         for summary in segments:

@@ -208,7 +208,7 @@ def test_a_view_is_one_read_of_the_dir(tmp_path: Path, monkeypatch: pytest.Monke
     view = src.view()
     assert dir_stats[str(pdir.path)] == 1 and ends == {730: 1}
     assert view.last_stable_offset == view.log_end_offset == 900
-    assert view.local_sizes[-1] == (901, (pdir.path / "00000000000000000730.log").stat().st_size)
+    assert view.active_size == (pdir.path / "00000000000000000730.log").stat().st_size
 
 
 def test_scan_cache_sees_new_partition_dirs_and_topic_ids(tmp_path: Path) -> None:
