@@ -21,13 +21,14 @@ _FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 class SegmentSummary:
     """State, offsets, max timestamp, size and whether a lookup still finds the segment
     (``referenced``: some offset of it, in its leader epoch, is served by it; only a
-    FINISHED segment can be)."""
+    FINISHED segment can be; worked out when first asked, as it costs a bisect per
+    leader epoch and walks such as the lineage check never ask)."""
 
     __slots__ = (
         "_cache",
+        "_referenced",
         "end_offset",
         "max_timestamp_ms",
-        "referenced",
         "row",
         "segment_size_in_bytes",
         "start_offset",
@@ -43,7 +44,17 @@ class SegmentSummary:
         self.max_timestamp_ms = max_ts
         self.segment_size_in_bytes = size
         self.state = state
-        self.referenced = state is _FINISHED and cache.is_referenced(row, start)
+        self._referenced: bool | None = None
+
+    @property
+    def referenced(self) -> bool:
+        found = self._referenced
+        if found is None:
+            found = self.state is _FINISHED and self._cache.is_referenced(
+                self.row, self.start_offset
+            )
+            self._referenced = found
+        return found
 
     @property
     def segment_leader_epochs(self) -> dict[int, int]:
