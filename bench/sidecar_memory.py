@@ -19,7 +19,9 @@ defaults: one malloc arena per thread up to 8 x cores, no trim).
 Every 2 s each sidecar's VmRSS, anonymous memory (``smaps_rollup``), threads and open
 fds are read from /proc; the child also writes glibc's ``mallinfo2`` and its arena
 count (``malloc_info``) every 10 s from a sampler thread (``--stats``; it starts before
-the sidecar, so it has an arena of its own on both sides). Prints one JSON
+the sidecar, so it has an arena of its own on both sides), with Python's small-object
+blocks in use and the collector's generations (objects in each, objects frozen), which
+tell objects that pile up from memory the allocators keep. Prints one JSON
 document: per side, RSS growth over the last half of the run by least-squares fit
 (MiB/h, target <= 5), max RSS, fds and threads (first, last, max, growth per hour).
 
