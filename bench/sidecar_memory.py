@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import json
 import logging
 import os
@@ -101,8 +102,6 @@ def glibc_stats(libc: Any) -> dict[str, int]:
 def python_stats() -> dict[str, int]:
     """Python's own view: small-object blocks in use, and the collector's generations
     (objects in each, and those frozen), to tell objects that pile up from free space."""
-    import gc
-
     return {
         "py_blocks": sys.getallocatedblocks(),
         **{f"gc_gen{g}": len(gc.get_objects(g)) for g in range(3)},
@@ -250,6 +249,10 @@ region = "us-east-1"
     return path
 
 
+def _rounded(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
 def summarize(rows: list[dict[str, Any]], stats: list[dict[str, Any]], t0: float) -> dict[str, Any]:
     """RSS growth over the last half (fit), max RSS, fds and threads, glibc's stats."""
     if not rows:
@@ -299,8 +302,8 @@ def summarize(rows: list[dict[str, Any]], stats: list[dict[str, Any]], t0: float
                 key: {
                     "first": stats[0][key],
                     "last": last[key],
-                    "growth_per_hour_last_half": round(
-                        slope_per_hour([(r["t"], r[key]) for r in half_stats]) or 0.0
+                    "growth_per_hour_last_half": _rounded(
+                        slope_per_hour([(r["t"], r[key]) for r in half_stats])
                     ),
                 }
                 for key in ("py_blocks", "gc_gen0", "gc_gen1", "gc_gen2", "gc_frozen")

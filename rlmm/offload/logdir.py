@@ -106,6 +106,11 @@ class _Listing:
 _NO_LISTING = _Listing((0, 0), (), (), "")
 
 
+def _log_path(directory: str, base_offset: int) -> str:
+    """The path of the ``.log`` file of the segment at ``base_offset`` in ``directory``."""
+    return os.path.join(directory, offset_file_name(base_offset, LOG_SUFFIX))
+
+
 class _Rolled(Sequence[LocalSegment]):
     """A listing's rolled segments, each LocalSegment built only when it is read (see
     LogView): the listing's ints are all a round's view holds per segment."""
@@ -132,8 +137,7 @@ class _Rolled(Sequence[LocalSegment]):
         if not 0 <= i < len(self):
             raise IndexError(f"rolled segment {i} of {len(self)}")
         base = self._bases[i]
-        path = os.path.join(self._dir, offset_file_name(base, LOG_SUFFIX))
-        return LocalSegment(base, self._bases[i + 1], self._sizes[i], path)
+        return LocalSegment(base, self._bases[i + 1], self._sizes[i], _log_path(self._dir, base))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):
@@ -236,7 +240,7 @@ class LogDirSource(LogSource):
             return self._listing
         found = self.pdir.offsets_of(LOG_SUFFIX, SNAPSHOT_SUFFIX)
         bases = tuple(found[LOG_SUFFIX])
-        active = os.path.join(self._dir, offset_file_name(bases[-1], LOG_SUFFIX)) if bases else ""
+        active = _log_path(self._dir, bases[-1]) if bases else ""
         listing = _Listing(key, bases, tuple(found[SNAPSHOT_SUFFIX]), active)
         self._listing = listing if _settled(st.st_mtime_ns) else None
         self._last = listing
@@ -257,15 +261,12 @@ class LogDirSource(LogSource):
             self.pdir,
         )
 
-    def _log_path(self, base_offset: int) -> str:
-        return os.path.join(self._dir, offset_file_name(base_offset, LOG_SUFFIX))
-
     def _rolled_sizes(self, listing: _Listing) -> tuple[int, ...]:
         """The rolled segments' sizes; stat'ed once per kept listing (a rolled segment
         is never written again; deleting or replacing one changes the listing)."""
         if listing.sizes is not None:
             return listing.sizes
-        sizes = tuple(_file_size(self._log_path(base)) for base in listing.bases[:-1])
+        sizes = tuple(_file_size(_log_path(self._dir, base)) for base in listing.bases[:-1])
         if listing is self._listing:
             listing.sizes = sizes
         return sizes

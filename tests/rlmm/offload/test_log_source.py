@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remote import PartitionDir
-from remote.segments import offset_file_name
+from remote.segments import encode_partition_metadata, offset_file_name
 from rlmm.offload import LogDirSource
 from rlmm.offload.log_source import LocalSegment, LogSource, LogView
 from tests.rlmm.offload.conftest import KEEP_ALL
@@ -62,7 +62,7 @@ def _many_segments(logs: Path, count: int) -> PartitionDir:
     their names and sizes, what a view reads of rolled segments."""
     path = logs / "orders-0"
     path.mkdir(parents=True)
-    (path / "partition.metadata").write_text(f"version: 0\ntopic_id: {_kafka_id()}\n")
+    (path / "partition.metadata").write_bytes(encode_partition_metadata(TOPIC_ID))
     for i in range(count + 1):
         base = i * 100
         (path / offset_file_name(base, ".log")).write_bytes(b"x" * (i % 7))
@@ -70,12 +70,6 @@ def _many_segments(logs: Path, count: int) -> PartitionDir:
         (path / offset_file_name(base, ".timeindex")).touch()
     settle(path)
     return PartitionDir(path)
-
-
-def _kafka_id() -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(TOPIC_ID.bytes).decode().rstrip("=")
 
 
 def test_a_view_of_a_long_local_log_builds_only_what_is_read(tmp_path: Path) -> None:
