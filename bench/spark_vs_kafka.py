@@ -15,9 +15,7 @@ Then, in one Spark session (``local[2]``), over the same offsets ([earliest, the
 record) per partition, explicit ``endingOffsets`` on both sides, ``minPartitions=2``):
 
 - full scan, ``count(*)`` and ``sum(length(value))``: (a) Spark's ``format("kafka")``
-  reading the broker vs (b) ``format("kafka-archive")``. Target: (b) >= 3x (a). Also
-  (e), no target: kafka-archive with 128 MiB input partitions (Spark's file-source
-  size, its default before stop 46), to show what the number of tasks costs.
+  reading the broker vs (b) ``format("kafka-archive")``. Target: (b) >= 3x (a).
 - a ``--window-hours`` window, ``where timestamp >= t1 and timestamp < t2``, at each
   start hour of ``--window-at`` (default: the first, the middle and the last hour):
   (a) Spark's Kafka source reads the whole range and filters; (b) kafka-archive gets
@@ -95,7 +93,6 @@ FIXED_RECORDS = 500  # per partition: the tiny query that measures Spark's fixed
 MANY_PARTITIONS = 40  # the same tiny query cut into this many input partitions
 FIXED_RUNS = 5  # best of
 TARGETS = {"full_scan": 3.0, "window": 20.0}
-SPARK_FILE_PARTITION_BYTES = 128 * 1024 * 1024  # spark.sql.files.maxPartitionBytes
 S3_BUCKET = "rlmm"
 # What executors on the cluster get: credentials through their environment, as an
 # instance profile would give them (moto accepts any), nothing else.
@@ -594,15 +591,8 @@ def main() -> None:
                 assert n == FIXED_RECORDS * args.partitions, n
             return min(walls[1:])
 
-        # (e): kafka-archive grouping its slices as Spark's file sources do (128 MiB per
-        # input partition, its default before stop 46), to show what the task count costs.
-        spark_sized = {"maxBytesPerPartition": str(SPARK_FILE_PARTITION_BYTES)}
         full = timed(
-            {
-                "a": lambda: aggregate(kafka()),
-                "b": lambda: aggregate(archive()),
-                "e": lambda: aggregate(archive(**spark_sized)),
-            },
+            {"a": lambda: aggregate(kafka()), "b": lambda: aggregate(archive())},
             args.repeat,
             broker_pid,
         )
@@ -653,11 +643,8 @@ def main() -> None:
             ),
         }
 
-        a, b, e = full["a"], full["b"], full["e"]
-        if not (
-            a["rows"] == b["rows"] == e["rows"] == args.records
-            and a["value_bytes"] == b["value_bytes"] == e["value_bytes"]
-        ):
+        a, b = full["a"], full["b"]
+        if not (a["rows"] == b["rows"] == args.records and a["value_bytes"] == b["value_bytes"]):
             failed.append(f"full scan: kafka {a['rows']}/{a['value_bytes']}, "
                           f"kafka-archive {b['rows']}/{b['value_bytes']}, "
                           f"expected {args.records} rows")  # fmt: skip
@@ -670,13 +657,10 @@ def main() -> None:
             "input_partitions": {
                 "kafka_source": kafka().rdd.getNumPartitions(),
                 "kafka_archive": archive().rdd.getNumPartitions(),
-                "kafka_archive_128mib": archive(**spark_sized).rdd.getNumPartitions(),
             },
             "kafka_archive_plan": planned,
             "a_kafka_source": fmt(a, fixed_a, args.records),
             "b_kafka_archive": fmt(b, fixed_b, planned["records"]),
-            "e_kafka_archive_128mib_per_input_partition": fmt(e, fixed_b, planned["records"]),
-            "archive_128mib_vs_kafka_source": round(a["wall_s"] / e["wall_s"], 2),
             "archive_vs_kafka_source": round(full_ratio, 2),
             "target": TARGETS["full_scan"],
             "met": full_ratio >= TARGETS["full_scan"],

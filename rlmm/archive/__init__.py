@@ -23,7 +23,6 @@ from rlmm.archive.planner import plan_slices, select_partitions
 from rlmm.archive.request import (
     EARLIEST,
     LATEST,
-    MAX_SLICE_BYTES,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     ReadRequest,
@@ -63,7 +62,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "EARLIEST",
     "LATEST",
-    "MAX_SLICE_BYTES",
     "OPEN_COST_BYTES",
     "READ_COMMITTED",
     "READ_UNCOMMITTED",

@@ -28,9 +28,6 @@ EARLIEST = -2
 LATEST = -1
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
-# The largest slice planned by default: one ranged GET, and the unit balanced across
-# tasks when slices are grouped (segments are cut at offset-index positions).
-MAX_SLICE_BYTES = 128 * 1024 * 1024
 PartitionKey = tuple[str, int]  # (topic, partition)
 OffsetSpec = Mapping[PartitionKey, int]
 TimestampSpec = int | Mapping[PartitionKey, int]
@@ -71,7 +68,7 @@ class ReadRequest:
     # Spark's startingOffsetsByTimestampStrategy: no offset matches -> "error" or "latest".
     starting_timestamp_strategy: str = "error"
     fail_on_data_loss: bool = True
-    max_slice_bytes: int = MAX_SLICE_BYTES
+    max_slice_bytes: int = 128 * 1024 * 1024
     isolation_level: str = READ_UNCOMMITTED
     include_headers: bool = False
     # The query's filter as bounds (pushed down by Spark): only pruning, never an
@@ -198,7 +195,6 @@ class Slice:
 __all__ = [
     "EARLIEST",
     "LATEST",
-    "MAX_SLICE_BYTES",
     "READ_COMMITTED",
     "READ_UNCOMMITTED",
     "ReadRequest",

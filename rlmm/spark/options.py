@@ -82,14 +82,7 @@ IGNORED = frozenset(
     )
 )
 KAFKA_ISOLATION_LEVEL = "kafka.isolation.level"
-# The most one input partition (one Spark task) reads. Larger than Spark's file
-# sources' 128 MiB (spark.sql.files.maxPartitionBytes) because a task of a Python data
-# source costs Spark far more than a JVM task (about 80 ms of wall time against 35 on
-# the standalone cluster, bench/spark_vs_kafka.py), while a slice is streamed, so a
-# bigger group costs no memory: at 128 MiB a full scan of 100-byte records paid about
-# a tenth of its time in tasks. Slices stay at most rlmm.archive.MAX_SLICE_BYTES, the
-# unit that groups are balanced with.
-DEFAULT_MAX_BYTES_PER_PARTITION = 512 * 1024 * 1024
+DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,7 @@ the archive (at ``load()``), and plan through ``rlmm.archive.plan_slices``, with
 interval is still too many records, by cutting a slice's offset range (those pieces
 share a byte range; each keeps only its own offsets). Then ``rlmm.archive.pack_slices``
 groups consecutive slices into Spark input partitions (Spark's file-source rule, with
-``maxBytesPerPartition`` as the group size), so small segments are not a task each;
-slices are at most ``slice_limit`` (128 MiB, or less when that option is lower).
+``maxBytesPerPartition`` as the group size), so small segments are not a task each.
 
 Invariants: the slices returned tile each partition's requested offsets, in order,
 without overlap (no record twice); a local remote storage root is made absolute
@@ -95,20 +94,12 @@ def read_request(
         raise KafkaArchiveOptionError(options.subscription, str(e)) from e
 
 
-def slice_limit(options: KafkaArchiveOptions) -> int:
-    """The largest slice of a read: ``maxBytesPerPartition`` caps groups of slices, and
-    slices are cut smaller still (rlmm.archive.MAX_SLICE_BYTES) so groups balance."""
-    from rlmm.archive import MAX_SLICE_BYTES
-
-    return min(options.max_bytes_per_partition, MAX_SLICE_BYTES)
-
-
 def check_subscription(options: KafkaArchiveOptions) -> None:
     """At ``load()``: the topics (and partitions) named are in the archive."""
     from rlmm.archive import ArchiveError, open_metadata_view, select_partitions
 
     config = rlmm_config(options)
-    request = read_request(options, slice_limit(options))
+    request = read_request(options, options.max_bytes_per_partition)
     try:
         with open_metadata_view(config) as view:
             selected = select_partitions(view, request)
@@ -132,7 +123,7 @@ def plan(options: KafkaArchiveOptions, where: RowBounds | None = None) -> list[S
     config = rlmm_config(options)
     remote = remote_options(config)
     side_index = config.side_index_location()
-    limit = slice_limit(options)
+    limit = options.max_bytes_per_partition
     with open_metadata_view(config) as view:
         request = read_request(options, limit, where)
         slices = plan_slices(view, request, remote, side_index=side_index)
@@ -227,6 +218,5 @@ __all__ = [
     "plan_groups",
     "remote_options",
     "rlmm_config",
-    "slice_limit",
     "split_by_offsets",
 ]

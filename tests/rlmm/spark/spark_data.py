@@ -20,12 +20,11 @@ from remote import PartitionDir, PartitionDirWriter, ProducerRecord
 from rlmm.config import RlmmConfig
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.model import TopicIdPartition
-from rlmm.spark.options import DEFAULT_MAX_BYTES_PER_PARTITION
 from tests.rlmm.archive.archive_data import copy_segment, make_config, rows
 
 # An open cost as large as an input partition's bytes: one input partition per slice,
 # so a test can count the slices a read planned.
-UNPACKED = {"openCostInBytes": str(DEFAULT_MAX_BYTES_PER_PARTITION)}
+UNPACKED = {"openCostInBytes": str(128 * 1024 * 1024)}
 
 
 def overrides(config: RlmmConfig) -> dict[str, str]:

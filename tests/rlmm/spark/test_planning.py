@@ -4,7 +4,6 @@ transactions; minPartitions and maxRecordsPerPartition are met."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from pathlib import Path
 
@@ -56,31 +55,3 @@ def test_min_partitions_cuts_the_biggest(tmp_path: Path) -> None:
     # Never more pieces than offsets.
     out = split_by_offsets([piece(0, 2)], options(tmp_path, minpartitions="9"))
     assert [(s.from_offset, s.until_offset) for s in out] == [(0, 1), (1, 2)]
-
-
-def sized(count: int, size: int) -> list[Slice]:
-    return [
-        dataclasses.replace(piece(i * 100, (i + 1) * 100), end_position=size) for i in range(count)
-    ]
-
-
-def test_slices_stay_small_and_groups_are_bigger(tmp_path: Path) -> None:
-    """A task of a Python data source costs Spark far more than a JVM task: groups of
-    slices are up to 512 MiB by default, while slices stay at most 128 MiB, the unit
-    groups are balanced with; a smaller maxBytesPerPartition caps both."""
-    from rlmm.archive import MAX_SLICE_BYTES, pack_slices
-    from rlmm.spark.options import DEFAULT_MAX_BYTES_PER_PARTITION
-    from rlmm.spark.planning import slice_limit
-
-    mib = 1 << 20
-    default = options(tmp_path)
-    assert default.max_bytes_per_partition == DEFAULT_MAX_BYTES_PER_PARTITION == 512 * mib
-    assert slice_limit(default) == MAX_SLICE_BYTES == 128 * mib
-    assert slice_limit(options(tmp_path, maxbytesperpartition=str(64 * mib))) == 64 * mib
-    # The day-long topic of bench/spark_vs_kafka.py at 30M records: 200 segments of
-    # 16 MiB on 2 cores are 8 tasks (34 at Spark's 128 MiB), 4 per core.
-    day = sized(200, 16 * mib)
-    groups = pack_slices(day, default.max_bytes_per_partition, min_groups=2)
-    assert len(groups) == 8
-    assert len(pack_slices(day, 128 * mib, min_groups=2)) == 34
-    assert [s for g in groups for s in g] == day
