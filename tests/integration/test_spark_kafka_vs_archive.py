@@ -13,7 +13,9 @@ with filters that kafka-archive pushes down (a timestamp window, a partition, an
 offset range, IN, the topic, and their AND): Spark's Kafka source reads everything
 and filters, kafka-archive prunes and Spark filters what it returns. And with Spark's
 ``startingTimestamp`` / ``endingTimestamp`` options: both resolve them to the same
-offsets (the broker by its time index, the archive by its segments' timestamps).
+offsets (the broker by its time index, the archive by its segments' timestamps). A
+window over one of several segments plans that segment alone (those after it skipped
+by the smallest timestamp our offloader records), with the Kafka source's rows.
 """
 
 from __future__ import annotations
@@ -262,3 +264,84 @@ async def test_spark_kafka_source_equals_kafka_archive(
     assert len(committed) == 60 + 10 + 30
     assert any(r["headers"] for r in committed) and any(r["key"] is None for r in committed)
     assert {r["partition"] for r in committed} == set(range(PARTITIONS))
+
+
+GROUPS, PER_GROUP, GROUP_GAP_MS = 5, 8, 3000  # GROUP_GAP_MS > SEGMENT_MS: a segment each
+
+
+async def test_a_window_plans_only_its_segment_and_reads_the_kafka_sources_rows(
+    apache_kafka_broker: ApacheKafkaBroker, tmp_path: Path
+) -> None:
+    """One partition whose record timestamps roll a segment every PER_GROUP records
+    (Kafka rolls by record time: a group is GROUP_GAP_MS after the one before). A window
+    over the middle group plans that segment alone: the two before it are skipped by
+    their largest timestamp, the two after it by the smallest one our offloader recorded
+    in their custom metadata. Its rows equal Spark's Kafka source's filtered the same
+    way."""
+    from rlmm.archive import RowBounds
+    from rlmm.spark.options import parse_options
+    from rlmm.spark.planning import plan
+
+    try:
+        jars = await asyncio.to_thread(spark_kafka_jars)
+    except ApacheKafkaUnavailable as e:
+        pytest.skip(f"needs Java and Maven: {e}")
+    except BrokerStartError as e:
+        pytest.fail(f"Spark's Kafka source jars: {e}", pytrace=False)
+    broker = apache_kafka_broker
+    topic = f"spark-window-{uuid4().hex[:8]}"
+    await create_topic(broker.bootstrap, topic, partitions=1)
+    base_ts = int(time.time()) * 1000 - 120_000  # a whole second: SQL literals stay short
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    await producer.start()
+    try:
+        for i in range(GROUPS * PER_GROUP):
+            at = base_ts + (i // PER_GROUP) * GROUP_GAP_MS + i % PER_GROUP
+            await producer.send_and_wait(topic, f"v-{i}".encode(), partition=0, timestamp_ms=at)
+        roll = await producer.send_and_wait(topic, b"roll", partition=0)  # stamped now
+    finally:
+        await producer.stop()
+    ends = {0: roll.offset}
+    config_path = await offload_topic(broker, topic, ends, tmp_path)
+
+    middle = GROUPS // 2
+    w0 = base_ts + middle * GROUP_GAP_MS
+    w1 = w0 + PER_GROUP  # exclusive
+    options = parse_options(
+        {
+            "config": str(config_path),
+            "subscribe": topic,
+            "endingOffsets": json.dumps({topic: {"0": roll.offset}}),
+        }
+    )
+    whole = plan(options)
+    window = plan(options, RowBounds(min_timestamp_ms=w0, max_timestamp_ms=w1 - 1))
+    assert [(s.from_offset, s.until_offset) for s in whole] == [
+        (g * PER_GROUP, (g + 1) * PER_GROUP) for g in range(GROUPS)
+    ]
+    assert [(s.from_offset, s.until_offset) for s in window] == [
+        (middle * PER_GROUP, (middle + 1) * PER_GROUP)
+    ]
+
+    def sql(ms: int) -> str:
+        return f"timestamp'{datetime.fromtimestamp(ms / 1000, UTC).isoformat()}'"
+
+    condition = f"timestamp >= {sql(w0)} AND timestamp < {sql(w1)}"
+    result = await asyncio.to_thread(
+        read_with_spark,
+        {
+            "bootstrap": broker.bootstrap,
+            "topic": topic,
+            "ending": ends,
+            "isolation": ["read_uncommitted"],
+            "jars": [str(j) for j in jars],
+            "rlmm_config": str(config_path),
+            "filters": [condition],
+            "output": str(tmp_path / "rows.json"),
+        },
+        tmp_path,
+    )
+    live = result[f"kafka/read_uncommitted/{condition}"]
+    assert result[f"kafka-archive/read_uncommitted/{condition}"] == live
+    assert [r["offset"] for r in live] == list(range(middle * PER_GROUP, (middle + 1) * PER_GROUP))
+    assert result["kafka-archive/read_uncommitted"] == result["kafka/read_uncommitted"]
