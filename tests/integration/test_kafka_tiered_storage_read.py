@@ -35,11 +35,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from tests.fixtures.apache_kafka import (
     METADATA_PARTITIONS,
     ApacheKafkaBroker,
-    ApacheKafkaUnavailable,
-    spark_kafka_jars,
 )
-from tests.fixtures.kafka import BrokerStartError
-from tests.integration.test_spark_kafka_vs_archive import headers_for, read_with_spark
+from tests.integration.test_spark_kafka_vs_archive import (
+    headers_for,
+    kafka_source_jars,
+    read_with_spark,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -150,12 +151,7 @@ def digest(root: Path) -> dict[str, str]:
 async def test_cli_and_spark_read_kafkas_local_tiered_storage(
     apache_kafka_broker: ApacheKafkaBroker, tmp_path: Path
 ) -> None:
-    try:
-        jars = await asyncio.to_thread(spark_kafka_jars)
-    except ApacheKafkaUnavailable as e:
-        pytest.skip(f"needs Java and Maven: {e}")
-    except BrokerStartError as e:
-        pytest.fail(f"Spark's Kafka source jars: {e}", pytrace=False)
+    jars = await kafka_source_jars()
     broker = apache_kafka_broker
     topic = f"lts-{uuid4().hex[:8]}"
     await create_topic(broker.bootstrap, topic)

@@ -205,15 +205,21 @@ def read_with_spark(request: dict[str, object], work: Path) -> dict[str, list[di
     return result
 
 
-async def test_spark_kafka_source_equals_kafka_archive(
-    apache_kafka_broker: ApacheKafkaBroker, tmp_path: Path
-) -> None:
+async def kafka_source_jars() -> list[Path]:
+    """Spark's Kafka source jars (fetched with Maven); the test is skipped without Java
+    or Maven, and fails naming the jars when they cannot be had."""
     try:
-        jars = await asyncio.to_thread(spark_kafka_jars)
+        return await asyncio.to_thread(spark_kafka_jars)
     except ApacheKafkaUnavailable as e:
         pytest.skip(f"needs Java and Maven: {e}")
     except BrokerStartError as e:
         pytest.fail(f"Spark's Kafka source jars: {e}", pytrace=False)
+
+
+async def test_spark_kafka_source_equals_kafka_archive(
+    apache_kafka_broker: ApacheKafkaBroker, tmp_path: Path
+) -> None:
+    jars = await kafka_source_jars()
     broker = apache_kafka_broker
     topic = f"spark-src-{uuid4().hex[:8]}"
     await create_topic(broker.bootstrap, topic)
@@ -282,12 +288,7 @@ async def test_a_window_plans_only_its_segment_and_reads_the_kafka_sources_rows(
     from rlmm.spark.options import parse_options
     from rlmm.spark.planning import plan
 
-    try:
-        jars = await asyncio.to_thread(spark_kafka_jars)
-    except ApacheKafkaUnavailable as e:
-        pytest.skip(f"needs Java and Maven: {e}")
-    except BrokerStartError as e:
-        pytest.fail(f"Spark's Kafka source jars: {e}", pytrace=False)
+    jars = await kafka_source_jars()
     broker = apache_kafka_broker
     topic = f"spark-window-{uuid4().hex[:8]}"
     await create_topic(broker.bootstrap, topic, partitions=1)
