@@ -25,9 +25,15 @@ from snapshot.registry import SNAPSHOT_STORE_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rlmm", "eventlog", "snapshot", "remote")
-OUTER = ("rlmm.offload", "rlmm.spark", "rlmm.cli", "rlmm.restore")
+OUTER = ("rlmm.offload", "rlmm.spark", "rlmm.cli", "rlmm.restore", "rlmm.plugin")
 # (importer, imported) pairs of the outer layer that are allowed.
-OUTER_ALLOWED = {("rlmm.cli", "rlmm.offload"), ("rlmm.cli", "rlmm.restore")}
+OUTER_ALLOWED = {
+    ("rlmm.cli", "rlmm.offload"),
+    ("rlmm.cli", "rlmm.restore"),
+    ("rlmm.cli", "rlmm.plugin"),
+    # rlmm serve answers the same probes as the sidecar
+    ("rlmm.plugin", "rlmm.offload"),
+}
 LEAF = ("rlmm.model", "rlmm.errors")  # the KIP-405 API types
 FAST_PATHS = "rlmm._fast_paths"  # the RLMM_NO_FAST_PATHS switch, a leaf too
 

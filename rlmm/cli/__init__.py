@@ -154,7 +154,16 @@ def demo() -> None:
 
 
 # --- command groups, one module each ----------------------------------------------------
-from rlmm.cli import events, offload, records, restore, segments, snapshots, verify  # noqa: E402
+from rlmm.cli import (  # noqa: E402
+    events,
+    offload,
+    records,
+    restore,
+    segments,
+    serve,
+    snapshots,
+    verify,
+)
 
 segments.register(main)
 events.register(main)
@@ -163,5 +172,6 @@ verify.register(main)
 records.register(main)
 offload.register(main)
 restore.register(main)
+serve.register(main)
 
 __all__ = ["main"]

@@ -14,7 +14,7 @@ import gzip
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler
 
@@ -32,6 +32,12 @@ PATHS = ("/metrics", "/healthz", "/readyz")
 _StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 # (prometheus_client's encoder for the format asked, the name[] filter) -> the body
 Scrape = Callable[[Callable[[Any], bytes], list[str] | None], bytes]
+
+
+class ReadinessState(Protocol):
+    """What ``/readyz`` asks: ready or not, and the one-line reason."""
+
+    def state(self) -> tuple[bool, str]: ...
 
 
 class Readiness:
@@ -127,7 +133,7 @@ class QuietHandler(WSGIRequestHandler):
 
 def health_app(
     registry: CollectorRegistry,
-    readiness: Readiness,
+    readiness: ReadinessState,
     scrape: Scrape | None = None,
 ) -> Callable[[dict[str, Any], _StartResponse], Iterable[bytes]]:
     """The WSGI app of the metrics port (the module docstring says what it answers);
@@ -176,4 +182,12 @@ def _metrics(
     return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 
 
-__all__ = ["NOT_STARTED", "PATHS", "QuietHandler", "Readiness", "health_app", "round_problem"]
+__all__ = [
+    "NOT_STARTED",
+    "PATHS",
+    "QuietHandler",
+    "Readiness",
+    "ReadinessState",
+    "health_app",
+    "round_problem",
+]

@@ -1,0 +1,210 @@
+"""The RemoteLogMetadataManager's calls, as ``rlmm serve`` answers them for the bridge.
+
+The manager is rlmm's TopicBasedRemoteLogMetadataManager over the configured event
+log (on a broker: Kafka's ``__remote_log_metadata`` on the broker's own cluster, in
+Kafka's format, so the broker can move between Kafka's RLMM and this one) with rlmm's
+snapshots, so a restarted broker is ready after the snapshot and the tail, not a replay
+of the topic.
+
+Invariant: the manager starts in the background after the first ``configure`` and
+retries (with backoff, logged) until it starts or the process stops; until then every
+lookup is a not-ready error and ``is_ready`` is false. The partitions Kafka assigned
+are kept here and handed to the manager once it has started, so an assignment made
+while it starts is never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rlmm.base import RemoteLogMetadataManager
+from rlmm.errors import RemoteStorageNotReadyError
+from rlmm.factory import create_manager, open_event_log
+from rlmm.model import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    TopicIdPartition,
+)
+from rlmm.plugin.broker_settings import broker_config, unknown_props
+from rlmm.plugin.metrics import ServeReadiness
+from rlmm.plugin.protocol import (
+    arg,
+    metadata_arg,
+    metadata_bytes,
+    optional_arg,
+    topic_id_partition,
+    topic_id_partitions,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Mapping[str, Any]], Awaitable[Any]]
+START_BACKOFF_S = (1.0, 30.0)
+
+
+class MetadataCalls:
+    """The RLMM's side of one ``rlmm serve``: one manager, started on the first configure."""
+
+    def __init__(
+        self,
+        config_path: Path | None,
+        readiness: ServeReadiness,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._config_path = config_path
+        self._overrides = dict(overrides or {})
+        self._readiness = readiness
+        self._manager: RemoteLogMetadataManager | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self._leaders: set[TopicIdPartition] = set()
+        self._followers: set[TopicIdPartition] = set()
+        self._closed = False
+
+    def handlers(self) -> dict[str, Handler]:
+        return {
+            "rlmm.add_remote_log_segment_metadata": self.add_remote_log_segment_metadata,
+            "rlmm.update_remote_log_segment_metadata": self.update_remote_log_segment_metadata,
+            "rlmm.put_remote_partition_delete_metadata": self.put_remote_partition_delete_metadata,
+            "rlmm.remote_log_segment_metadata": self.remote_log_segment_metadata,
+            "rlmm.highest_offset_for_epoch": self.highest_offset_for_epoch,
+            "rlmm.list_remote_log_segments": self.list_remote_log_segments,
+            "rlmm.on_partition_leadership_changes": self.on_partition_leadership_changes,
+            "rlmm.on_stop_partitions": self.on_stop_partitions,
+            "rlmm.remote_log_size": self.remote_log_size,
+            "rlmm.next_segment_with_txn_index": self.next_segment_with_txn_index,
+            "rlmm.is_ready": self.is_ready,
+        }
+
+    @property
+    def manager(self) -> RemoteLogMetadataManager | None:
+        """The manager once it has started (None before)."""
+        return self._manager
+
+    async def configure(self, props: Mapping[str, str]) -> None:
+        if self._starting is not None:
+            return  # a restarted bridge configures again; the manager already runs
+        config = broker_config(self._config_path, props, overrides=self._overrides)
+        ignored = unknown_props(props)
+        if ignored:
+            log.info("rlmm.config.* properties rlmm does not use: %s", ignored)
+        self._readiness.waiting("manager", "the remote log metadata manager is starting")
+        self._starting = asyncio.create_task(self._start(config), name="rlmm-serve-manager")
+
+    async def _start(self, config: Any) -> None:
+        delay, most = START_BACKOFF_S
+        while not self._closed:
+            manager = create_manager(config, open_event_log(config))
+            try:
+                await manager.start()
+            except asyncio.CancelledError:
+                await manager.close()
+                raise
+            except Exception as e:
+                await manager.close()
+                reason = f"the remote log metadata manager could not start: {e}"
+                log.warning("%s; retrying in %.0f s", reason, delay)
+                self._readiness.waiting("manager", reason)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, most)
+                continue
+            self._manager = manager
+            log.info("remote log metadata manager started over %r", config.eventlog.get("type"))
+            if self._leaders or self._followers:
+                await manager.on_partition_leadership_changes(
+                    set(self._leaders), set(self._followers)
+                )
+            self._readiness.ready("manager")
+            return
+
+    def _ready_manager(self) -> RemoteLogMetadataManager:
+        if self._manager is None:
+            raise RemoteStorageNotReadyError(
+                message="rlmm serve: the remote log metadata manager is not started yet"
+            )
+        return self._manager
+
+    # --- writes (Kafka waits on the returned future) ------------------------------------
+
+    async def add_remote_log_segment_metadata(self, args: Mapping[str, Any]) -> None:
+        metadata = metadata_arg(args, "metadata", RemoteLogSegmentMetadata)
+        await self._ready_manager().add_remote_log_segment_metadata(metadata)
+
+    async def update_remote_log_segment_metadata(self, args: Mapping[str, Any]) -> None:
+        update = metadata_arg(args, "metadata", RemoteLogSegmentMetadataUpdate)
+        await self._ready_manager().update_remote_log_segment_metadata(update)
+
+    async def put_remote_partition_delete_metadata(self, args: Mapping[str, Any]) -> None:
+        metadata = metadata_arg(args, "metadata", RemotePartitionDeleteMetadata)
+        await self._ready_manager().put_remote_partition_delete_metadata(metadata)
+
+    # --- lookups (the cache, no I/O) ------------------------------------------------------
+
+    async def remote_log_segment_metadata(self, args: Mapping[str, Any]) -> bytes | None:
+        tp = topic_id_partition(args.get("topic_id_partition"))
+        found = self._ready_manager().remote_log_segment_metadata(
+            tp, arg(args, "epoch", int), arg(args, "offset", int)
+        )
+        return metadata_bytes(found)
+
+    async def highest_offset_for_epoch(self, args: Mapping[str, Any]) -> int | None:
+        tp = topic_id_partition(args.get("topic_id_partition"))
+        return self._ready_manager().highest_offset_for_epoch(tp, arg(args, "leader_epoch", int))
+
+    async def list_remote_log_segments(self, args: Mapping[str, Any]) -> list[bytes]:
+        tp = topic_id_partition(args.get("topic_id_partition"))
+        epoch = optional_arg(args, "leader_epoch", int)
+        found = self._ready_manager().list_remote_log_segments(tp, epoch)
+        return [metadata_bytes(m) for m in found]  # type: ignore[misc]
+
+    async def remote_log_size(self, args: Mapping[str, Any]) -> int:
+        tp = topic_id_partition(args.get("topic_id_partition"))
+        return self._ready_manager().remote_log_size(tp, arg(args, "leader_epoch", int))
+
+    async def next_segment_with_txn_index(self, args: Mapping[str, Any]) -> bytes | None:
+        tp = topic_id_partition(args.get("topic_id_partition"))
+        found = self._ready_manager().next_segment_with_txn_index(
+            tp, arg(args, "epoch", int), arg(args, "offset", int)
+        )
+        return metadata_bytes(found)
+
+    async def is_ready(self, args: Mapping[str, Any]) -> bool:
+        tp = topic_id_partition(args.get("topic_id_partition"))
+        return self._manager is not None and self._manager.is_ready(tp)
+
+    # --- assignment -----------------------------------------------------------------------
+
+    async def on_partition_leadership_changes(self, args: Mapping[str, Any]) -> None:
+        leaders = set(topic_id_partitions(args, "leaders"))
+        followers = set(topic_id_partitions(args, "followers"))
+        self._leaders = (self._leaders - followers) | leaders
+        self._followers = (self._followers - leaders) | followers
+        if self._manager is not None:
+            await self._manager.on_partition_leadership_changes(leaders, followers)
+
+    async def on_stop_partitions(self, args: Mapping[str, Any]) -> None:
+        partitions = set(topic_id_partitions(args, "partitions"))
+        self._leaders -= partitions
+        self._followers -= partitions
+        if self._manager is not None:
+            await self._manager.on_stop_partitions(partitions)
+
+    async def close(self) -> None:
+        """Stop starting, close the manager (its final snapshot). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._starting
+        if self._manager is not None:
+            await self._manager.close()
+
+
+__all__ = ["MetadataCalls"]

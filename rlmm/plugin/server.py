@@ -1,0 +1,275 @@
+"""``rlmm serve``: one process per broker answering the JVM bridge over a local socket.
+
+The broker's two plugin classes each hold one connection (the RSM's and the RLMM's);
+each says ``hello`` (protocol and release: a bridge and a serve of different releases
+refuse each other in one line), then ``configure`` with the properties Kafka gave it,
+then calls. Every request is answered in its own task, so a slow copy never holds up
+a fetch or a lookup; answers go back in whatever order they finish.
+
+Invariants:
+- one serve per socket: the socket's ``.lock`` file is held (flock) for the process's
+  life; a second serve on the same socket exits with code 3 (the bridge then attaches
+  to the first);
+- nothing outlives its owner: SIGTERM or SIGINT, or the broker's pid vanishing
+  (``--parent-pid``), stops the process: the calls in flight are cancelled, the
+  manager takes its final snapshot, the store closes, the socket file is removed;
+- every error is answered, never raised into the connection: a RemoteStorageError
+  with its wire type, anything else as ``internal`` (logged with its traceback); a
+  connection that breaks the protocol is closed with one warning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import importlib.metadata
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from rlmm.errors import RemoteStorageError
+from rlmm.plugin.errors import AlreadyServingError, ProtocolError, VersionMismatchError
+from rlmm.plugin.metadata_calls import MetadataCalls
+from rlmm.plugin.metrics import MetricsPort, PluginMetrics
+from rlmm.plugin.protocol import PROTOCOL_VERSION, arg, error_type, frame, read_frame
+from rlmm.plugin.storage_calls import StorageCalls
+
+log = logging.getLogger(__name__)
+
+PARENT_POLL_S = 1.0
+ROLES = ("rsm", "rlmm")
+Handler = Callable[[Mapping[str, Any]], Awaitable[Any]]
+
+
+def release() -> str:
+    """This installation's rlmm release (what the bridge's jar must equal)."""
+    return importlib.metadata.version("rlmm")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class PluginServer:
+    """The socket, the two sides' calls and the process's life (see the module)."""
+
+    def __init__(
+        self,
+        config_path: Path | None,
+        socket_path: Path,
+        *,
+        parent_pid: int | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+    ) -> None:
+        self.socket_path = socket_path
+        self._parent_pid = parent_pid
+        self._metrics_at = (metrics_port, metrics_host)
+        self.version = release()
+        self.metrics = PluginMetrics(self.version)
+        self.storage = StorageCalls(config_path, self.metrics, overrides)
+        self.metadata = MetadataCalls(config_path, self.metrics.readiness, overrides)
+        self._methods: dict[str, Handler] = {
+            "hello": self._hello,
+            "configure": self._configure,
+            "close": self._close_call,
+            **self.storage.handlers(),
+            **self.metadata.handlers(),
+        }
+        self._stop = asyncio.Event()
+        self._connections: set[asyncio.Task[None]] = set()
+        self._lock_file: IO[str] | None = None
+        self.metrics_port: MetricsPort | None = None
+
+    # --- life -------------------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        path = self.socket_path.with_name(self.socket_path.name + ".lock")
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        lock = path.open("a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            lock.close()
+            raise AlreadyServingError(
+                f"another rlmm serve holds {self.socket_path} (its lock {path} is taken)"
+            ) from e
+        self._lock_file = lock
+
+    async def serve(self, ready: Callable[[PluginServer], None] | None = None) -> None:
+        """Serve until stopped (signal, parent gone or ``stop()``); then shut down."""
+        self._take_lock()
+        loop = asyncio.get_running_loop()
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()  # a dead serve's; the lock says none is alive
+            server = await asyncio.start_unix_server(
+                self._connection, path=str(self.socket_path), limit=1 << 20
+            )
+            os.chmod(self.socket_path, 0o600)  # the broker's user only
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+            port, host = self._metrics_at
+            if port is not None:
+                self.metrics_port = self.metrics.serve(port, host)
+            watch = asyncio.create_task(self._watch_parent(), name="rlmm-serve-parent")
+            log.info(
+                "rlmm serve %s (pid %d) listening on %s%s",
+                self.version,
+                os.getpid(),
+                self.socket_path,
+                "" if self.metrics_port is None else f", metrics on port {self.metrics_port.port}",
+            )
+            if ready is not None:
+                ready(self)
+            try:
+                await self._stop.wait()
+            finally:
+                watch.cancel()
+                server.close()
+                await self._shutdown()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(server.wait_closed(), 5)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+            if self._lock_file is not None:
+                self._lock_file.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _watch_parent(self) -> None:
+        if self._parent_pid is None:
+            return
+        while _alive(self._parent_pid):
+            await asyncio.sleep(PARENT_POLL_S)
+        log.warning("the broker (pid %d) is gone: stopping", self._parent_pid)
+        self.stop()
+
+    async def _shutdown(self) -> None:
+        log.info("rlmm serve stopping")
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.metadata.close()
+        await asyncio.to_thread(self.storage.close)
+        if self.metrics_port is not None:
+            self.metrics_port.close()
+        log.info("rlmm serve stopped")
+
+    # --- one connection ----------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self._connections.add(me)
+        self.metrics.connections.inc()
+        send = asyncio.Lock()
+        calls: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                message = await read_frame(reader)
+                if message is None:
+                    break
+                task = asyncio.create_task(self._answer(message, writer, send))
+                calls.add(task)
+                task.add_done_callback(calls.discard)
+        except ProtocolError as e:
+            log.warning("closing a bridge connection that broke the protocol: %s", e)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            for task in list(calls):
+                task.cancel()
+            self.metrics.connections.dec()
+            self._connections.discard(me)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _answer(
+        self, message: Mapping[str, Any], writer: asyncio.StreamWriter, send: asyncio.Lock
+    ) -> None:
+        request_id = message.get("id")
+        method = message.get("method")
+        answer: dict[str, Any] = {"id": request_id}
+        self.metrics.in_flight.inc()
+        try:
+            handler = self._methods.get(method) if isinstance(method, str) else None
+            if handler is None:
+                raise ProtocolError(f"unknown method {method!r}")
+            args = message.get("args") or {}
+            if not isinstance(args, dict):
+                raise ProtocolError(f"{method}: args is a {type(args).__name__}, not a map")
+            self.metrics.calls.labels(method).inc()
+            answer["result"] = await handler(args)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            kind = error_type(e)
+            if kind == "internal":
+                log.exception("%s failed", method)
+            elif not isinstance(e, RemoteStorageError) or not e.retriable:
+                log.warning("%s: %s", method, e)
+            self.metrics.call_errors.labels(str(method), kind).inc()
+            answer["error"] = {"type": kind, "message": _one_line(method, e)}
+        finally:
+            self.metrics.in_flight.dec()
+        data = frame(answer)
+        async with send:
+            writer.write(data)
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+
+    # --- the calls of both roles ----------------------------------------------------------
+
+    async def _hello(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        protocol = args.get("protocol")
+        theirs = args.get("version")
+        role = args.get("role")
+        if protocol != PROTOCOL_VERSION or theirs != self.version:
+            raise VersionMismatchError(
+                f"the rlmm bridge jar is release {theirs} (protocol {protocol}) and rlmm serve"
+                f" is {self.version} (protocol {PROTOCOL_VERSION}): install the jar built from"
+                " the same rlmm release (make plugin) as the rlmm on the broker's PATH"
+            )
+        log.info("bridge %s connected (broker pid %s)", role, args.get("jvm_pid"))
+        return {"version": self.version, "pid": os.getpid(), "protocol": PROTOCOL_VERSION}
+
+    async def _configure(self, args: Mapping[str, Any]) -> None:
+        role = arg(args, "role", str)
+        props = arg(args, "props", dict)
+        if role not in ROLES or not all(isinstance(v, str) for v in props.values()):
+            raise ProtocolError(f"configure: role {role!r} or its props are not valid")
+        self.metrics.readiness.ready("bridge")
+        if role == "rsm":
+            await self.storage.configure(props)
+        else:
+            await self.metadata.configure(props)
+
+    async def _close_call(self, args: Mapping[str, Any]) -> None:
+        log.info("bridge %s closing", args.get("role"))
+
+
+def _one_line(method: object, error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return f"rlmm serve {method}: {text}"
+
+
+__all__ = ["PluginServer", "release"]

@@ -1,0 +1,409 @@
+"""rlmm serve over its socket, driven as the JVM bridge drives it (no JVM here: the
+broker tests in tests/integration/test_kafka_plugin.py run the real bridge)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from rlmm.model import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+)
+from rlmm.plugin.errors import AlreadyServingError
+from rlmm.plugin.server import PluginServer
+from tests.remote.conftest import make_metadata, write_segment
+from tests.rlmm.plugin.bridge_client import BridgeClient, CallError, unwire, wire, wire_tp
+
+BROKER_PROPS = {"broker.id": "1", "cluster.id": "test-cluster", "log.dir": "/nonexistent"}
+
+
+def write_config(tmp_path: Path) -> Path:
+    config = tmp_path / "rlmm.toml"
+    config.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n'
+        '[eventlog]\ntype = "file"\npartitions = 3\n'
+        '[remote]\ntype = "local"\n'
+    )
+    return config
+
+
+async def started(server: PluginServer) -> asyncio.Task[None]:
+    up = asyncio.Event()
+    task = asyncio.create_task(server.serve(ready=lambda _s: up.set()))
+    waiting = asyncio.create_task(up.wait())
+    await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED, timeout=30)
+    if task.done():
+        waiting.cancel()
+        task.result()
+    assert up.is_set()
+    return task
+
+
+@pytest.fixture
+async def serve(tmp_path: Path) -> AsyncIterator[PluginServer]:
+    server = PluginServer(write_config(tmp_path), tmp_path / "serve.sock")
+    task = await started(server)
+    try:
+        yield server
+    finally:
+        server.stop()
+        await asyncio.wait_for(task, 30)
+
+
+@pytest.fixture
+async def bridge(serve: PluginServer) -> AsyncIterator[BridgeClient]:
+    client = await BridgeClient.connect(serve.socket_path)
+    await client.hello("rlmm")
+    await client.call("configure", role="rsm", props=dict(BROKER_PROPS))
+    await client.call("configure", role="rlmm", props=dict(BROKER_PROPS))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def until_ready(client: BridgeClient, tp_wire: dict[str, object]) -> None:
+    deadline = time.monotonic() + 30
+    while not await client.call("rlmm.is_ready", topic_id_partition=tp_wire):
+        assert time.monotonic() < deadline, "the partition never became ready"
+        await asyncio.sleep(0.05)
+
+
+def finished_update(
+    md: RemoteLogSegmentMetadata, custom: bytes | None
+) -> RemoteLogSegmentMetadataUpdate:
+    return RemoteLogSegmentMetadataUpdate(
+        md.remote_log_segment_id,
+        md.event_timestamp_ms + 1,
+        custom,
+        RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+        1,
+    )
+
+
+async def tier(
+    client: BridgeClient, tmp_path: Path, *, start: int = 1000, txn: bool = True, seed: int = 0
+) -> tuple[RemoteLogSegmentMetadata, dict[str, bytes]]:
+    files = write_segment(
+        tmp_path / f"log-{start}", log_size=300_000, with_txn=txn, seed=seed, name=f"{start:020d}"
+    )
+    md = make_metadata(start_offset=start, size=len(files.contents["log_segment"]))
+    tp = wire_tp(md.topic_id_partition)
+    await client.call("rlmm.on_partition_leadership_changes", leaders=[tp], followers=[])
+    await until_ready(client, tp)
+    await client.call("rlmm.add_remote_log_segment_metadata", metadata=wire(md))
+    data = files.data
+    copied = await client.call(
+        "rsm.copy_log_segment_data",
+        metadata=wire(md),
+        log_segment=str(data.log_segment),
+        offset_index=str(data.offset_index),
+        time_index=str(data.time_index),
+        transaction_index=None if data.transaction_index is None else str(data.transaction_index),
+        producer_snapshot_index=str(data.producer_snapshot_index),
+        leader_epoch_index=data.leader_epoch_index,
+    )
+    custom = copied["custom_metadata"]
+    assert isinstance(custom, bytes) and len(custom) <= 128  # Kafka's default cap
+    update = finished_update(md, custom)
+    await client.call("rlmm.update_remote_log_segment_metadata", metadata=wire(update))
+    return md.create_with_updates(update), files.contents
+
+
+async def test_copy_then_every_lookup_and_fetch_answers_as_kafka_asks(
+    bridge: BridgeClient, tmp_path: Path
+) -> None:
+    md, contents = await tier(bridge, tmp_path)
+    tp = wire_tp(md.topic_id_partition)
+    found = unwire(
+        await bridge.call(
+            "rlmm.remote_log_segment_metadata", topic_id_partition=tp, epoch=0, offset=1050
+        )
+    )
+    assert found == md
+    assert (
+        await bridge.call("rlmm.highest_offset_for_epoch", topic_id_partition=tp, leader_epoch=0)
+        == md.end_offset
+    )
+    listed = await bridge.call(
+        "rlmm.list_remote_log_segments", topic_id_partition=tp, leader_epoch=None
+    )
+    assert [unwire(m) for m in listed] == [md]
+    by_epoch = await bridge.call(
+        "rlmm.list_remote_log_segments", topic_id_partition=tp, leader_epoch=0
+    )
+    assert [unwire(m) for m in by_epoch] == [md]
+    assert (
+        await bridge.call("rlmm.remote_log_size", topic_id_partition=tp, leader_epoch=0)
+        == md.segment_size_in_bytes
+    )
+    txn = await bridge.call(
+        "rlmm.next_segment_with_txn_index", topic_id_partition=tp, epoch=0, offset=1000
+    )
+    assert unwire(txn) == md
+    assert (
+        await bridge.call(
+            "rlmm.remote_log_segment_metadata", topic_id_partition=tp, epoch=0, offset=5000
+        )
+        is None
+    )
+
+    # The log in chunks, as the bridge's stream asks for it: equal to the local file.
+    chunks, position = [], 0
+    while chunk := await bridge.call(
+        "rsm.fetch_log_segment", metadata=wire(md), position=position, length=65536
+    ):
+        assert len(chunk) <= 65536
+        chunks.append(chunk)
+        position += len(chunk)
+    assert b"".join(chunks) == contents["log_segment"]
+    middle = await bridge.call(
+        "rsm.fetch_log_segment", metadata=wire(md), position=1234, length=100
+    )
+    assert middle == contents["log_segment"][1234:1334]
+    for kind, name in (
+        ("OFFSET", "offset_index"),
+        ("TIMESTAMP", "time_index"),
+        ("PRODUCER_SNAPSHOT", "producer_snapshot_index"),
+        ("TRANSACTION", "transaction_index"),
+        ("LEADER_EPOCH", "leader_epoch_index"),
+    ):
+        assert (
+            await bridge.call("rsm.fetch_index", metadata=wire(md), index_type=kind)
+            == (contents[name])
+        )
+
+    await bridge.call("rsm.delete_log_segment_data", metadata=wire(md))
+    with pytest.raises(CallError) as gone:
+        await bridge.call("rsm.fetch_log_segment", metadata=wire(md), position=0, length=10)
+    assert gone.value.kind == "not_found"
+
+
+async def test_a_segment_without_transactions_has_no_txn_index_not_found(
+    bridge: BridgeClient, tmp_path: Path
+) -> None:
+    md, _ = await tier(bridge, tmp_path, txn=False)
+    with pytest.raises(CallError) as missing:
+        await bridge.call("rsm.fetch_index", metadata=wire(md), index_type="TRANSACTION")
+    # Kafka's RemoteIndexCache reads RemoteResourceNotFoundException as "no aborted txns"
+    assert missing.value.kind == "not_found"
+
+
+async def test_many_calls_in_flight_are_each_answered_by_id(
+    bridge: BridgeClient, tmp_path: Path
+) -> None:
+    md, contents = await tier(bridge, tmp_path)
+    positions = list(range(0, 200_000, 997))
+    chunks = await asyncio.gather(
+        *(
+            bridge.call("rsm.fetch_log_segment", metadata=wire(md), position=p, length=300)
+            for p in positions
+        )
+    )
+    assert chunks == [contents["log_segment"][p : p + 300] for p in positions]
+
+
+async def test_bad_calls_get_one_line_errors_and_the_connection_stays(
+    bridge: BridgeClient, serve: PluginServer
+) -> None:
+    with pytest.raises(CallError) as unknown:
+        await bridge.call("rsm.no_such_call")
+    assert unknown.value.kind == "protocol" and "unknown method 'rsm.no_such_call'" in str(
+        unknown.value
+    )
+    with pytest.raises(CallError) as bad:
+        await bridge.call("rlmm.is_ready", topic_id_partition={"topic_id": b"short"})
+    assert bad.value.kind == "protocol" and "16 bytes" in bad.value.message
+    with pytest.raises(CallError) as not_metadata:
+        await bridge.call("rsm.fetch_index", metadata=b"\x00\x01garbage", index_type="OFFSET")
+    assert not_metadata.value.kind == "codec"
+    # A broken frame closes that connection only.
+    reader, writer = await asyncio.open_unix_connection(str(serve.socket_path))
+    writer.write(b"\x00\x00\x00\x03abc")
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 10) == b""
+    writer.close()
+    assert (
+        await bridge.call(
+            "rlmm.is_ready",
+            topic_id_partition={"topic_id": bytes(16), "topic": "t", "partition": 0},
+        )
+        is False
+    )
+
+
+async def test_calls_before_configure_are_not_ready(serve: PluginServer, tmp_path: Path) -> None:
+    client = await BridgeClient.connect(serve.socket_path)
+    try:
+        await client.hello("rsm")
+        md = make_metadata(size=10)
+        with pytest.raises(CallError) as early:
+            await client.call("rsm.fetch_index", metadata=wire(md), index_type="OFFSET")
+        assert early.value.kind == "not_ready"
+        with pytest.raises(CallError) as early_rlmm:
+            await client.call(
+                "rlmm.highest_offset_for_epoch",
+                topic_id_partition=wire_tp(md.topic_id_partition),
+                leader_epoch=0,
+            )
+        assert early_rlmm.value.kind == "not_ready"
+        assert (
+            await client.call("rlmm.is_ready", topic_id_partition=wire_tp(md.topic_id_partition))
+            is False
+        )
+    finally:
+        await client.close()
+
+
+async def test_a_bridge_of_another_release_is_refused_in_one_line(serve: PluginServer) -> None:
+    client = await BridgeClient.connect(serve.socket_path)
+    try:
+        with pytest.raises(CallError) as refused:
+            await client.hello("rsm", version="0.0.1")
+    finally:
+        await client.close()
+    assert refused.value.kind == "version_mismatch"
+    assert "release 0.0.1" in refused.value.message and "\n" not in refused.value.message
+
+
+async def test_a_second_serve_on_the_same_socket_is_refused(
+    serve: PluginServer, tmp_path: Path
+) -> None:
+    second = PluginServer(write_config(tmp_path), serve.socket_path)
+    with pytest.raises(AlreadyServingError, match="another rlmm serve holds"):
+        await second.serve()
+    assert serve.socket_path.exists()  # the first one's socket is left alone
+
+
+async def test_a_restarted_serve_keeps_the_tier_and_its_assignment_comes_again(
+    tmp_path: Path,
+) -> None:
+    """What the bridge does after rlmm serve died: a new process, hello, configure, the
+    leadership again; the segment copied before is still found and read."""
+    config = write_config(tmp_path)
+    first = PluginServer(config, tmp_path / "serve.sock")
+    task = await started(first)
+    client = await BridgeClient.connect(first.socket_path)
+    await client.hello("rlmm")
+    await client.call("configure", role="rsm", props=dict(BROKER_PROPS))
+    await client.call("configure", role="rlmm", props=dict(BROKER_PROPS))
+    md, contents = await tier(client, tmp_path)
+    await client.close()
+    first.stop()
+    await asyncio.wait_for(task, 30)
+
+    second = PluginServer(config, tmp_path / "serve.sock")
+    task = await started(second)
+    client = await BridgeClient.connect(second.socket_path)
+    try:
+        await client.hello("rlmm")
+        await client.call("configure", role="rsm", props=dict(BROKER_PROPS))
+        await client.call("configure", role="rlmm", props=dict(BROKER_PROPS))
+        tp = wire_tp(md.topic_id_partition)
+        await client.call("rlmm.on_partition_leadership_changes", leaders=[tp], followers=[])
+        await until_ready(client, tp)
+        found = unwire(
+            await client.call(
+                "rlmm.remote_log_segment_metadata", topic_id_partition=tp, epoch=0, offset=1099
+            )
+        )
+        assert found == md
+        head = await client.call(
+            "rsm.fetch_log_segment", metadata=wire(md), position=0, length=4096
+        )
+        assert head == contents["log_segment"][:4096]
+    finally:
+        await client.close()
+        second.stop()
+        await asyncio.wait_for(task, 30)
+
+
+def _wait_exit(process: subprocess.Popen[bytes], timeout: float) -> int:
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+        pytest.fail(f"rlmm serve did not exit within {timeout}s")
+
+
+def _serve_cli(config: Path, sock: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """``rlmm serve`` in a process; its output goes to ``<sock>.out``."""
+    with sock.with_name(sock.name + ".out").open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rlmm.cli",
+                "--config",
+                str(config),
+                "serve",
+                "--socket",
+                str(sock),
+                *extra,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _output(sock: Path) -> str:
+    return sock.with_name(sock.name + ".out").read_text()
+
+
+def _wait_for(path: Path, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        if process.poll() is not None:
+            pytest.fail(f"rlmm serve exited with {process.returncode}: {_output(path)}")
+        assert time.monotonic() < deadline, f"rlmm serve never made {path}"
+        time.sleep(0.05)
+
+
+def test_the_command_exits_3_when_the_socket_is_served_and_0_when_the_broker_is_gone(
+    tmp_path: Path,
+) -> None:
+    config, sock = write_config(tmp_path), tmp_path / "cli.sock"
+    broker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    first = _serve_cli(config, sock, "--parent-pid", str(broker.pid))
+    try:
+        _wait_for(sock, first)
+        second = _serve_cli(config, sock)
+        assert _wait_exit(second, 30) == 3
+        assert "another rlmm serve holds" in _output(sock)
+        broker.kill()
+        broker.wait(timeout=10)
+        assert _wait_exit(first, 30) == 0
+        assert not sock.exists()
+        log = _output(sock)
+        assert "listening on" in log and "is gone: stopping" in log
+    finally:
+        for p in (broker, first):
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+
+
+def test_sigterm_stops_the_command_cleanly(tmp_path: Path) -> None:
+    config, sock = write_config(tmp_path), tmp_path / "term.sock"
+    process = _serve_cli(config, sock)
+    try:
+        _wait_for(sock, process)
+        os.kill(process.pid, signal.SIGTERM)
+        assert _wait_exit(process, 30) == 0
+        assert not sock.exists()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
