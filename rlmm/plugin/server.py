@@ -81,14 +81,16 @@ class PluginServer:
         self.storage = StorageCalls(config_path, self.metrics, overrides)
         self.metadata = MetadataCalls(config_path, self.metrics.readiness, overrides)
         self._methods: dict[str, Handler] = {
-            "hello": self._hello,
             "configure": self._configure,
-            "close": self._close_call,
             **self.storage.handlers(),
             **self.metadata.handlers(),
         }
         self._stop = asyncio.Event()
         self._connections: set[asyncio.Task[None]] = set()
+        # connection -> (its role, whether it said close): the process stops itself
+        # once every connected class has closed (the broker closes the RSM, then the
+        # RLMM: the first must not take the process from the second).
+        self._peers: dict[asyncio.Task[None], list[Any]] = {}
         self._lock_file: IO[str] | None = None
         self.metrics_port: MetricsPort | None = None
 
@@ -187,7 +189,7 @@ class PluginServer:
                 message = await read_frame(reader)
                 if message is None:
                     break
-                task = asyncio.create_task(self._answer(message, writer, send))
+                task = asyncio.create_task(self._answer(message, writer, send, me))
                 calls.add(task)
                 task.add_done_callback(calls.discard)
         except ProtocolError as e:
@@ -199,32 +201,46 @@ class PluginServer:
                 task.cancel()
             self.metrics.connections.dec()
             self._connections.discard(me)
+            self._peers.pop(me, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
     async def _answer(
-        self, message: Mapping[str, Any], writer: asyncio.StreamWriter, send: asyncio.Lock
+        self,
+        message: Mapping[str, Any],
+        writer: asyncio.StreamWriter,
+        send: asyncio.Lock,
+        peer: asyncio.Task[None],
     ) -> None:
         request_id = message.get("id")
         method = message.get("method")
         answer: dict[str, Any] = {"id": request_id}
         self.metrics.in_flight.inc()
         try:
-            handler = self._methods.get(method) if isinstance(method, str) else None
-            if handler is None:
-                raise ProtocolError(f"unknown method {method!r}")
             args = message.get("args") or {}
             if not isinstance(args, dict):
                 raise ProtocolError(f"{method}: args is a {type(args).__name__}, not a map")
-            self.metrics.calls.labels(method).inc()
-            answer["result"] = await handler(args)
+            if method == "hello":
+                answer["result"] = self._hello(args, peer)
+            elif method == "close":
+                answer["result"] = self._close_call(args, peer)
+            else:
+                handler = self._methods.get(method) if isinstance(method, str) else None
+                if handler is None:
+                    raise ProtocolError(f"unknown method {method!r}")
+                self.metrics.calls.labels(method).inc()
+                answer["result"] = await handler(args)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             kind = error_type(e)
             if kind == "internal":
                 log.exception("%s failed", method)
+            elif kind == "not_found":
+                # Kafka asks for indexes that may not exist (a segment without aborted
+                # transactions has no transaction index): an answer, not a problem.
+                log.debug("%s: %s", method, e)
             elif not isinstance(e, RemoteStorageError) or not e.retriable:
                 log.warning("%s: %s", method, e)
             self.metrics.call_errors.labels(str(method), kind).inc()
@@ -239,7 +255,7 @@ class PluginServer:
 
     # --- the calls of both roles ----------------------------------------------------------
 
-    async def _hello(self, args: Mapping[str, Any]) -> dict[str, Any]:
+    def _hello(self, args: Mapping[str, Any], peer: asyncio.Task[None]) -> dict[str, Any]:
         protocol = args.get("protocol")
         theirs = args.get("version")
         role = args.get("role")
@@ -250,6 +266,7 @@ class PluginServer:
                 " the same rlmm release (make plugin) as the rlmm on the broker's PATH"
             )
         log.info("bridge %s connected (broker pid %s)", role, args.get("jvm_pid"))
+        self._peers[peer] = [role, False]
         return {"version": self.version, "pid": os.getpid(), "protocol": PROTOCOL_VERSION}
 
     async def _configure(self, args: Mapping[str, Any]) -> None:
@@ -263,8 +280,22 @@ class PluginServer:
         else:
             await self.metadata.configure(props)
 
-    async def _close_call(self, args: Mapping[str, Any]) -> None:
-        log.info("bridge %s closing", args.get("role"))
+    def _close_call(self, args: Mapping[str, Any], peer: asyncio.Task[None]) -> dict[str, Any]:
+        """A plugin class closes; the process stops once no connected class is open.
+        ``stopping`` tells the bridge whether to wait for this process to exit."""
+        if peer in self._peers:
+            self._peers[peer][1] = True
+        still = sorted({str(role) for role, closed in self._peers.values() if not closed})
+        stopping = not still
+        log.info(
+            "bridge %s closing%s",
+            args.get("role"),
+            "; no class left open: stopping" if stopping else f"; still open: {', '.join(still)}",
+        )
+        if stopping:
+            # after this answer is on its way (the task writes it before yielding)
+            asyncio.get_running_loop().call_soon(self.stop)
+        return {"stopping": stopping, "open": still}
 
 
 def _one_line(method: object, error: BaseException) -> str:

@@ -407,3 +407,34 @@ def test_sigterm_stops_the_command_cleanly(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+async def test_the_process_stops_once_the_last_open_class_closes(tmp_path: Path) -> None:
+    """Kafka closes its RSM, then its RLMM: the first close leaves the process to the
+    second, the second's close stops it (the socket file goes with it)."""
+    server = PluginServer(write_config(tmp_path), tmp_path / "serve.sock")
+    task = await started(server)
+    rsm = await BridgeClient.connect(server.socket_path)
+    rlmm = await BridgeClient.connect(server.socket_path)
+    try:
+        await rsm.hello("rsm")
+        await rlmm.hello("rlmm")
+        assert await rsm.call("close", role="rsm") == {"stopping": False, "open": ["rlmm"]}
+        await asyncio.sleep(0.2)
+        assert not task.done()
+        assert (
+            await rlmm.call(
+                "rlmm.is_ready",
+                topic_id_partition={"topic_id": bytes(16), "topic": "t", "partition": 0},
+            )
+            is False
+        )
+        assert await rlmm.call("close", role="rlmm") == {"stopping": True, "open": []}
+        await asyncio.wait_for(task, 30)
+        assert not server.socket_path.exists()
+    finally:
+        await rsm.close()
+        await rlmm.close()
+        if not task.done():
+            server.stop()
+            await asyncio.wait_for(task, 30)

