@@ -3,8 +3,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n 1)
+PLUGIN_JAR := build/rlmm-kafka-plugin.jar
 
-.PHONY: test demo lint bench clean
+.PHONY: test demo lint bench clean plugin
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,9 +19,21 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The broker's half of the Kafka plugin (bridge/): one jar Kafka loads as its RSM and
+# RLMM, forwarding every call to `rlmm serve`. Without Maven or Java it is not built and
+# the tests that need it skip.
+plugin:
+	@missing=""; for tool in mvn java; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "plugin: $(PLUGIN_JAR) not built, not on PATH:$$missing (tests that need the jar skip)"; \
+	else \
+		mvn -q -B -f bridge/pom.xml package -Drevision=$(VERSION) && \
+		mkdir -p build && cp bridge/target/rlmm-kafka-plugin-$(VERSION).jar $(PLUGIN_JAR); \
+	fi
+
 # Two workers: the suite waits on brokers and processes for about 40% of a serial run.
 # tests/fixtures/workers.py keeps each session broker on one worker.
-test: lint
+test: lint plugin
 	$(BIN)/pytest -q -ra --durations=40 -n 2 --dist loadgroup
 
 # The offloader over Kafka log dirs, the ops CLI on what it archived, then a Spark
@@ -36,4 +50,4 @@ bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b > bench/results/$$(basename $$b .py).json || exit 1; done
 
 clean:
-	rm -rf $(VENV) demo-data bench/results
+	rm -rf $(VENV) demo-data bench/results build bridge/target

@@ -1,0 +1,186 @@
+package io.rlmm.kafka;
+
+import static io.rlmm.kafka.ServeConnection.args;
+
+import java.nio.ByteBuffer;
+import java.util.*;
+import java.util.concurrent.CompletableFuture;
+import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.server.log.remote.metadata.storage.serialization.RemoteLogMetadataSerde;
+import org.apache.kafka.server.log.remote.storage.*;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Kafka's RemoteLogMetadataManager, answered by {@code rlmm serve} (the broker's
+ * {@code remote.log.metadata.manager.class.name}; its settings under {@code rlmm.config.}).
+ *
+ * <p>Invariant: no metadata is kept here. The one state held is which partitions this broker leads or follows,
+ * so that a restarted rlmm serve gets the full sets again: sent right after each connect, under the same lock as
+ * the changes themselves, so no change is lost or overtaken.
+ */
+public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
+  private static final Logger LOG = LoggerFactory.getLogger(RlmmRemoteLogMetadataManager.class);
+  private static final RemoteLogMetadataSerde SERDE = new RemoteLogMetadataSerde();
+  private final Object leadership = new Object();
+  private final Set<TopicIdPartition> leaders = new LinkedHashSet<>(); // guarded by leadership
+  private final Set<TopicIdPartition> followers = new LinkedHashSet<>(); // guarded by leadership
+  private final ServeConnection serve = new ServeConnection("rlmm", this::resendLeadership);
+
+  @Override
+  public void configure(Map<String, ?> configs) {
+    serve.configure(configs);
+  }
+
+  @Override
+  public CompletableFuture<Void> addRemoteLogSegmentMetadata(RemoteLogSegmentMetadata metadata)
+      throws RemoteStorageException {
+    return put("rlmm.add_remote_log_segment_metadata", metadata);
+  }
+
+  @Override
+  public CompletableFuture<Void> updateRemoteLogSegmentMetadata(RemoteLogSegmentMetadataUpdate update)
+      throws RemoteStorageException {
+    return put("rlmm.update_remote_log_segment_metadata", update);
+  }
+
+  @Override
+  public CompletableFuture<Void> putRemotePartitionDeleteMetadata(RemotePartitionDeleteMetadata metadata)
+      throws RemoteStorageException {
+    return put("rlmm.put_remote_partition_delete_metadata", metadata);
+  }
+
+  private CompletableFuture<Void> put(String method, RemoteLogMetadata metadata) throws RemoteStorageException {
+    return serve.callAsync(method, args("metadata", SERDE.serialize(metadata)), serve.callTimeoutMs)
+        .thenApply(answer -> null);
+  }
+
+  @Override
+  public Optional<RemoteLogSegmentMetadata> remoteLogSegmentMetadata(TopicIdPartition tp, int epoch, long offset)
+      throws RemoteStorageException {
+    return Optional.ofNullable(segment(serve.call("rlmm.remote_log_segment_metadata",
+        args("topic_id_partition", tip(tp), "epoch", epoch, "offset", offset))));
+  }
+
+  @Override
+  public Optional<Long> highestOffsetForEpoch(TopicIdPartition tp, int leaderEpoch) throws RemoteStorageException {
+    Object answer = serve.call("rlmm.highest_offset_for_epoch",
+        args("topic_id_partition", tip(tp), "leader_epoch", leaderEpoch));
+    return answer == null ? Optional.empty() : Optional.of(number(answer));
+  }
+
+  @Override
+  public Iterator<RemoteLogSegmentMetadata> listRemoteLogSegments(TopicIdPartition tp) throws RemoteStorageException {
+    return list(tp, null);
+  }
+
+  @Override
+  public Iterator<RemoteLogSegmentMetadata> listRemoteLogSegments(TopicIdPartition tp, int leaderEpoch)
+      throws RemoteStorageException {
+    return list(tp, leaderEpoch);
+  }
+
+  private Iterator<RemoteLogSegmentMetadata> list(TopicIdPartition tp, Integer epoch) throws RemoteStorageException {
+    Object answer = serve.call("rlmm.list_remote_log_segments", args("topic_id_partition", tip(tp), "leader_epoch", epoch));
+    if (!(answer instanceof List<?> bins)) {
+      throw new RemoteStorageException("rlmm serve answered list_remote_log_segments with " + answer);
+    }
+    List<RemoteLogSegmentMetadata> segments = new ArrayList<>(bins.size());
+    for (Object bin : bins) segments.add(segment(bin));
+    return segments.iterator();
+  }
+
+  @Override
+  public long remoteLogSize(TopicIdPartition tp, int leaderEpoch) throws RemoteStorageException {
+    return number(serve.call("rlmm.remote_log_size", args("topic_id_partition", tip(tp), "leader_epoch", leaderEpoch)));
+  }
+
+  @Override
+  public Optional<RemoteLogSegmentMetadata> nextSegmentWithTxnIndex(TopicIdPartition tp, int epoch, long offset)
+      throws RemoteStorageException {
+    return Optional.ofNullable(segment(serve.call("rlmm.next_segment_with_txn_index",
+        args("topic_id_partition", tip(tp), "epoch", epoch, "offset", offset))));
+  }
+
+  @Override
+  public boolean isReady(TopicIdPartition tp) {
+    try {
+      return serve.isConnected()
+          && Boolean.TRUE.equals(serve.call("rlmm.is_ready", args("topic_id_partition", tip(tp))));
+    } catch (RemoteStorageException | RuntimeException e) {
+      LOG.debug("rlmm.is_ready {}: {}", tp, e.toString());
+      return false;
+    }
+  }
+
+  @Override
+  public void onPartitionLeadershipChanges(Set<TopicIdPartition> leaderPartitions,
+      Set<TopicIdPartition> followerPartitions) {
+    synchronized (leadership) {
+      followers.removeAll(leaderPartitions);
+      leaders.addAll(leaderPartitions);
+      leaders.removeAll(followerPartitions);
+      followers.addAll(followerPartitions);
+      tell("rlmm.on_partition_leadership_changes",
+          args("leaders", tips(leaderPartitions), "followers", tips(followerPartitions)));
+    }
+  }
+
+  @Override
+  public void onStopPartitions(Set<TopicIdPartition> partitions) {
+    synchronized (leadership) {
+      leaders.removeAll(partitions);
+      followers.removeAll(partitions);
+      tell("rlmm.on_stop_partitions", args("partitions", tips(partitions)));
+    }
+  }
+
+  private void tell(String method, Map<String, ?> args) {
+    try {
+      serve.call(method, args);
+    } catch (RemoteStorageException e) {
+      LOG.warn("{} not delivered ({}); the leadership state is sent again when rlmm serve reconnects",
+          method, e.getMessage());
+    }
+  }
+
+  /** Run by the connection right after each (re)connect. */
+  private void resendLeadership() throws RemoteStorageException {
+    synchronized (leadership) {
+      if (!leaders.isEmpty() || !followers.isEmpty()) {
+        serve.call("rlmm.on_partition_leadership_changes", args("leaders", tips(leaders), "followers", tips(followers)));
+      }
+    }
+  }
+
+  @Override
+  public void close() {
+    serve.close();
+  }
+
+  /** {topic_id: 16 bytes (most significant bits first), topic, partition}. */
+  private static Map<String, Object> tip(TopicIdPartition tp) {
+    byte[] id = ByteBuffer.allocate(16).putLong(tp.topicId().getMostSignificantBits())
+        .putLong(tp.topicId().getLeastSignificantBits()).array();
+    return args("topic_id", id, "topic", tp.topic(), "partition", tp.partition());
+  }
+
+  private static List<Map<String, Object>> tips(Collection<TopicIdPartition> partitions) {
+    return partitions.stream().map(RlmmRemoteLogMetadataManager::tip).toList();
+  }
+
+  private static RemoteLogSegmentMetadata segment(Object answer) throws RemoteStorageException {
+    try {
+      if (answer == null) return null;
+      if (answer instanceof byte[] bin && SERDE.deserialize(bin) instanceof RemoteLogSegmentMetadata md) return md;
+    } catch (RuntimeException e) {
+      throw new RemoteStorageException("rlmm serve answered with bytes that are not segment metadata: " + e, e);
+    }
+    throw new RemoteStorageException("rlmm serve answered with " + answer + ", not segment metadata");
+  }
+
+  private static long number(Object answer) throws RemoteStorageException {
+    if (answer instanceof Long n) return n;
+    throw new RemoteStorageException("rlmm serve answered with " + answer + ", not a whole number");
+  }
+}
