@@ -32,9 +32,6 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.fixtures.apache_kafka import (
-    RLMM_CLASS as KAFKA_RLMM_CLASS,
-)
-from tests.fixtures.apache_kafka import (
     ApacheKafkaBroker,
     new_broker,
     start_or_fail,
@@ -84,7 +81,7 @@ def plugin_broker(tmp_path: Path) -> Iterator[ApacheKafkaBroker]:
         assert not left, f"rlmm serve {left} outlived its broker"
 
 
-async def create_topic(bootstrap: str, topic: str) -> None:
+async def create_topic(bootstrap: str, topic: str, **extra: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -93,6 +90,7 @@ async def create_topic(bootstrap: str, topic: str) -> None:
             "segment.ms": str(SEGMENT_MS),
             "local.retention.ms": "1000",
             "retention.ms": "-1",
+            **{k.replace("_", "."): v for k, v in extra.items()},
         }
         await admin.create_topics([NewTopic(topic, PARTITIONS, 1, topic_configs=configs)])
     finally:
@@ -252,3 +250,110 @@ async def test_consumers_read_rlmms_tier_through_the_broker(
     deep = rlmm_cli(reader, "verify", "--json", "--deep", "--topic", topic, "--safety-window", "0s")
     assert deep.returncode == 0, deep.stdout + deep.stderr
     assert json.loads(deep.stdout)["segments_checked"] >= len(CODECS) * PARTITIONS
+
+
+BULK_RECORDS = 24_000  # about 24 MiB of 1 KB values: a dozen segments per partition
+
+
+async def produce_bulk(bootstrap: str, topic: str, tag: str) -> dict[int, list[Row]]:
+    """Many records quickly (lz4): what a copy and a catching-up consumer take seconds on."""
+    rows: dict[int, list[Row]] = {p: [] for p in range(PARTITIONS)}
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", compression_type="lz4", linger_ms=50,
+        max_batch_size=256 * 1024,
+    )  # fmt: skip
+    await producer.start()
+    try:
+        pending = []
+        for i in range(BULK_RECORDS):
+            p = i % PARTITIONS
+            row: Row = (
+                f"{tag}-{i % 97}".encode(),
+                f"{tag}-{i}-".encode() + os.urandom(490).hex().encode(),
+                (),
+            )
+            rows[p].append(row)
+            pending.append(await producer.send(topic, row[1], key=row[0], partition=p))
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return rows
+
+
+async def roll_all(
+    bootstrap: str, topic: str, tag: str, rows: dict[int, list[Row]]
+) -> dict[int, int]:
+    """After segment.ms, one record per partition: it rolls what came before."""
+    await asyncio.sleep(SEGMENT_MS / 1000 + 0.5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        rolls = {}
+        for p in range(PARTITIONS):
+            row: Row = (None, f"roll-{tag}".encode(), ())
+            rows[p].append(row)
+            rolls[p] = (await producer.send_and_wait(topic, row[1], partition=p)).offset
+        return rolls
+    finally:
+        await producer.stop()
+
+
+def tiered_logs(broker: ApacheKafkaBroker, topic: str) -> list[Path]:
+    """The log objects of ``topic`` in the plugin broker's local store."""
+    # rlmm's layout: <topic>-<topic id>/<partition>/<start offset>-<segment id>.log
+    return sorted((broker.root / "tier").glob(f"{topic}-*/*/*.log"))
+
+
+async def test_rlmm_serve_sigkilled_mid_copy_and_mid_fetch_loses_nothing(
+    plugin_broker: ApacheKafkaBroker, tmp_path: Path
+) -> None:
+    broker = plugin_broker
+    first = wait_for_serve(broker, count=2)
+    topic = f"plugin-kill-{uuid4().hex[:8]}"
+    await create_topic(broker.bootstrap, topic, segment_bytes=str(1 << 20))
+    mark = broker._log_size()
+    producing = asyncio.create_task(produce_bulk(broker.bootstrap, topic, "a"))
+
+    # Mid-copy: Kafka logs "Copying <segment>" before it adds COPY_SEGMENT_STARTED,
+    # copies and updates to COPY_SEGMENT_FINISHED (tens of ms); kill at that line.
+    copying = f":{topic}-"  # partition=<topic id>:<topic>-<partition>
+    deadline = time.monotonic() + 120
+    while not any(
+        copying in line and "Copying " in line for line in broker._log_text(since=mark).splitlines()
+    ):
+        assert time.monotonic() < deadline, f"no copy began in 120 s:\n{broker.log_tail(40)}"
+        await asyncio.sleep(0.005)
+    os.kill(first, signal.SIGKILL)
+    copied_before = len(tiered_logs(broker, topic))
+    rows = await producing
+    # The broker keeps serving its local data while rlmm serve is down.
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    await producer.start()
+    try:
+        local = await producer.send_and_wait(topic, b"while-down", partition=0)
+        rows[0].append((None, b"while-down", ()))
+    finally:
+        await producer.stop()
+    assert broker.running and local.offset == len(rows[0]) - 1
+
+    second = wait_for_serve(broker, count=4)  # the bridge started a new one; both reattached
+    assert second != first and alive(second)
+    assert "Error occurred while copying log segments of partition" in broker._log_text(
+        since=mark
+    ), "the kill did not land in a copy"
+    rolls = await roll_all(broker.bootstrap, topic, "a", rows)
+    await wait_tiered_and_deleted(broker, topic, rolls)
+    assert len(tiered_logs(broker, topic)) > copied_before  # copies resumed
+
+    # Mid-fetch: a consumer catching up from offset 0 (all remote) while serve dies again.
+    reading = asyncio.create_task(read_all(broker.bootstrap, topic, "read_committed"))
+    await asyncio.sleep(1.0)
+    os.kill(second, signal.SIGKILL)
+    got = await asyncio.wait_for(reading, 240)
+    assert got == rows, "a consumer from offset 0 lost or repeated records across the kill"
+    third = wait_for_serve(broker, count=6)
+    assert third not in (first, second)
+
+    reader = reader_config(broker, broker.root / "rlmm.toml")
+    deep = rlmm_cli(reader, "verify", "--json", "--deep", "--topic", topic, "--safety-window", "0s")
+    assert deep.returncode == 0, deep.stdout + deep.stderr
