@@ -10,9 +10,12 @@ Invariants:
 - one serve per socket: the socket's ``.lock`` file is held (flock) for the process's
   life; a second serve on the same socket exits with code 3 (the bridge then attaches
   to the first);
-- nothing outlives its owner: SIGTERM or SIGINT, or the broker's pid vanishing
-  (``--parent-pid``), stops the process: the calls in flight are cancelled, the
-  manager takes its final snapshot, the store closes, the socket file is removed;
+- nothing outlives its owner: the last open plugin class closing, SIGINT, SIGTERM or
+  the broker's pid vanishing (``--parent-pid``) stops the process: the calls in
+  flight are cancelled, the manager takes its final snapshot, the store closes, the
+  socket file is removed. A SIGTERM while the broker lives and a class is open (the
+  broker's shutdown signals its process group) waits for the classes to close, at
+  most ``TERM_GRACE_S``;
 - every error is answered, never raised into the connection: a RemoteStorageError
   with its wire type, anything else as ``internal`` (logged with its traceback); a
   connection that breaks the protocol is closed with one warning.
@@ -41,6 +44,9 @@ from rlmm.plugin.storage_calls import StorageCalls
 log = logging.getLogger(__name__)
 
 PARENT_POLL_S = 1.0
+# After SIGTERM with the broker alive: how long to keep answering while it closes its
+# plugin classes (a broker's shutdown signals its whole process group, this one too).
+TERM_GRACE_S = 30.0
 ROLES = ("rsm", "rlmm")
 Handler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 
@@ -92,6 +98,7 @@ class PluginServer:
         # RLMM: the first must not take the process from the second).
         self._peers: dict[asyncio.Task[None], list[Any]] = {}
         self._lock_file: IO[str] | None = None
+        self._terminating = False
         self.metrics_port: MetricsPort | None = None
 
     # --- life -------------------------------------------------------------------------
@@ -120,8 +127,8 @@ class PluginServer:
                 self._connection, path=str(self.socket_path), limit=1 << 20
             )
             os.chmod(self.socket_path, 0o600)  # the broker's user only
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.stop)
+            loop.add_signal_handler(signal.SIGTERM, self._terminate)
+            loop.add_signal_handler(signal.SIGINT, self.stop)
             port, host = self._metrics_at
             if port is not None:
                 self.metrics_port = self.metrics.serve(port, host)
@@ -153,6 +160,24 @@ class PluginServer:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _terminate(self) -> None:
+        """SIGTERM: stop now, unless the broker is alive and a plugin class is still
+        open (the broker is shutting down with its process group and will close it):
+        then once the last class closes, the broker is gone, or TERM_GRACE_S passed.
+        A second SIGTERM stops now."""
+        still = [role for role, closed in self._peers.values() if not closed]
+        alive = self._parent_pid is not None and _alive(self._parent_pid)
+        if self._terminating or not still or not alive:
+            self.stop()
+            return
+        self._terminating = True
+        log.info(
+            "SIGTERM: answering until the broker closes its plugin classes (%s), at most %.0f s",
+            ", ".join(sorted(still)),
+            TERM_GRACE_S,
+        )
+        asyncio.get_running_loop().call_later(TERM_GRACE_S, self.stop)
 
     async def _watch_parent(self) -> None:
         if self._parent_pid is None:

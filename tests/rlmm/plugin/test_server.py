@@ -438,3 +438,33 @@ async def test_the_process_stops_once_the_last_open_class_closes(tmp_path: Path)
         if not task.done():
             server.stop()
             await asyncio.wait_for(task, 30)
+
+
+async def test_sigterm_with_the_broker_alive_waits_for_its_classes_to_close(
+    tmp_path: Path,
+) -> None:
+    """A broker's shutdown signals its whole process group: rlmm serve keeps answering
+    until the broker's plugin classes close, then stops by itself."""
+    config, sock = write_config(tmp_path), tmp_path / "grace.sock"
+    broker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    process = _serve_cli(config, sock, "--parent-pid", str(broker.pid))
+    try:
+        await asyncio.to_thread(_wait_for, sock, process)
+        client = await BridgeClient.connect(sock)
+        try:
+            await client.hello("rlmm")
+            os.kill(process.pid, signal.SIGTERM)
+            await asyncio.sleep(0.5)
+            assert process.poll() is None
+            tp = {"topic_id": bytes(16), "topic": "t", "partition": 0}
+            assert await client.call("rlmm.is_ready", topic_id_partition=tp) is False
+            assert (await client.call("close", role="rlmm"))["stopping"] is True
+        finally:
+            await client.close()
+        assert await asyncio.to_thread(_wait_exit, process, 30) == 0
+        assert "answering until the broker closes its plugin classes (rlmm)" in _output(sock)
+    finally:
+        for p in (broker, process):
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)

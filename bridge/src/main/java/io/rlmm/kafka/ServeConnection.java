@@ -24,7 +24,8 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Invariant: a call goes out only on a connection that has passed {@code hello} and {@code configure}
  * (otherwise it fails at once), and every call that went out ends by its deadline: with the answer, the mapped
- * error, a timeout, or "went away" when the connection drops. Only the instance that started a process stops it.
+ * error, a timeout, or "went away" when the connection drops. Only the instance that started a process stops it,
+ * and only once rlmm serve says no other plugin class is open on it (or cannot be asked).
  */
 final class ServeConnection implements Closeable {
   private static final Logger LOG = LoggerFactory.getLogger(ServeConnection.class);
@@ -36,8 +37,6 @@ final class ServeConnection implements Closeable {
   private static final int EXIT_ALREADY_SERVING = 3;
   private static final long MIN_BACKOFF_MS = 1_000, MAX_BACKOFF_MS = 30_000, STABLE_MS = 60_000;
   private static final long LISTEN_WAIT_MS = 60_000;
-  /** The open instances per socket: a process outlives its starter while a sibling still uses it. */
-  private static final Map<Path, Set<ServeConnection>> OPEN = new HashMap<>(); // guarded by itself
 
   /** Sends state that must survive a restart of rlmm serve; run right after each connect. */
   interface OnConnect {
@@ -88,9 +87,6 @@ final class ServeConnection implements Closeable {
       timer.setRemoveOnCancelPolicy(true);
       supervisor = daemon(this::supervise, "rlmm-bridge-" + role);
       supervisor.start();
-    }
-    synchronized (OPEN) {
-      OPEN.computeIfAbsent(socket, k -> new HashSet<>()).add(this);
     }
     try {
       firstConnect.get(startTimeoutMs, TimeUnit.MILLISECONDS);
@@ -246,7 +242,7 @@ final class ServeConnection implements Closeable {
       if (System.nanoTime() > deadline) {
         if (ours) {
           forget(p);
-          stop(p);
+          stop(p, false);
         }
         throw new IOException("rlmm serve did not listen on " + socket + " within " + LISTEN_WAIT_MS + " ms");
       }
@@ -295,13 +291,15 @@ final class ServeConnection implements Closeable {
     }
     if (p == null || !p.waitFor(2, TimeUnit.SECONDS)) return "";
     forget(p);
-    return " (exit code " + p.exitValue() + ")";
+    // 3: that process found another serve on the socket; the one that went away was not ours
+    return p.exitValue() == EXIT_ALREADY_SERVING ? "" : " (exit code " + p.exitValue() + ")";
   }
 
-  private void stop(Process p) {
+  /** Waits for a serve that is {@code exiting} by itself; SIGTERM otherwise; SIGKILL after 15 s. */
+  private void stop(Process p, boolean exiting) {
     LOG.info("stopping rlmm serve pid {} ({})", p.pid(), role);
-    p.destroy();
     try {
+      if (!exiting || !p.waitFor(15, TimeUnit.SECONDS)) p.destroy();
       if (!p.waitFor(15, TimeUnit.SECONDS)) {
         LOG.warn("rlmm serve pid {} did not exit within 15 s of SIGTERM; killing it", p.pid());
         p.destroyForcibly().waitFor(5, TimeUnit.SECONDS);
@@ -339,9 +337,16 @@ final class ServeConnection implements Closeable {
     }
     Session s = session;
     session = null;
+    // rlmm serve stops itself once every class that connected has closed (Kafka closes the RSM, then the
+    // RLMM): its answer says whether it is stopping, so the first class to close never takes the process
+    // from the second.
+    Boolean stopping = null;
     if (s != null) {
       try {
-        s.request("close", args("role", role), 2_000).get(2, TimeUnit.SECONDS);
+        Map<?, ?> a = s.request("close", args("role", role), 2_000).get(2, TimeUnit.SECONDS);
+        if (a.get("result") instanceof Map<?, ?> r) {
+          stopping = Boolean.TRUE.equals(r.get("stopping"));
+        }
       } catch (Exception e) {
         LOG.debug("rlmm serve at {} did not take close ({}): {}", socket, role, e.toString());
       }
@@ -360,25 +365,12 @@ final class ServeConnection implements Closeable {
       p = process;
       process = null;
     }
-    boolean adopted;
-    synchronized (OPEN) {
-      Set<ServeConnection> siblings = OPEN.getOrDefault(socket, new HashSet<>());
-      siblings.remove(this);
-      adopted = p != null && siblings.stream().anyMatch(c -> c.adopt(p));
-    }
-    if (adopted) {
+    if (p != null && Boolean.FALSE.equals(stopping)) {
       LOG.info("rlmm serve pid {} left running for the other plugin class on {} ({} closed)", p.pid(), socket, role);
     } else if (p != null) {
-      stop(p);
+      stop(p, Boolean.TRUE.equals(stopping));
     }
     if (timer != null) timer.shutdownNow();
-  }
-
-  /** Takes over a process its sibling started, unless closed or owning a live one itself. */
-  private synchronized boolean adopt(Process p) {
-    if (closed || (process != null && process.isAlive())) return false;
-    process = p;
-    return true;
   }
 
   private static void closeQuietly(Closeable c) {
