@@ -46,6 +46,7 @@ from tests.fixtures.kafka_plugin import (
     wait_for_serve,
 )
 from tests.integration.test_restore_apache_kafka import consume_records
+from tests.integration.test_spark_kafka_vs_archive import kafka_source_jars, read_with_spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow]
 
@@ -226,6 +227,7 @@ async def check_consumers_read_everything(
         assert [r for r in uncommitted[p] if r not in set(aborted[p])] == committed[p]
 
 
+@pytest.mark.spark
 async def test_consumers_read_rlmms_tier_through_the_broker(
     plugin_broker: ApacheKafkaBroker, tmp_path: Path
 ) -> None:
@@ -250,6 +252,27 @@ async def test_consumers_read_rlmms_tier_through_the_broker(
     deep = rlmm_cli(reader, "verify", "--json", "--deep", "--topic", topic, "--safety-window", "0s")
     assert deep.returncode == 0, deep.stdout + deep.stderr
     assert json.loads(deep.stdout)["segments_checked"] >= len(CODECS) * PARTITIONS
+
+    # Spark's kafka-archive over the same archive equals Spark's Kafka source reading
+    # through the broker (the tier, served by Kafka), row for row, both isolation levels.
+    jars = await kafka_source_jars()
+    tiered_end = {p: local_bases(broker, topic, p)[0] for p in range(PARTITIONS)}
+    result = await asyncio.to_thread(
+        read_with_spark,
+        {
+            "bootstrap": broker.bootstrap,
+            "topic": topic,
+            "ending": tiered_end,
+            "isolation": ["read_uncommitted", "read_committed"],
+            "jars": [str(j) for j in jars],
+            "rlmm_config": str(reader),
+            "output": str(tmp_path / "rows.json"),
+        },
+        tmp_path,
+    )
+    for isolation in ("read_uncommitted", "read_committed"):
+        live, archived = result[f"kafka/{isolation}"], result[f"kafka-archive/{isolation}"]
+        assert archived == live and len(live) > 0, f"{isolation}: kafka-archive differs"
 
 
 BULK_RECORDS = 24_000  # about 24 MiB of 1 KB values: a dozen segments per partition
@@ -357,3 +380,62 @@ async def test_rlmm_serve_sigkilled_mid_copy_and_mid_fetch_loses_nothing(
     reader = reader_config(broker, broker.root / "rlmm.toml")
     deep = rlmm_cli(reader, "verify", "--json", "--deep", "--topic", topic, "--safety-window", "0s")
     assert deep.returncode == 0, deep.stdout + deep.stderr
+
+
+def _joined(groups: list[dict[int, list[Row]]]) -> dict[int, list[Row]]:
+    return {p: [row for g in groups for row in g[p]] for p in groups[0]}
+
+
+async def test_a_broker_moves_from_kafkas_rlmm_to_rlmms_and_back_keeping_every_segment(
+    tmp_path: Path,
+) -> None:
+    """Only the RLMM class changes, with a restart each time (the RSM is rlmm's
+    throughout): the segments Kafka's TopicBasedRemoteLogMetadataManager recorded are
+    served by rlmm's, and those rlmm's recorded are served by Kafka's after the way
+    back, since both read and write ``__remote_log_metadata`` in Kafka's format."""
+    jar = plugin_jar()
+    root = tmp_path / "broker"
+    overrides = plugin_overrides(jar, plugin_config(root))
+    rlmm_class = {
+        k: overrides.pop(k)
+        for k in (
+            "remote.log.metadata.manager.class.name",
+            "remote.log.metadata.manager.class.path",
+        )
+    }
+    broker = new_broker(root, overrides=overrides)  # Kafka's own RLMM, rlmm's RSM
+    start_or_fail(broker)
+    topic = f"plugin-move-{uuid4().hex[:8]}"
+    committed: list[dict[int, list[Row]]] = []
+    aborted: list[dict[int, list[Row]]] = []
+    try:
+        await create_topic(broker.bootstrap, topic)
+        for step, (rlmm_props, who) in enumerate(
+            [({}, "Kafka's RLMM"), (rlmm_class, "rlmm's RLMM"), ({}, "Kafka's RLMM again")]
+        ):
+            if step:
+                broker.stop()
+                for key in rlmm_class:
+                    broker.overrides.pop(key, None)
+                broker.overrides.update(rlmm_props)
+                start_or_fail(broker)
+            rows, dropped, rolls = await produce(
+                broker.bootstrap, topic, start=step * 1000, group=step
+            )
+            committed.append(rows)
+            aborted.append(dropped)
+            await wait_tiered_and_deleted(broker, topic, rolls)
+            try:
+                await check_consumers_read_everything(
+                    broker, topic, _joined(committed), _joined(aborted)
+                )
+            except AssertionError as e:
+                raise AssertionError(f"under {who} (step {step}): {e}") from e
+        # The store holds every step's copies: rlmm's layout whichever RLMM recorded them.
+        assert len({p.parent for p in tiered_logs(broker, topic)}) == PARTITIONS
+    finally:
+        pids = serve_pids(broker)
+        broker.stop()
+        for p in pids:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
