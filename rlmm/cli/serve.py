@@ -32,11 +32,18 @@ ALREADY_SERVING = 3
     help="the Unix socket the broker's bridge connects to",
 )
 @click.option("--parent-pid", type=int, help="stop when this process (the broker) is gone")
-@click.option("--metrics-port", type=int, help="serve Prometheus metrics and probes on PORT")
+@click.option(
+    "--metrics-port",
+    type=int,
+    envvar="RLMM_SERVE_METRICS_PORT",
+    help="serve Prometheus metrics, /healthz and /readyz on PORT (the broker starts this"
+    " process: set RLMM_SERVE_METRICS_PORT in the broker's environment)",
+)
 @click.option(
     "--metrics-host",
     default="127.0.0.1",
     show_default=True,
+    envvar="RLMM_SERVE_METRICS_HOST",
     help="address the metrics port binds",
 )
 @common_options

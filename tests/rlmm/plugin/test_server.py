@@ -468,3 +468,44 @@ async def test_sigterm_with_the_broker_alive_waits_for_its_classes_to_close(
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
+
+
+async def test_the_metrics_port_says_ready_once_configured_and_counts_in_kafkas_terms(
+    tmp_path: Path,
+) -> None:
+    import urllib.error
+    import urllib.request
+
+    server = PluginServer(write_config(tmp_path), tmp_path / "m.sock", metrics_port=0)
+    task = await started(server)
+    assert server.metrics_port is not None
+    base = f"http://127.0.0.1:{server.metrics_port.port}"
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(base + path, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    client = await BridgeClient.connect(server.socket_path)
+    try:
+        assert await asyncio.to_thread(get, "/healthz") == (200, "ok\n")
+        status, body = await asyncio.to_thread(get, "/readyz")
+        assert status == 503 and "no bridge has configured" in body
+        await client.hello("rlmm")
+        await client.call("configure", role="rsm", props=dict(BROKER_PROPS))
+        await client.call("configure", role="rlmm", props=dict(BROKER_PROPS))
+        md, contents = await tier(client, tmp_path)
+        assert await asyncio.to_thread(get, "/readyz") == (200, "ok\n")
+        await client.call("rsm.fetch_log_segment", metadata=wire(md), position=0, length=1000)
+        _, metrics = await asyncio.to_thread(get, "/metrics")
+        size = len(contents["log_segment"])
+        assert f'rlmm_remote_copy_bytes_total{{topic="orders"}} {float(size)}' in metrics
+        assert 'rlmm_remote_fetch_bytes_total{topic="orders"} 1000.0' in metrics
+        assert 'rlmm_serve_info{version="' in metrics
+        assert 'rlmm_serve_calls_total{method="rsm.copy_log_segment_data"} 1.0' in metrics
+    finally:
+        await client.close()
+        server.stop()
+        await asyncio.wait_for(task, 30)
