@@ -311,11 +311,15 @@ class PluginServer:
         if peer in self._peers:
             self._peers[peer][1] = True
         still = sorted({str(role) for role, closed in self._peers.values() if not closed})
-        stopping = not still
+        # Started by the bridge (it passes the broker's pid): the broker is closing us.
+        # Run as a container sidecar: the container's life is the orchestrator's.
+        stopping = not still and self._parent_pid is not None
         log.info(
             "bridge %s closing%s",
             args.get("role"),
-            "; no class left open: stopping" if stopping else f"; still open: {', '.join(still)}",
+            "; no class left open: stopping"
+            if stopping
+            else f"; still open: {', '.join(still) or 'none (serving on: no --parent-pid)'}",
         )
         if stopping:
             # after this answer is on its way (the task writes it before yielding)

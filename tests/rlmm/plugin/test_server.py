@@ -412,7 +412,7 @@ def test_sigterm_stops_the_command_cleanly(tmp_path: Path) -> None:
 async def test_the_process_stops_once_the_last_open_class_closes(tmp_path: Path) -> None:
     """Kafka closes its RSM, then its RLMM: the first close leaves the process to the
     second, the second's close stops it (the socket file goes with it)."""
-    server = PluginServer(write_config(tmp_path), tmp_path / "serve.sock")
+    server = PluginServer(write_config(tmp_path), tmp_path / "serve.sock", parent_pid=os.getpid())
     task = await started(server)
     rsm = await BridgeClient.connect(server.socket_path)
     rlmm = await BridgeClient.connect(server.socket_path)
@@ -509,3 +509,19 @@ async def test_the_metrics_port_says_ready_once_configured_and_counts_in_kafkas_
         await client.close()
         server.stop()
         await asyncio.wait_for(task, 30)
+
+
+async def test_a_sidecar_serve_outlives_the_classes_closing(serve: PluginServer) -> None:
+    """Without --parent-pid (a container sidecar the bridge attaches to), the last
+    class closing does not stop the process: its container's life is the pod's."""
+    client = await BridgeClient.connect(serve.socket_path)
+    try:
+        await client.hello("rlmm")
+        assert await client.call("close", role="rlmm") == {"stopping": False, "open": []}
+    finally:
+        await client.close()
+    again = await BridgeClient.connect(serve.socket_path)
+    try:
+        assert (await again.hello("rsm"))["version"] == serve.version
+    finally:
+        await again.close()
