@@ -166,8 +166,10 @@ class PluginServer:
         open (the broker is shutting down with its process group and will close it):
         then once the last class closes, the broker is gone, or TERM_GRACE_S passed.
         A second SIGTERM stops now."""
-        still = [role for role, closed in self._peers.values() if not closed]
-        alive = self._parent_pid is not None and _alive(self._parent_pid)
+        still = self._open_roles()
+        # A serve the bridge started knows the broker's pid; a container sidecar does
+        # not, and its open connections are the sign of a live broker.
+        alive = self._parent_pid is None or _alive(self._parent_pid)
         if self._terminating or not still or not alive:
             self.stop()
             return
@@ -227,6 +229,8 @@ class PluginServer:
             self.metrics.connections.dec()
             self._connections.discard(me)
             self._peers.pop(me, None)
+            if self._terminating and not self._open_roles():
+                self.stop()  # the broker went without closing: nothing left to wait for
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -305,15 +309,19 @@ class PluginServer:
         else:
             await self.metadata.configure(props)
 
+    def _open_roles(self) -> list[str]:
+        """Roles of the connected plugin classes that have not closed."""
+        return sorted({str(role) for role, closed in self._peers.values() if not closed})
+
     def _close_call(self, args: Mapping[str, Any], peer: asyncio.Task[None]) -> dict[str, Any]:
         """A plugin class closes; the process stops once no connected class is open.
         ``stopping`` tells the bridge whether to wait for this process to exit."""
         if peer in self._peers:
             self._peers[peer][1] = True
-        still = sorted({str(role) for role, closed in self._peers.values() if not closed})
+        still = self._open_roles()
         # Started by the bridge (it passes the broker's pid): the broker is closing us.
-        # Run as a container sidecar: the container's life is the orchestrator's.
-        stopping = not still and self._parent_pid is not None
+        # A container sidecar's life is the orchestrator's, unless it was told to stop.
+        stopping = not still and (self._parent_pid is not None or self._terminating)
         log.info(
             "bridge %s closing%s",
             args.get("role"),
