@@ -439,3 +439,47 @@ async def test_a_broker_moves_from_kafkas_rlmm_to_rlmms_and_back_keeping_every_s
         for p in pids:
             if alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+async def test_a_stalled_rlmm_serve_never_stalls_the_broker(tmp_path: Path) -> None:
+    """rlmm serve SIGSTOPped (alive, silent) for longer than the calls' deadline: the
+    broker keeps taking and serving records; Kafka's tiering calls fail at their
+    deadline (5 s here) instead of hanging; once it runs again, tiering catches up and
+    a consumer from offset 0 reads everything."""
+    jar = plugin_jar()
+    root = tmp_path / "broker"
+    overrides = plugin_overrides(
+        jar,
+        plugin_config(root),
+        **{"rsm.config.call.timeout.ms": "5000", "rlmm.config.call.timeout.ms": "5000"},
+    )
+    broker = new_broker(root, overrides=overrides)
+    start_or_fail(broker)
+    try:
+        serve = wait_for_serve(broker, count=2)
+        topic = f"plugin-stall-{uuid4().hex[:8]}"
+        await create_topic(broker.bootstrap, topic)
+        mark = broker._log_size()
+        os.kill(serve, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            committed, aborted, rolls = await produce(broker.bootstrap, topic)
+            # every record above was acknowledged while rlmm serve was stalled
+            got = await read_all(broker.bootstrap, topic, "read_committed")
+            assert got == committed  # local data: nothing of it needed the tier
+            stalled_for = time.monotonic() - started
+            deadline = time.monotonic() + 60
+            while "did not answer" not in broker._log_text(since=mark):
+                assert time.monotonic() < deadline, broker.log_tail(40)
+                await asyncio.sleep(0.5)
+        finally:
+            os.kill(serve, signal.SIGCONT)
+        assert stalled_for < 60, f"the broker took {stalled_for:.0f} s with rlmm serve stalled"
+        await wait_tiered_and_deleted(broker, topic, rolls)
+        await check_consumers_read_everything(broker, topic, committed, aborted)
+    finally:
+        pids = serve_pids(broker)
+        broker.stop()
+        for p in pids:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
