@@ -483,3 +483,48 @@ async def test_a_stalled_rlmm_serve_never_stalls_the_broker(tmp_path: Path) -> N
         for p in pids:
             if alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+@pytest.mark.s3
+async def test_the_tier_on_s3_is_served_through_the_broker(
+    tmp_path: Path, s3_endpoint: str
+) -> None:
+    """The same through-the-broker read with rlmm's S3 store (moto's server on
+    loopback): rlmm serve inherits the broker's environment, credentials included."""
+    import boto3
+
+    bucket = f"plugin-{uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
+    root = tmp_path / "broker"
+    root.mkdir(parents=True)
+    config = root / "rlmm.toml"
+    config.write_text(
+        f'data_dir = "{root / "rlmm-data"}"\n[remote]\ntype = "s3"\nbucket = "{bucket}"\n'
+        f'prefix = "tier"\nendpoint_url = "{s3_endpoint}"\nregion = "us-east-1"\n'
+    )
+    broker = new_broker(root, overrides=plugin_overrides(plugin_jar(), config))
+    start_or_fail(broker)
+    try:
+        topic = f"plugin-s3-{uuid4().hex[:8]}"
+        await create_topic(broker.bootstrap, topic)
+        committed, aborted, rolls = await produce(broker.bootstrap, topic)
+        await wait_tiered_and_deleted(broker, topic, rolls)
+        keys = [
+            o["Key"]
+            for page in boto3.client("s3", endpoint_url=s3_endpoint)
+            .get_paginator("list_objects_v2")
+            .paginate(Bucket=bucket, Prefix=f"tier/{topic}-")
+            for o in page.get("Contents", [])
+        ]
+        assert any(k.endswith(".log") for k in keys), keys
+        await check_consumers_read_everything(broker, topic, committed, aborted)
+        reader = reader_config(broker, config)
+        deep = rlmm_cli(reader, "verify", "--json", "--deep", "--topic", topic,
+                        "--safety-window", "0s")  # fmt: skip
+        assert deep.returncode == 0, deep.stdout + deep.stderr
+    finally:
+        pids = serve_pids(broker)
+        broker.stop()
+        for p in pids:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
