@@ -31,6 +31,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from rlmm.plugin.server import release
 from tests.fixtures.apache_kafka import (
     ApacheKafkaBroker,
     new_broker,
@@ -40,6 +41,7 @@ from tests.fixtures.kafka_plugin import (
     alive,
     plugin_config,
     plugin_jar,
+    plugin_jar_of_release,
     plugin_overrides,
     reader_config,
     serve_pids,
@@ -522,6 +524,46 @@ async def test_the_tier_on_s3_is_served_through_the_broker(
         deep = rlmm_cli(reader, "verify", "--json", "--deep", "--topic", topic,
                         "--safety-window", "0s")  # fmt: skip
         assert deep.returncode == 0, deep.stdout + deep.stderr
+    finally:
+        pids = serve_pids(broker)
+        broker.stop()
+        for p in pids:
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+async def test_a_jar_of_another_release_is_refused_in_one_line_and_the_broker_runs_on(
+    tmp_path: Path,
+) -> None:
+    """The bridge and rlmm serve compare releases on connect: a mismatch is one ERROR
+    line in the broker's log naming both, nothing is tiered, and the broker serves its
+    local data as if tiering were off."""
+    jar = plugin_jar_of_release("0.0.9", tmp_path)
+    root = tmp_path / "broker"
+    broker = new_broker(root, overrides=plugin_overrides(jar, plugin_config(root)))
+    start_or_fail(broker)
+    try:
+        # Each class says it once per attempt (every 30 s), and neither holds up the
+        # broker's start waiting for a handshake that cannot succeed.
+        refused = [
+            line.split("] ", 1)[1]
+            for line in broker._log_text().splitlines()
+            if "refused this bridge" in line
+        ]
+        assert {line.split("refused this bridge (")[1].split(" ")[0] for line in refused} == {
+            "rsm",
+            "rlmm",
+        }, broker.log_tail(40)
+        for line in refused:
+            assert line.startswith("ERROR rlmm serve at ")
+            assert "jar is release 0.0.9" in line and f"rlmm serve is {release()}" in line
+        topic = f"plugin-refused-{uuid4().hex[:8]}"
+        await create_topic(broker.bootstrap, topic)
+        committed, _aborted, _rolls = await produce(broker.bootstrap, topic)
+        assert await read_all(broker.bootstrap, topic, "read_committed") == committed
+        await asyncio.sleep(3)  # a few of Kafka's 500 ms task runs
+        assert not tiered_logs(broker, topic)
+        assert local_bases(broker, topic, 0)[0] == 0  # nothing deleted locally
     finally:
         pids = serve_pids(broker)
         broker.stop()

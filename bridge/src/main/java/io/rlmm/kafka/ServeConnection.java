@@ -199,6 +199,7 @@ final class ServeConnection implements Closeable {
       } catch (VersionMismatch e) {
         lastReason = e.getMessage();
         LOG.error("rlmm serve at {} refused this bridge ({} {}): {}", socket, role, VERSION, e.getMessage());
+        firstConnect.completeExceptionally(e); // configure() returns: waiting cannot help
         pause = MAX_BACKOFF_MS;
       } catch (InterruptedException e) {
         break;
