@@ -47,7 +47,7 @@ from tests.fixtures.kafka_plugin import (
     plugin_jar_of_release,
     plugin_overrides,
     reader_config,
-    serve_pids,
+    stop_plugin_broker,
     wait_for_serve,
 )
 from tests.integration.test_restore_apache_kafka import consume_records
@@ -76,14 +76,7 @@ def plugin_broker(tmp_path: Path) -> Iterator[ApacheKafkaBroker]:
     try:
         yield broker
     finally:
-        pids = serve_pids(broker)
-        broker.stop()
-        deadline = time.monotonic() + 30
-        while any(alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = [p for p in pids if alive(p)]
-        for p in left:
-            os.kill(p, signal.SIGKILL)
+        left = stop_plugin_broker(broker)
         assert not left, f"rlmm serve {left} outlived its broker"
 
 
@@ -252,11 +245,7 @@ def s3_plugin_broker(tmp_path: Path, s3_endpoint: str) -> Iterator[tuple[ApacheK
     try:
         yield broker, bucket
     finally:
-        pids = serve_pids(broker)
-        broker.stop()
-        for p in pids:
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        stop_plugin_broker(broker)
 
 
 @pytest.mark.spark
@@ -475,11 +464,7 @@ async def test_a_broker_moves_from_kafkas_rlmm_to_rlmms_and_back_keeping_every_s
         # The store holds every step's copies: rlmm's layout whichever RLMM recorded them.
         assert len({p.parent for p in tiered_logs(broker, topic)}) == PARTITIONS
     finally:
-        pids = serve_pids(broker)
-        broker.stop()
-        for p in pids:
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        stop_plugin_broker(broker)
 
 
 async def test_a_stalled_rlmm_serve_never_stalls_the_broker(tmp_path: Path) -> None:
@@ -519,11 +504,7 @@ async def test_a_stalled_rlmm_serve_never_stalls_the_broker(tmp_path: Path) -> N
         await wait_tiered_and_deleted(broker, topic, rolls)
         await check_consumers_read_everything(broker, topic, committed, aborted)
     finally:
-        pids = serve_pids(broker)
-        broker.stop()
-        for p in pids:
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        stop_plugin_broker(broker)
 
 
 async def test_a_jar_of_another_release_is_refused_in_one_line_and_the_broker_runs_on(
@@ -559,8 +540,4 @@ async def test_a_jar_of_another_release_is_refused_in_one_line_and_the_broker_ru
         assert not tiered_logs(broker, topic)
         assert local_bases(broker, topic, 0)[0] == 0  # nothing deleted locally
     finally:
-        pids = serve_pids(broker)
-        broker.stop()
-        for p in pids:
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        stop_plugin_broker(broker)
