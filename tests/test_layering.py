@@ -107,6 +107,7 @@ CORE_MODULES = {
     "facade.py": (*LEAF, "rlmm.base"),
     "partitioning.py": LEAF,
     "_fast_paths.py": (),
+    "topics.py": (),  # topic names the offloader and restore share
     "manager.py": (
         *LEAF,
         "rlmm.base",

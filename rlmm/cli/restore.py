@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import click
 
 from rlmm.cli.session import common_options, session
+from rlmm.topics import RESTORE_PROGRESS_TOPIC
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -169,7 +170,7 @@ def _partition_bars() -> Iterator[Callable[[str], ProgressCallback | None] | Non
 )
 @click.option(
     "--progress-topic",
-    default="__rlmm_restore",
+    default=RESTORE_PROGRESS_TOPIC,
     show_default=True,
     help="compacted topic of the target holding the restore's progress",
 )

@@ -5,7 +5,7 @@ Invariant: a topic-level setting comes, first found, from the topic's
 the cluster sets it anywhere (on the topic, or as a broker's default; Kafka's own
 built-in default does not count), then from ``[offload]``; ``effective`` says where
 each value came from. Kafka's internal topics are never offloaded, whatever the
-configuration says.
+configuration says, nor is ``rlmm restore``'s progress topic (``rlmm.topics``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,7 @@ from rlmm.config import BOOLEAN_OFFLOAD_SETTINGS, OFFLOAD_TOPIC_SETTINGS, RlmmCo
 from rlmm.errors import ConfigError
 from rlmm.offload.log_source import RetentionSettings
 from rlmm.offload.quota import UNLIMITED, CopyQuota
-
-INTERNAL_TOPICS = frozenset(
-    {"__consumer_offsets", "__transaction_state", "__remote_log_metadata", "__cluster_metadata"}
-)
+from rlmm.topics import INTERNAL_TOPICS
 
 
 @dataclass(frozen=True)
@@ -96,7 +93,8 @@ class OffloadSettings:
         return _retention(values), origins
 
     def offloads(self, topic: str) -> bool:
-        """True when ``topic`` is tiered: not internal and ``remote.storage.enable``."""
+        """True when ``topic`` is tiered: not internal (Kafka's or rlmm's own) and
+        ``remote.storage.enable``."""
         return topic not in INTERNAL_TOPICS and self.retention_for(topic).remote_storage_enable
 
 

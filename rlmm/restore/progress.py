@@ -24,8 +24,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from rlmm.restore.errors import RestoreError, TargetClusterError
+from rlmm.topics import RESTORE_PROGRESS_TOPIC
 
-PROGRESS_TOPIC = "__rlmm_restore"
+PROGRESS_TOPIC = RESTORE_PROGRESS_TOPIC  # the sidecar skips it (rlmm.topics)
 VERSION = 1
 READ_TIMEOUT_S = 60.0
 

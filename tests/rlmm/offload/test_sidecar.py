@@ -97,6 +97,27 @@ async def test_once_offloads_what_it_should(
     assert again.tally.copied == 0  # restarted from the snapshot: nothing copied twice
 
 
+async def test_the_restores_progress_topic_is_never_offloaded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`rlmm restore` keeps its progress in ``__rlmm_restore`` of the target cluster: a
+    sidecar beside one of its brokers skips it as it skips Kafka's internal topics (it
+    counted it among its partitions: "round 1 over 11 partitions", issue 46)."""
+    from rlmm.restore import PROGRESS_TOPIC
+
+    logs, _pdirs, _audit = log_dir(tmp_path)
+    progress = [write_partition(logs, PROGRESS_TOPIC, p) for p in range(3)]
+    config = load_config(write_config(tmp_path), env={})
+    assert not OffloadSettings.from_config(config).offloads(PROGRESS_TOPIC)
+    caplog.set_level(logging.INFO)
+    report = await run_sidecar(config, [logs], once=True, display=Display(rich=False))
+    assert report.partitions == 4  # orders-0, orders-1, clicks-0, audit-0
+    assert any("round 1 over 4 partitions" in r.getMessage() for r in caplog.records)
+    copied = local_keys(config.data_dir / "remote")
+    assert copied and not [k for k in copied if PROGRESS_TOPIC in k]
+    assert not [r for r in caplog.records if progress[0].path.name in r.getMessage()]
+
+
 def test_offload_settings_and_overrides(tmp_path: Path) -> None:
     path = write_config(
         tmp_path,
