@@ -2,8 +2,8 @@
 
 Invariant: precedence is overrides (CLI flags) > ``RLMM_<SECTION>_<KEY>`` environment
 variables > the TOML file > defaults; every key is known (an unknown one is a
-ConfigError naming it and where it came from; ``[eventlog]`` and ``[remote]`` keys are
-checked against their backend's own, the known ones listed), and Kafka's own dotted
+ConfigError naming it, where it came from and the known ones; ``[eventlog]`` and
+``[remote]`` keys are checked against their backend's own), and Kafka's own dotted
 property names (``remote.log.metadata.*``) are accepted at the top level, under
 ``[eventlog]`` and under ``[eventlog.properties]`` alike: those with an event log
 setting of their own become that setting (one name for one setting in a layer), the
@@ -234,10 +234,12 @@ def _merge(target: dict[str, Any], key: str, value: Any, origin: str) -> None:
         return
     if section not in DEFAULTS or not isinstance(DEFAULTS[section], dict):
         raise ConfigError(f"unknown section {section!r} in setting {key!r} (from {origin})")
-    if section not in _OPEN_SECTIONS and section != "snapshot" and name not in DEFAULTS[section]:
-        raise ConfigError(f"unknown setting {key!r} (from {origin})")
-    if section == "snapshot" and name not in (*DEFAULTS["snapshot"], *_SNAPSHOT_OPTIONAL):
-        raise ConfigError(f"unknown setting {key!r} (from {origin})")
+    if section not in _OPEN_SECTIONS:
+        known = (*DEFAULTS[section], *(_SNAPSHOT_OPTIONAL if section == "snapshot" else ()))
+        if name not in known:
+            raise ConfigError(
+                f"unknown setting {key!r} (from {origin}); known: {', '.join(sorted(known))}"
+            )
     target.setdefault(section, {})[name] = value
 
 
@@ -263,7 +265,15 @@ def _merge_offload(target: dict[str, Any], name: str, value: Any, origin: str) -
             if name.endswith("." + setting) and topic:
                 target.setdefault("topics", {}).setdefault(topic, {})[setting] = value
                 return
-    raise ConfigError(f"unknown setting 'offload.{name}' (from {origin})")
+        raise ConfigError(
+            f"unknown setting 'offload.{name}' (from {origin}); known under"
+            f" [offload.topics.<topic>]: {', '.join(sorted(OFFLOAD_TOPIC_SETTINGS))}"
+        )
+    known_here = [*sorted(known), *OFFLOAD_CLIENT_SETTINGS, "ssl.*"]
+    raise ConfigError(
+        f"unknown setting 'offload.{name}' (from {origin}); known: {', '.join(known_here)}"
+        f" (per topic, under [offload.topics.<topic>]: {', '.join(OFFLOAD_TOPIC_SETTINGS)})"
+    )
 
 
 def _check_offload(offload: dict[str, Any]) -> None:

@@ -258,3 +258,59 @@ def test_an_unknown_eventlog_setting_is_one_line_with_the_known_ones(
 def test_the_fast_paths_switch_is_not_a_setting() -> None:
     """RLMM_NO_FAST_PATHS switches code paths (rlmm._fast_paths); config ignores it."""
     assert load_config(env={"RLMM_NO_FAST_PATHS": "1"}).offload == load_config(env={}).offload
+
+
+@pytest.mark.parametrize(
+    ("where", "overrides", "env", "named", "listed"),
+    [
+        ("file", {}, {}, "'offload.retention.typo' (from ", ["retention.ms", "verify.crc"]),
+        ("flag", {"offload.retention_msx": 1}, {}, "'offload.retention_msx'", ["retention.ms"]),
+        (
+            "env",
+            {},
+            {"RLMM_OFFLOAD_RETENTON_MS": "1"},
+            "'offload.retenton_ms' (from environment)",
+            ["leadership.poll.ms", "bootstrap.servers", "ssl.*"],
+        ),
+        (
+            "topic",
+            {"offload.topics.orders.retention.mss": 1},
+            {},
+            "'offload.topics.orders.retention.mss'",
+            ["retention.ms", "remote.log.copy.disable"],
+        ),
+    ],
+)
+def test_an_unknown_offload_setting_is_one_line_with_the_known_ones(
+    tmp_path: Path, where: str, overrides: dict, env: dict, named: str, listed: list[str]
+) -> None:
+    """As an unknown [remote] or [eventlog] key: the key, where it came from, and the
+    keys [offload] takes (a per-topic key: the per-topic ones), in one line (issue 46:
+    only the key was named)."""
+    path = None
+    if where == "file":
+        path = tmp_path / "rlmm.toml"
+        path.write_text('[offload]\n"retention.typo" = 1\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides=overrides, env=env)
+    message = str(info.value)
+    assert named in message and "; known" in message and "\n" not in message, message
+    known = message.split("; known", 1)[1]
+    for key in listed:
+        assert key in known, message
+    if where == "topic":  # only what a topic's own table takes
+        assert "verify.crc" not in known and "bootstrap.servers" not in known, message
+
+
+@pytest.mark.parametrize(
+    ("key", "listed"),
+    [
+        ("snapshot.bogus", "dir, enabled, every_events, interval_s, keep, owner, retention, store"),
+        ("manager.bogus", "ready_timeout_s, write_timeout_s"),
+        ("archive.bogus", "side_index"),
+    ],
+)
+def test_an_unknown_key_of_the_other_sections_lists_the_known_ones(key: str, listed: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides={key: 1}, env={})
+    assert str(info.value) == f"unknown setting {key!r} (from command line); known: {listed}"
