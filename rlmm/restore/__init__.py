@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rlmm.archive import close_remote_storage, open_metadata_view, remote_storage_for
@@ -89,6 +90,36 @@ def _snapshot_store(config: RlmmConfig) -> SnapshotStore | None:
         return None
 
 
+def _check_local_root(config: RlmmConfig, remote_options: Mapping[str, Any]) -> None:
+    """UnknownSourceError naming ``[remote] root`` when a local store's root does not
+    exist: checked before the store is opened, which would create it (an empty store,
+    where a typo would then read as "no object of the topic")."""
+    if remote_options.get("type", "local") != "local":
+        return
+    root = Path(remote_options["root"])
+    if root.is_dir():
+        return
+    key = (
+        f"[remote] root {str(root)!r}"
+        if "root" in config.remote
+        else f"[remote] root (unset: data_dir/remote, {str(root)!r})"
+    )
+    raise UnknownSourceError(
+        f"{key} does not exist: no archive to restore from; set [remote] root to the"
+        " directory the offloader copies into (its own [remote] root)"
+    )
+
+
+def _store_settings(remote_options: Mapping[str, Any]) -> str:
+    """The ``[remote]`` settings that say where the store is, for a message."""
+    kind = remote_options.get("type", "local")
+    if kind == "local":
+        return f"[remote] root ({remote_options['root']})"
+    if kind == "s3":
+        return "[remote] bucket and prefix"
+    return "the [remote] settings (remote.type, and its dir, or bucket and prefix)"
+
+
 def restore(
     config: RlmmConfig,
     selection: RestoreSelection,
@@ -126,6 +157,7 @@ def restore_topics(
     callback). See rlmm.restore.run.run_restores for the guarantees."""
     remote_options = config.remote_options()
     topics = [s.topic for s in selections]
+    _check_local_root(config, remote_options)
     try:
         layout = remote_storage_for(remote_options)
         if from_store:
@@ -136,8 +168,13 @@ def restore_topics(
                 if snapshots is not None:
                     snapshots.close()
             unknown = [t for t in topics if t not in listing.topics]
+            if unknown and not listing.topics:
+                raise UnknownSourceError(
+                    f"unknown topic {unknown[0]!r}: {layout!r} holds no segment of any topic:"
+                    f" check {_store_settings(remote_options)}"
+                )
             if unknown:
-                known = ", ".join(sorted(listing.topics)[:20]) or "none"
+                known = ", ".join(sorted(listing.topics)[:20])
                 raise UnknownSourceError(
                     f"unknown topic {unknown[0]!r}: no object of it in {layout!r} (known: {known})"
                 )

@@ -19,7 +19,8 @@ class RestoreInputError(RestoreError):
 
 
 class UnknownSourceError(RestoreInputError):
-    """The topic or a partition is not in the archive."""
+    """The topic or a partition is not in the archive, or no archive is where the
+    ``[remote]`` settings say."""
 
 
 class RangeOutsideArchiveError(RestoreInputError):

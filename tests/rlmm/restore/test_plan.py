@@ -236,6 +236,39 @@ def test_bad_input_is_named(archive: Any) -> None:
         RestoreSelection(TOPIC, from_offset=1, from_timestamp_ms=1)
 
 
+def test_a_local_store_root_that_does_not_exist_is_named_with_its_key(
+    archive: Any, tmp_path: Path
+) -> None:
+    """A wrong ``[remote] root`` said "unknown topic 'r': no object of it in
+    LocalRemoteStorageManager(root=...) (known: none)" and created the directory
+    (issue 46): now one line names the key and says the directory does not exist,
+    from the store or the metadata alike, before the target is contacted (nothing
+    listens on port 1), and nothing is created; a root that exists but holds no
+    segment says so, naming the key too."""
+    config, _ = archive
+    nowhere = {"bootstrap_servers": "127.0.0.1:1"}
+    wrong = tmp_path / "not-the-store"
+    moved = dataclasses.replace(config, remote={**config.remote, "root": str(wrong)})
+    for from_store in (True, False):
+        with pytest.raises(UnknownSourceError) as info:
+            restore_topics(moved, [RestoreSelection(TOPIC)], nowhere, from_store=from_store)
+        message = str(info.value)
+        assert message.startswith(f"[remote] root {str(wrong)!r} does not exist"), message
+        assert "\n" not in message
+        assert not wrong.exists()
+    # unset: the default under data_dir is named as such
+    unset = make_config(tmp_path / "elsewhere")
+    with pytest.raises(UnknownSourceError) as info:
+        restore_topics(unset, [RestoreSelection(TOPIC)], nowhere, from_store=True)
+    default = str(tmp_path / "elsewhere" / "remote")
+    assert f"[remote] root (unset: data_dir/remote, {default!r}) does not exist" in str(info.value)
+    wrong.mkdir()
+    with pytest.raises(UnknownSourceError) as info:
+        restore_topics(moved, [RestoreSelection(TOPIC)], nowhere, from_store=True)
+    assert "holds no segment of any topic" in str(info.value), info.value
+    assert "[remote] root" in str(info.value), info.value
+
+
 def test_two_selections_into_one_target_topic_are_refused_before_the_target_is_contacted(
     archive: Any,
 ) -> None:
