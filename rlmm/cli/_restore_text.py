@@ -34,6 +34,8 @@ def _created(report: RestoreReport) -> str:
 def restore_lines(
     report: RestoreReport, new_table: Callable[..., Table]
 ) -> tuple[Table, list[str]]:
+    from rlmm.restore.run import partitions_text  # loaded with the report's module
+
     data = report.to_dict()
     plan = data["plan"]
     results = {r["partition"]: r for r in data.get("partitions", [])}
@@ -61,9 +63,10 @@ def restore_lines(
         table.add_row(*row)
     source, target = plan["source"], plan["target"]
     lines = [
-        f"source: {source['topic']} (topic id {source['topic_id']}, {source['partition_count']}"
-        f" partitions; segments from the {source['metadata']}) in {source['store']}",
-        f"target: {target['topic']} ({target['partition_count']} partitions, partitioner"
+        f"source: {source['topic']} (topic id {source['topic_id']},"
+        f" {partitions_text(source['partition_count'])}; segments from the"
+        f" {source['metadata']}) in {source['store']}",
+        f"target: {target['topic']} ({partitions_text(target['partition_count'])}, partitioner"
         f" {target['partitioner']}{_created(report)});"
         f" progress in {report.progress_topic}, transactional id {report.transactional_id}",
     ]

@@ -19,8 +19,9 @@ Invariants:
   any earlier run of the same restore (same transactional id) and aborts its open
   transaction, so no earlier run can commit past the position read (a dry run
   fences nothing);
-- every bad input is found before anything is written (RestoreInputError), for every
-  topic of a run of several (``run_restores``: all are planned, each into a target
+- every bad input is found before anything is written (RestoreInputError), and a
+  target with several problems is refused once, naming them all, with a remedy that
+  fixes them all; for every topic of a run of several (``run_restores``: all are planned, each into a target
   topic no other writes, and checked, then restored one after another, each with its
   own transactional id and progress, so each resumes on its own);
 - within a source partition records are produced in offset order to one target
@@ -217,15 +218,27 @@ def _source_text(plan: RestorePlan, p: PartitionPlan) -> str:
     )
 
 
+def partitions_text(count: int) -> str:
+    """``1 partition``, ``3 partitions``."""
+    return f"{count} partition{'' if count == 1 else 's'}"
+
+
 def _check_saved(plan: RestorePlan, saved: Mapping[int, Progress], options: RestoreOptions) -> None:
     target = plan.target_topic
     if not options.resume:
         done = sum(1 for s in saved.values() if s.done)
         first = saved[min(saved)]
+        # The flags that continue it, all at once: --resume alone would be refused
+        # next for the partitioner it was written with.
+        flags = "--resume" + (
+            f" --partitioner {first.partitioner}"
+            if first.partitioner != plan.selection.partitioner
+            else ""
+        )
         raise TargetNotEmptyError(
             f"target topic {target!r} holds a restore of {first.source_topic!r} (progress of"
-            f" {len(saved)} partitions in {options.progress_topic!r}, {done} done): pass"
-            " --resume to continue it, or restore into another topic"
+            f" {partitions_text(len(saved))} in {options.progress_topic!r}, {done} done): pass"
+            f" {flags} to continue it, or restore into another topic"
         )
     by_partition = {p.source.partition: p for p in plan.partitions}
     for partition, progress in sorted(saved.items()):
@@ -265,16 +278,14 @@ async def _prepare(
         await _fence(cluster.client, transactional_id(plan))
     counts = await cluster.partition_counts()
     target_count = counts.get(target)
-    if (
+    # Found first, refused last: a target that also holds data is refused once, for
+    # both, with the remedy that fixes both (--partitioner alone would meet the second).
+    mismatch = (
         target_count is not None
         and plan.selection.partitioner == IDENTITY
         and target_count != plan.source_partition_count
-    ):
-        raise PartitionCountMismatchError(
-            f"target topic {target!r} has {target_count} partitions, the source"
-            f" {plan.source_topic!r} {plan.source_partition_count}: pass --partitioner murmur2"
-            " to spread the records by key, or restore into a new topic"
-        )
+    )
+    source_count = partitions_text(plan.source_partition_count)
     saved: dict[int, Progress] = {}
     stale: dict[int, Progress] = {}
     size = counts.get(options.progress_topic, 0)
@@ -292,11 +303,25 @@ async def _prepare(
             stale, saved = saved, {}
         elif saved:
             _check_saved(plan, saved, options)
+        elif found is not None and mismatch:
+            raise TargetNotEmptyError(
+                f"target topic {target!r} has {partitions_text(target_count or 0)} (the source"
+                f" {plan.source_topic!r} has {plan.source_partition_count}) and already holds"
+                f" data (partition {found[0]} offset {found[1]}) that no restore wrote: restore"
+                f" into a new topic (created with {source_count}), or empty this one and pass"
+                " --partitioner murmur2"
+            )
         elif found is not None:
             raise TargetNotEmptyError(
                 f"target topic {target!r} already holds data (partition {found[0]} offset"
                 f" {found[1]}) that no restore wrote: restore into a new or empty topic"
             )
+    if mismatch:
+        raise PartitionCountMismatchError(
+            f"target topic {target!r} has {partitions_text(target_count or 0)}, the source"
+            f" {plan.source_topic!r} has {source_count}: pass --partitioner murmur2 to spread"
+            " the records by key, or restore into a new topic"
+        )
     if saved:
         plan = await asyncio.to_thread(plan_for, {p: s.next_offset for p, s in saved.items()})
     report = RestoreReport(

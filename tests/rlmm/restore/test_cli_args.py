@@ -126,3 +126,11 @@ def test_several_reports_are_one_json_document_and_one_block_each(
     assert json.loads(capsys.readouterr().out) == reports[0].to_dict()
     JsonOutput().restores(reports)
     assert json.loads(capsys.readouterr().out) == {"topics": [r.to_dict() for r in reports]}
+
+
+def test_a_one_partition_plan_says_partition_in_the_singular() -> None:
+    plan = RestorePlan(RestoreSelection("t"), "t", "AAAAAAAAAAAAAAAAAAAAAA", 1, (), "store", "x")
+    report = RestoreReport(plan, 1, False, "rlmm-restore-t-0", "__rlmm_restore", dry_run=True)
+    _, lines = restore_lines(report, lambda *columns, right=(): Table(*columns))
+    assert lines[0].startswith("source: t (topic id AAAAAAAAAAAAAAAAAAAAAA, 1 partition;"), lines
+    assert lines[1].startswith("target: t (1 partition, partitioner identity"), lines
