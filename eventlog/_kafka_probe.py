@@ -13,7 +13,8 @@ urls") is an EventLogConfigError, never retried; a verdict about credentials (SA
 authentication failed, the broker's certificate not trusted, this client's
 certificate refused) is an EventLogAuthError, never retried; no server accepting a
 connection (refused, unreachable, a name lookup that failed for now) is a retriable
-EventLogTransportError naming each server's reason once, for the caller's retries.
+EventLogTransportError naming each server's reason once, for the caller's retries:
+an EventLogRefusedError when every server that resolves refused it (nothing listens).
 No message holds a password or key material.
 """
 
@@ -28,7 +29,12 @@ from aiokafka import errors as kafka_errors
 from aiokafka.conn import create_conn
 
 from eventlog._kafka_config import ClientSecurity
-from eventlog.errors import EventLogAuthError, EventLogConfigError, EventLogTransportError
+from eventlog.errors import (
+    EventLogAuthError,
+    EventLogConfigError,
+    EventLogRefusedError,
+    EventLogTransportError,
+)
 
 
 def bootstrap_addresses(servers: str | list[str]) -> list[tuple[str, int]]:
@@ -41,6 +47,7 @@ def bootstrap_addresses(servers: str | list[str]) -> list[tuple[str, int]]:
     return out
 
 
+REFUSED = "refused the connection"
 # getaddrinfo's answers that a name does not exist (not "try again later").
 _NO_SUCH_NAME = {
     getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name)
@@ -49,14 +56,15 @@ _NO_SUCH_NAME = {
 
 async def probe_reachable(servers: str | list[str], *, timeout_ms: int) -> None:
     """Return once one bootstrap server accepts a TCP connection; else raise
-    EventLogConfigError when no name resolves, EventLogTransportError (retriable)
-    naming each server's reason otherwise."""
+    EventLogConfigError when no name resolves, EventLogRefusedError when every server
+    that resolves refused the connection, EventLogTransportError (retriable) naming
+    each server's reason otherwise."""
     addresses = bootstrap_addresses(servers)
     if not addresses:
         raise EventLogConfigError(f"bootstrap servers {servers!r}: no host:port in them")
     loop = asyncio.get_running_loop()
     reasons: list[str] = []
-    unresolved = 0
+    unresolved = refused = 0
     for host, port in addresses:
         where = f"{host}:{port}"
         try:
@@ -74,9 +82,12 @@ async def probe_reachable(servers: str | list[str], *, timeout_ms: int) -> None:
         reason = await _connect(infos, timeout_ms)
         if reason is None:
             return
+        refused += reason == REFUSED
         reasons.append(f"{where} {reason}")
     if unresolved == len(addresses):
         raise EventLogConfigError("; ".join(reasons))
+    if refused and unresolved + refused == len(addresses):
+        raise EventLogRefusedError("; ".join(reasons), retriable=True)
     raise EventLogTransportError("; ".join(reasons), retriable=True)
 
 
@@ -91,7 +102,7 @@ async def _connect(infos: list[Any], timeout_ms: int) -> str | None:
                 await asyncio.get_running_loop().sock_connect(sock, address)
             return None
         except ConnectionRefusedError:
-            reason = "refused the connection"
+            reason = REFUSED
         except TimeoutError:
             reason = f"did not answer a connection within {timeout_ms} ms"
         except OSError as e:

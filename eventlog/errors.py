@@ -55,6 +55,12 @@ class EventLogTransportError(EventLogError):
         self.retriable = retriable
 
 
+class EventLogRefusedError(EventLogTransportError):
+    """Every bootstrap server refused the connection: nothing listens there (a broker
+    that is down, or a wrong address), which is not a broker still starting (that one
+    accepts connections, then answers late). Retriable, for a shorter while."""
+
+
 class EventLogStorageError(EventLogError):
     """A local disk operation failed (write, fsync, roll); the file log stops accepting
     writes until it is reopened, which recovers the files to the last durable batch."""

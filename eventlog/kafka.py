@@ -34,6 +34,7 @@ from eventlog.errors import (
     EventLogConfigError,
     EventLogError,
     EventLogRecordTooLargeError,
+    EventLogRefusedError,
     EventLogTransportError,
     InvalidOffsetError,
     InvalidRecordError,
@@ -82,6 +83,7 @@ class KafkaEventLog(EventLog):
         delivery_timeout_ms: int = 120_000,
         init_timeout_ms: int = 30_000,
         init_retry_backoff_ms: int = 100,
+        refused_timeout_ms: int = 5_000,
         linger_ms: int = 5,
         max_request_size: int = 1_048_576,
         poll_timeout_ms: int = 500,
@@ -143,6 +145,11 @@ class KafkaEventLog(EventLog):
         self._delivery_timeout_ms = delivery_timeout_ms
         self._init_timeout_ms = init_timeout_ms
         self._init_retry_backoff_ms = init_retry_backoff_ms
+        # A bootstrap that refuses every connection has no broker listening (down, or a
+        # wrong address): retried this long, not init_timeout_ms, which is for a broker
+        # that accepts connections while it starts.
+        self._refused_timeout_ms = refused_timeout_ms
+        self._refused_s = refused_timeout_ms / 1000
         self._max_request_size = max_request_size
         self._producer_config: dict[str, Any] = {
             "linger_ms": linger_ms,
@@ -253,11 +260,14 @@ class KafkaEventLog(EventLog):
     async def start(self) -> None:
         """Connect, create or verify the topic, start producer and shared consumer.
 
-        Retriable failures (broker not up yet: a connection refused) are retried with
-        backoff for ``init_timeout_ms`` (Kafka's
+        Retriable failures (a broker that accepts connections but is not ready yet)
+        are retried with backoff for ``init_timeout_ms`` (Kafka's
         ``remote.log.metadata.initialization.retry.max.timeout.ms``); then one
-        EventLogTransportError with the last reason. Bootstrap names that do not
-        resolve fail at once (EventLogConfigError). Idempotent.
+        EventLogTransportError with the last reason. A bootstrap where every server
+        refuses the connection (nothing listens: a broker down, a wrong address) is
+        retried for ``refused_timeout_ms`` only, counted from the first refusal and
+        started again once a server accepts. Bootstrap names that do not resolve fail
+        at once (EventLogConfigError). Idempotent.
         """
         async with self._start_lock:
             if self._closed:
@@ -269,7 +279,9 @@ class KafkaEventLog(EventLog):
             backoff = self._init_retry_backoff_ms / 1000
             where = f"start kafka log {self.topic} at {self._bootstrap_servers}"
             reason = "no attempt finished"
+            refused_since: float | None = None  # when the refusals in a row began
             while True:
+                attempt_started = loop.time()
                 try:
                     async with asyncio.timeout(max(0.0, deadline - loop.time())):
                         await self._start_once()
@@ -292,8 +304,26 @@ class KafkaEventLog(EventLog):
                             " remote.log.metadata.initialization.retry.max.timeout.ms",
                             retriable=True,
                         ) from exc
+                    if not isinstance(err, EventLogRefusedError):
+                        refused_since = None  # something listens: a broker starting
+                    elif refused_since is None:
+                        refused_since = attempt_started
+                    pause = backoff
+                    if refused_since is not None:
+                        # the last attempt at the window's end: a broker that binds its
+                        # port just before it is not missed by a long backoff
+                        pause = min(pause, refused_since + self._refused_s - loop.time())
+                    if refused_since is not None and pause <= 0:
+                        raise EventLogTransportError(
+                            f"{where}: nothing listens there ({reason}, refused for"
+                            f" {self._refused_timeout_ms} ms): check bootstrap_servers and that"
+                            " the broker runs; eventlog.refused_timeout_ms sets this wait (a"
+                            " broker that accepts connections is waited for up to"
+                            " eventlog.init_timeout_ms)",
+                            retriable=True,
+                        ) from exc
                     log.info("kafka log %s not ready, retrying: %s", self.topic, err)
-                    await asyncio.sleep(backoff)
+                    await asyncio.sleep(pause)
                     backoff = min(backoff * 2, self._retry_backoff_max_ms / 1000)
             self._started = True
             self._guard = asyncio.create_task(self._close_at_shutdown(), name=f"{self.topic}-guard")

@@ -262,6 +262,60 @@ async def test_a_refused_bootstrap_fails_within_the_wait_in_one_line() -> None:
     assert elapsed < 5, f"start() took {elapsed:.1f}s with a 2 s wait"
 
 
+async def test_a_refused_connection_is_not_waited_for_as_a_slow_start() -> None:
+    """Nothing listens at the bootstrap (a broker that is down, a wrong port): the
+    default 30 s of Kafka's initialization wait (the sidecar's: issue 46, 30 s before
+    it said so) is not spent on a connection refused, which gives up after
+    refused_timeout_ms (5 s by default, the read-only commands' wait)."""
+    port = free_port()  # nothing listens there
+    log = KafkaEventLog(f"127.0.0.1:{port}", 1)  # init_timeout_ms: the default 30 s
+    started = time.monotonic()
+    with pytest.raises(EventLogTransportError) as info:
+        await log.start()
+    elapsed = time.monotonic() - started
+    await log.close()
+    message = str(info.value)
+    assert elapsed < 10, f"start() took {elapsed:.1f}s on a refused connection"
+    assert f"127.0.0.1:{port} refused the connection" in message, message
+    assert "refused for 5000 ms" in message and "refused_timeout_ms" in message, message
+    assert "\n" not in message and message.count("start kafka log") == 1, message
+
+
+async def test_a_broker_that_accepts_while_starting_is_waited_for_past_the_refusals() -> None:
+    """A broker that first refuses (its process starting), then accepts connections
+    without answering yet (loading its logs): once something listens the wait is
+    init_timeout_ms, not refused_timeout_ms."""
+    port = free_port()
+    log = KafkaEventLog(
+        f"127.0.0.1:{port}", 1, init_timeout_ms=4_000, refused_timeout_ms=1_500,
+        request_timeout_ms=500,
+    )  # fmt: skip
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # accepted, never answered
+
+    async def listen_later() -> asyncio.Server:
+        await asyncio.sleep(0.8)
+        return await asyncio.start_server(accept, "127.0.0.1", port)
+
+    later = asyncio.create_task(listen_later())
+    started = time.monotonic()
+    try:
+        with pytest.raises(EventLogTransportError) as info:
+            await log.start()
+        elapsed = time.monotonic() - started
+    finally:
+        await log.close()
+        server = await later
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert "not reachable within 4000 ms" in str(info.value), info.value
+    assert 3.5 < elapsed < 10, f"{elapsed:.1f}s"
+
+
 async def test_a_bootstrap_name_that_does_not_resolve_fails_at_once() -> None:
     """As Kafka's clients refuse "no resolvable bootstrap urls": not retried for the
     whole wait (30 s by default), and the message says the name does not resolve."""

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -301,15 +302,19 @@ def test_second_signal_abandons_uploads_cleanly(tmp_path: Path) -> None:
 
 
 def test_sigterm_while_the_metadata_log_is_unreachable_exits_0_at_once(tmp_path: Path) -> None:
-    """The manager's start waits for an unreachable Kafka metadata log up to Kafka's
-    initialization timeout (30 s here, minutes by default): a stop must not, or an
-    orchestrator's grace period ends in SIGKILL."""
+    """The manager's start waits for a Kafka metadata log that accepts connections but
+    does not answer (a broker starting) up to Kafka's initialization timeout (30 s here,
+    minutes by default): a stop must not, or an orchestrator's grace period ends in
+    SIGKILL."""
     logs = tmp_path / "kafka-logs"
     write_partition(logs, "orders", 0)
+    silent = socket.socket()  # accepts into its backlog, never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
     path = tmp_path / "offload.toml"
     path.write_text(
-        f'data_dir = "{tmp_path / "data"}"\n'
-        f'[eventlog]\ntype = "kafka"\nbootstrap_servers = "127.0.0.1:{free_port()}"\n'
+        f'data_dir = "{tmp_path / "data"}"\n[eventlog]\ntype = "kafka"\n'
+        f'bootstrap_servers = "127.0.0.1:{silent.getsockname()[1]}"\n'
         '[offload]\n"retention.ms" = -1\n'
     )
     proc = subprocess.Popen(
@@ -328,8 +333,37 @@ def test_sigterm_while_the_metadata_log_is_unreachable_exits_0_at_once(tmp_path:
         signalled = time.monotonic()
     finally:
         stopped_by_signal(proc)
+        silent.close()
     took = time.monotonic() - signalled
     assert took < 15, f"stopped {took:.1f} s after SIGTERM: it waited for the metadata log"
+
+
+def test_a_refused_metadata_bootstrap_fails_as_fast_as_the_cli(tmp_path: Path) -> None:
+    """Nothing listens at the Kafka event log's bootstrap: the sidecar said so after
+    30 s (Kafka's initialization wait; 5 s in the read-only commands: issue 46). A
+    connection refused is not a broker starting slowly: it fails within the refused
+    wait (5 s), in one error line naming the address and the setting. (The bound is a
+    hang guard: before the change this took 30 s.)"""
+    logs = tmp_path / "kafka-logs"
+    write_partition(logs, "orders", 0)
+    port = free_port()  # nothing listens there
+    path = tmp_path / "offload.toml"
+    path.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n'
+        f'[eventlog]\ntype = "kafka"\nbootstrap_servers = "127.0.0.1:{port}"\n'
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "rlmm"), "offload", "--config", str(path),
+         "--log-dir", str(logs)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if "error: " in ln]
+    assert f"127.0.0.1:{port} refused the connection" in line, line
+    assert "nothing listens there" in line and "refused_timeout_ms" in line, line
+    assert took < 10, f"the sidecar took {took:.1f} s to give up on a refused bootstrap"
 
 
 def test_a_log_dir_that_is_not_one_is_named(tmp_path: Path) -> None:
