@@ -83,7 +83,7 @@ class KafkaEventLog(EventLog):
         delivery_timeout_ms: int = 120_000,
         init_timeout_ms: int = 30_000,
         init_retry_backoff_ms: int = 100,
-        refused_timeout_ms: int = 5_000,
+        refused_timeout_ms: int | None = None,
         linger_ms: int = 5,
         max_request_size: int = 1_048_576,
         poll_timeout_ms: int = 500,
@@ -146,10 +146,12 @@ class KafkaEventLog(EventLog):
         self._init_timeout_ms = init_timeout_ms
         self._init_retry_backoff_ms = init_retry_backoff_ms
         # A bootstrap that refuses every connection has no broker listening (down, or a
-        # wrong address): retried this long, not init_timeout_ms, which is for a broker
-        # that accepts connections while it starts.
+        # wrong address): retried this long when set (the sidecar sets it), not
+        # init_timeout_ms, which is for a broker that accepts connections while it
+        # starts. None: as long as anything else (a broker's own plugin process starts
+        # before the broker listens, and retries its start anyway).
         self._refused_timeout_ms = refused_timeout_ms
-        self._refused_s = refused_timeout_ms / 1000
+        self._refused_s = None if refused_timeout_ms is None else refused_timeout_ms / 1000
         self._max_request_size = max_request_size
         self._producer_config: dict[str, Any] = {
             "linger_ms": linger_ms,
@@ -263,11 +265,11 @@ class KafkaEventLog(EventLog):
         Retriable failures (a broker that accepts connections but is not ready yet)
         are retried with backoff for ``init_timeout_ms`` (Kafka's
         ``remote.log.metadata.initialization.retry.max.timeout.ms``); then one
-        EventLogTransportError with the last reason. A bootstrap where every server
-        refuses the connection (nothing listens: a broker down, a wrong address) is
-        retried for ``refused_timeout_ms`` only, counted from the first refusal and
-        started again once a server accepts. Bootstrap names that do not resolve fail
-        at once (EventLogConfigError). Idempotent.
+        EventLogTransportError with the last reason. With ``refused_timeout_ms`` set, a
+        bootstrap where every server refuses the connection (nothing listens: a broker
+        down, a wrong address) is retried that long only, counted from the first
+        refusal and started again once a server accepts. Bootstrap names that do not
+        resolve fail at once (EventLogConfigError). Idempotent.
         """
         async with self._start_lock:
             if self._closed:
@@ -304,12 +306,12 @@ class KafkaEventLog(EventLog):
                             " remote.log.metadata.initialization.retry.max.timeout.ms",
                             retriable=True,
                         ) from exc
-                    if not isinstance(err, EventLogRefusedError):
+                    if not isinstance(err, EventLogRefusedError) or self._refused_s is None:
                         refused_since = None  # something listens: a broker starting
                     elif refused_since is None:
                         refused_since = attempt_started
                     pause = backoff
-                    if refused_since is not None:
+                    if refused_since is not None and self._refused_s is not None:
                         # the last attempt at the window's end: a broker that binds its
                         # port just before it is not missed by a long backoff
                         pause = min(pause, refused_since + self._refused_s - loop.time())

@@ -31,12 +31,14 @@ import signal
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from prometheus_client import ProcessCollector
 
 from eventlog import EventLog
 from eventlog.errors import EventLogAuthError, EventLogConfigError
+from rlmm.archive.view import READ_ONLY_WAIT_MS
 from rlmm.config import OFFLOAD_TOPIC_SETTINGS, RlmmConfig
 from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
@@ -110,7 +112,13 @@ class Sidecar:
         configured = config.broker_id if config.broker_id_configured else None
         broker_id = check_node_id(node_id, configured)
         # The broker's id is the sidecar's: its segments' broker id, its snapshot owner.
-        self.config = config = dataclasses.replace(config, broker_id=broker_id)
+        config = dataclasses.replace(config, broker_id=broker_id)
+        if config.eventlog.get("type") == "kafka":
+            # Nothing listening is not a broker starting slowly: say so as soon as the
+            # reading commands do, unless configured (a broker in the same pod).
+            eventlog = {"refused_timeout_ms": READ_ONLY_WAIT_MS, **config.eventlog}
+            config = dataclasses.replace(config, eventlog=MappingProxyType(eventlog))
+        self.config = config
         self.node_from_log_dirs = node_id is not None
         self.metrics_host = metrics_host
         self.settings = OffloadSettings.from_config(config)
