@@ -56,6 +56,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -886,6 +887,14 @@ def main() -> None:
     details: dict[str, Any] = {}
     work = Path(tempfile.mkdtemp(prefix="rlmm-bench-plugin-"))
     t0 = time.perf_counter()
+    loads: list[list[float]] = []
+    done = threading.Event()
+
+    def sample_load() -> None:  # the 1-minute load average every 30 s: was the machine shared?
+        while not done.wait(30):
+            loads.append([round(time.perf_counter() - t0), round(os.getloadavg()[0], 2)])
+
+    threading.Thread(target=sample_load, daemon=True).start()
     try:
         with ExitStack() as stack:
             if args.only & {"tiering", "catchup"}:
@@ -903,8 +912,13 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    done.set()
     out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    out["load_average_1min_every_30s"] = loads
     out["bench_s"] = round(time.perf_counter() - t0)
+    out["ratio_convention"] = (
+        "ratio > 1 means ours is better: ours/baseline for rates, baseline/ours for times"
+    )
     out["results"] = rows
     out["details"] = details
     print(json.dumps(out, indent=2))
