@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -28,9 +28,17 @@ from rlmm.secrets import SecretScrubber, scrub
 class RlmmGroup(click.Group):
     """The root group: renders every error of a command in one place."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:  # the group's own options (a command's: invoke)
+            _usage_error(ctx, e)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:
+            _usage_error(ctx, e)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except KeyboardInterrupt:
@@ -54,6 +62,16 @@ class RlmmGroup(click.Group):
                 message += " (run with --debug for a traceback)"
             s.output.error(scrub(message, secrets), type(e).__name__)
             ctx.exit(2)
+
+
+def _usage_error(ctx: click.Context, e: click.UsageError) -> NoReturn:
+    """One line, as every error (click prints the usage, a hint and the error: three
+    lines and a blank for one problem), naming the help to read; exit 2."""
+    text = e.format_message().rstrip(".")
+    text = text[:1].lower() + text[1:]  # click's sentence, in our errors' case
+    where = (e.ctx or ctx).command_path
+    ctx.ensure_object(Session).output.error(f"{text} (see '{where} --help')", type(e).__name__)
+    ctx.exit(e.exit_code)
 
 
 _secrets_of: dict[int, set[str]] = {}  # id(config) -> its secret values (one config a run)

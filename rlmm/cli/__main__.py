@@ -2,4 +2,4 @@
 
 from rlmm.cli import main
 
-main()
+main(prog_name="rlmm")  # its messages name the command a user types

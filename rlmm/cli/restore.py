@@ -32,9 +32,11 @@ def _partitions(value: str | None) -> tuple[int, ...]:
     try:
         out = tuple(int(p) for p in value.split(",") if p.strip())
     except ValueError:
-        raise click.BadParameter(f"{value!r}: expected numbers like 0,1,3") from None
+        raise click.BadParameter(
+            f"{value!r}: expected numbers like 0,1,3", param_hint="'--partitions'"
+        ) from None
     if any(p < 0 for p in out):
-        raise click.BadParameter(f"{value!r}: partitions are >= 0")
+        raise click.BadParameter(f"{value!r}: partitions are >= 0", param_hint="'--partitions'")
     return out
 
 

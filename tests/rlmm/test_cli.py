@@ -47,3 +47,35 @@ def test_config_shows_a_kafka_name_under_eventlog_as_the_setting_it_is(tmp_path:
     assert refused.exit_code == 2
     assert "unknown setting eventlog.partitons" in refused.output
     assert "Traceback" not in refused.output
+
+
+def test_a_usage_error_is_one_line_naming_the_help_to_read() -> None:
+    """click printed three lines and a blank for one problem (usage, a hint, the error:
+    issue 46, a missing --log-dir); now one line, exit 2, as every other error."""
+    import subprocess
+    import sys
+
+    cases = {
+        ("offload",): "error: missing option '--log-dir' (see 'rlmm offload --help')",
+        ("restore", "--topic", "t", "--bootstrap-server", "x:1", "--partitions", "a"): (
+            "error: invalid value for '--partitions': 'a': expected numbers like 0,1,3"
+            " (see 'rlmm restore --help')"
+        ),
+        ("nosuch",): "error: no such command 'nosuch' (see 'rlmm --help')",
+        ("--nosuch", "config"): "error: no such option '--nosuch' (see 'rlmm --help')",
+    }
+    for args, line in cases.items():
+        done = subprocess.run(
+            [sys.executable, "-m", "rlmm.cli", *args],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.splitlines() == [line], (args, done.stderr)
+        assert done.stdout == "", args
+    as_json = subprocess.run(
+        [sys.executable, "-m", "rlmm.cli", "offload", "--json"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert as_json.returncode == 2 and as_json.stderr == ""
+    error = json.loads(as_json.stdout)["error"]
+    assert error["message"] == "missing option '--log-dir' (see 'rlmm offload --help')"
