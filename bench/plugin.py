@@ -127,18 +127,36 @@ def local_bases(broker: ApacheKafkaBroker, topic: str, p: int) -> list[int]:
 # -- figure 1 and 2: tiering a backlog, then a consumer catching up from offset 0 -----------
 
 
+# Other processes of the run whose CPU counts (moto's server, while it runs).
+OTHER_PIDS: dict[str, int] = {}
+
+
+def pid_of(needle: str) -> int | None:
+    """The first process whose command line holds ``needle``."""
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if needle in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode():
+                    return int(d.name)
+            except OSError:
+                continue
+    return None
+
+
 def usage(broker: ApacheKafkaBroker) -> dict[str, Any]:
-    """CPU seconds so far of the broker JVM and of its newest live ``rlmm serve``, and
-    the serve's call counters (to take differences of)."""
+    """CPU seconds so far of the broker JVM, of its newest live ``rlmm serve`` and of
+    OTHER_PIDS, and the serve's call counters (to take differences of)."""
     assert broker.process is not None
     jvm = proc_sample(broker.process.pid)
     pids = [p for p in serve_pids(broker) if alive(p)]
     serve = proc_sample(pids[-1]) if pids else None
+    others = {k: proc_sample(p) for k, p in OTHER_PIDS.items()}
     return {
         "jvm_cpu_s": None if jvm is None else jvm[0],
         "serve_cpu_s": None if serve is None else serve[0],
         "serve_pid": pids[-1] if pids else None,
         "calls": serve_calls(broker) if pids else None,
+        **{f"{k}_cpu_s": None if v is None else v[0] for k, v in others.items()},
     }
 
 
@@ -150,6 +168,8 @@ def used(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         return None if a is None or b is None else round(b - a, 2)
 
     out: dict[str, Any] = {"broker_jvm_cpu_s": diff("jvm_cpu_s")}
+    for k in OTHER_PIDS:
+        out[f"{k}_cpu_s"] = diff(f"{k}_cpu_s")
     if after.get("serve_pid") is not None:
         same = before.get("serve_pid") == after["serve_pid"]
         out["rlmm_serve_cpu_s"] = diff("serve_cpu_s") if same else None
@@ -382,7 +402,13 @@ def figures_tiering(args: argparse.Namespace, work: Path, stack: ExitStack) -> t
                 aws_secret_access_key="testing",
             )  # fmt: skip
             client.create_bucket(Bucket=S3_BUCKET)
-        sides[side] = tiering_side(side, args, work, s3)
+            moto = pid_of(f"moto.server -H 127.0.0.1 -p {s3.rsplit(':', 1)[1]}")
+            if moto is not None:
+                OTHER_PIDS["moto_server"] = moto
+        try:
+            sides[side] = tiering_side(side, args, work, s3)
+        finally:
+            OTHER_PIDS.clear()
     base = sides.get("kafka", {})
     ours = sides.get("rlmm-local", {})
     s3side = sides.get("rlmm-s3", {})
@@ -617,6 +643,7 @@ def figure_restart(args: argparse.Namespace, work: Path) -> tuple[list, dict]:
     def best(runs: list[dict], key: str) -> float:
         return min(r[key] for r in runs)
 
+    first = detail["ours_first_start_full_replay_of_head"]
     b_all = best(base_runs, "serving_and_rlmm_ready_s")
     o_all = best(ours_runs, "serving_and_rlmm_ready_s")
     b_rlmm = best(base_runs, "rlmm_ready_after_leadership_s")
@@ -668,6 +695,23 @@ def figure_restart(args: argparse.Namespace, work: Path) -> tuple[list, dict]:
                 " whatever of its start rlmm's manager had not done by then; see details'"
                 " rlmm_manager_started_s). Readings below the probe's"
                 f" {PROBE_EVERY_S} s resolution count as {PROBE_EVERY_S} s in the ratio."
+            ),
+        },
+        {
+            "figure": "restart without a snapshot (ours' first start): RLMM catch-up after"
+            " the broker led the partitions (s)",
+            "baseline": b_rlmm,
+            "ours": first["rlmm_ready_after_leadership_s"],
+            "ratio": round(
+                max(b_rlmm, floor) / max(first["rlmm_ready_after_leadership_s"], floor), 2
+            ),
+            "target": None,
+            "met": None,
+            "notes": (
+                "As the row above, but ours has no snapshot yet: its first start replays the"
+                f" head ({detail['write_head']['events']:,} events, the baseline's runs replay"
+                " the head and the tail). rlmm's manager replays in Python (aiokafka), Kafka's"
+                " in Java."
             ),
         },
         {
