@@ -60,6 +60,9 @@ def offload(
     from rlmm.offload.sidecar import plan_sidecar, run_sidecar
 
     s = session()
+    # A daemon's log under nohup or systemd: when each line happened (a failover is
+    # timed from it), the error line it may stop on included.
+    s.time_every_line()
     if dry_run:
         show_plan(asyncio.run(plan_sidecar(s.config, log_dirs)), s.json)
         return

@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import io
 import json
+import logging
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -49,6 +50,11 @@ def human_time(ms: int | None) -> str:
     if ms is None or ms < 0:
         return "-"
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _log_time() -> str:
+    """Now, as logging's %(asctime)s renders it (local time, ``2026-11-29 05:30:00,123``)."""
+    return logging.Formatter().formatTime(logging.makeLogRecord({}))
 
 
 def _duration(seconds: float) -> str:
@@ -193,7 +199,10 @@ class ConsoleOutput(Output):
     of ``column: value`` lines (as ``kubectl describe`` does), so every id and object key
     can be copied whole; ``wide`` keeps rows on one line on a terminal too."""
 
-    def __init__(self, *, wide: bool = False, width: int | None = None) -> None:
+    def __init__(
+        self, *, wide: bool = False, width: int | None = None, timed: bool = False
+    ) -> None:
+        self.timed = timed  # the error line starts with the time, as the log lines do
         self._terminal = width is not None or sys.stdout.isatty()
         self._wide = wide or not self._terminal
         self.out = Console(
@@ -215,7 +224,8 @@ class ConsoleOutput(Output):
 
     def error(self, message: str, kind: str) -> None:
         # Plain write: one line, never wrapped to the terminal width.
-        sys.stderr.write(f"error: {message}\n")
+        stamp = f"{_log_time()} " if self.timed else ""
+        sys.stderr.write(f"{stamp}error: {message}\n")
 
     def config(self, data: dict[str, Any]) -> None:
         self.out.print(json.dumps(data, indent=2, default=str), markup=False)

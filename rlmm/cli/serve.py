@@ -16,10 +16,8 @@ from pathlib import Path
 
 import click
 
-from rlmm.cli.session import common_options, session
+from rlmm.cli.session import LOG_FORMAT, common_options, session
 
-# Kafka's broker log and a container's log both want the time on every line.
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 ALREADY_SERVING = 3
 
 
@@ -57,6 +55,7 @@ def serve(
 
     s = session()
     root = logging.getLogger()
+    # Kafka's broker log and a container's log both want the time on every line.
     for handler in root.handlers:
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
     if not s.debug:

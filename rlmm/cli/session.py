@@ -8,6 +8,7 @@ the Output is built once, after every option was seen.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +22,9 @@ from rlmm.cli.output import ConsoleOutput, JsonOutput, Output
 from rlmm.config import RlmmConfig, load_config, parse_scalar
 
 F = TypeVar("F", bound=Callable[..., Any])
+# A long-running process's log (Kafka's broker log, a container's, nohup's) wants the
+# time on every line; a one-shot command's one error line does not.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 @dataclass
@@ -30,6 +34,7 @@ class Session:
     json: bool = False
     wide: bool = False
     debug: bool = False
+    timed: bool = False  # a long-running process: its error line carries the time too
     _config: RlmmConfig | None = None
     _output: Output | None = None
 
@@ -53,8 +58,19 @@ class Session:
     @property
     def output(self) -> Output:
         if self._output is None:
-            self._output = JsonOutput() if self.json else ConsoleOutput(wide=self.wide)
+            self._output = (
+                JsonOutput() if self.json else ConsoleOutput(wide=self.wide, timed=self.timed)
+            )
         return self._output
+
+    def time_every_line(self) -> None:
+        """Put the time on every log line (LOG_FORMAT) and on the error line the
+        process may stop on: for the long-running commands (offload, serve)."""
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        self.timed = True
+        if isinstance(self._output, ConsoleOutput):
+            self._output.timed = True
 
     @contextmanager
     def progress(self, description: str) -> Iterator[Callable[[int, int], None] | None]:
@@ -122,4 +138,4 @@ def common_options(fn: F) -> F:
     return fn
 
 
-__all__ = ["Session", "common_options", "session"]
+__all__ = ["LOG_FORMAT", "Session", "common_options", "session"]

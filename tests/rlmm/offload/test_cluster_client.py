@@ -93,7 +93,7 @@ def test_once_with_leadership_unknown_exits_2_and_copies_nothing(tmp_path: Path)
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
-    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error")]
+    (line,) = [ln for ln in done.stderr.splitlines() if " error: " in ln]
     assert "leadership unknown" in line and f"127.0.0.1:{port}" in line, line
     assert line.count("KafkaConnectionError") == 1, line
     assert not list((tmp_path / "data" / "remote").glob("**/*.log"))

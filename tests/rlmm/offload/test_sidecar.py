@@ -243,8 +243,47 @@ def test_the_sidecar_logs_the_librarys_warnings(tmp_path: Path) -> None:
         snap.write_bytes(snap.read_bytes()[:20])
     second = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0, second.stderr
-    warned = [line for line in second.stderr.splitlines() if line.startswith("WARNING snapshot")]
+    warned = [line for line in second.stderr.splitlines() if " WARNING snapshot" in line]
     assert warned and any(str(snap) in line for line in warned for snap in snapshots), second.stderr
+
+
+STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+
+
+def test_every_line_of_the_sidecar_carries_the_time(tmp_path: Path) -> None:
+    """Under nohup the sidecar's lines had no time, and a failover could not be timed
+    (issue 46): every log line carries it, in `rlmm serve`'s format, and so does the
+    error line it stops on; a one-shot command's error line stays as it was."""
+    import re
+
+    logs, _pdirs, _audit = log_dir(tmp_path)
+    path = write_config(tmp_path)
+    rlmm = str(Path(sys.executable).parent / "rlmm")
+    done = subprocess.run(
+        [rlmm, "offload", "--once", "--config", str(path), "--log-dir", str(logs)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert any(" INFO rlmm.offload.sidecar: rlmm offload: node " in line for line in lines)
+    assert any(" WARNING rlmm.offload.logdir: skipping " in line for line in lines)
+    untimed = [line for line in lines if not re.match(STAMP + r"(INFO|WARNING|ERROR) \S+: ", line)]
+    assert lines and not untimed, untimed
+    with socket.socket() as held:  # the sidecar stops on its metrics port
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        stopped = subprocess.run(
+            [rlmm, "offload", "--config", str(path), "--log-dir", str(logs),
+             "--metrics-port", str(held.getsockname()[1])],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert stopped.returncode == 2
+    assert re.fullmatch(STAMP + r"error: --metrics-port: .*\n", stopped.stderr), stopped.stderr
+    one_shot = subprocess.run(
+        [rlmm, "segments", "list", "--config", str(path), "--set", "eventlog.partitons=1"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert one_shot.stderr.startswith("error: unknown setting eventlog.partitons"), one_shot.stderr
 
 
 async def test_rich_progress_on_a_terminal(tmp_path: Path) -> None:
@@ -464,7 +503,7 @@ def test_metrics_port_in_use_names_the_address(tmp_path: Path) -> None:
             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
-    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error")]
+    (line,) = [ln for ln in done.stderr.splitlines() if " error: " in ln]
     assert f"127.0.0.1:{port}" in line and "--metrics-port" in line, line
     assert "Traceback" not in done.stderr
 
