@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.progress import (
@@ -30,9 +31,14 @@ KEPT_ERRORS = 100
 
 class Tally:
     """Counts of one run: segments and bytes copied and deleted, errors (all counted in
-    ``error_count``, the newest KEPT_ERRORS messages kept in ``errors``)."""
+    ``error_count``, the newest KEPT_ERRORS messages kept in ``errors``), and the time
+    some copy was in flight (the rate is over that time, not over idle rounds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.copying = 0  # copies in flight
+        self._copying_since: float | None = None  # when the in-flight count left 0
+        self._copied_s = 0.0  # the time some copy was in flight, before that
         self.copied = 0
         self.copied_bytes = 0
         self.deleted = 0
@@ -41,10 +47,18 @@ class Tally:
         self.offsets_missed = 0
         self.errors: list[str] = []
         self.error_count = 0
-        self.started = time.monotonic()
 
     def add(self, event: OffloadEvent) -> None:
-        if event.kind == "copied":
+        if event.kind == "copy_started":
+            if self.copying == 0:
+                self._copying_since = self._clock()
+            self.copying += 1
+        elif event.kind == "copy_ended":
+            self.copying = max(0, self.copying - 1)
+            if self.copying == 0 and self._copying_since is not None:
+                self._copied_s += self._clock() - self._copying_since
+                self._copying_since = None
+        elif event.kind == "copied":
             self.copied += 1
             self.copied_bytes += event.size_in_bytes
         elif event.kind == "deleted":
@@ -62,8 +76,14 @@ class Tally:
         self.errors.append(message)
         del self.errors[:-KEPT_ERRORS]
 
+    def copying_seconds(self) -> float:
+        """How long some copy was in flight (copies at once count once)."""
+        since = self._copying_since
+        return self._copied_s + (0.0 if since is None else self._clock() - since)
+
     def rate(self) -> float:
-        return self.copied_bytes / max(time.monotonic() - self.started, 1e-9)
+        """Bytes copied per second spent copying."""
+        return self.copied_bytes / max(self.copying_seconds(), 1e-9)
 
 
 def not_copied(skipped_expired: int, offsets_missed: int) -> str:
@@ -81,10 +101,16 @@ def not_copied(skipped_expired: int, offsets_missed: int) -> str:
 class Display:
     """Renders OffloadEvents; ``rich`` on a terminal, log lines elsewhere."""
 
-    def __init__(self, *, rich: bool | None = None, console: Console | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        rich: bool | None = None,
+        console: Console | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.console = console if console is not None else Console(stderr=True)
         self.rich = self.console.is_terminal if rich is None else rich
-        self.tally = Tally()
+        self.tally = Tally(clock)
         self.rounds = 0
         self._last = (0, 0, 0, 0, 0, 0)  # the tally at the end of the previous round
         self._progress: Progress | None = None
@@ -104,6 +130,8 @@ class Display:
 
     def event(self, event: OffloadEvent) -> None:
         self.tally.add(event)
+        if event.kind in ("copy_started", "copy_ended"):
+            return  # the tally's clock only: the copy's line comes with "copied"
         m = event.segment
         if self._progress is not None and self._task is not None:
             self._progress.update(
@@ -116,7 +144,7 @@ class Display:
             log.error("%s", event.error)
         elif m is not None:
             log.info(
-                "%s %s offsets %d..%d (%d bytes; %d segments, %.1f MB/s so far)",
+                "%s %s offsets %d..%d (%d bytes; %d segments, %.1f MB/s while copying)",
                 event.kind,
                 m.topic_id_partition,
                 m.start_offset,

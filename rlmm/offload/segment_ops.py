@@ -49,7 +49,8 @@ S = RemoteLogSegmentState
 class OffloadEvent:
     """What a round did, for progress displays: ``kind`` is copied, deleted, failed,
     skipped (past retention already: not uploaded) or missed (``offsets`` deleted from
-    the local log before they were copied)."""
+    the local log before they were copied); copy_started and copy_ended bracket every
+    copy attempt, whatever its end (the time spent copying, for the rate)."""
 
     kind: str
     segment: RemoteLogSegmentMetadata | None
@@ -107,6 +108,7 @@ class SegmentOps:
         self.metrics.copy_requests.labels(topic).inc()
         await self.rlmm.add_remote_log_segment_metadata(metadata)
         self.in_flight.add(metadata.remote_log_segment_id)
+        self.emit(OffloadEvent("copy_started", metadata, desc.size_in_bytes))
         try:
             self.kill_points.hit("copy.after_started")
             self.kill_points.hit("copy.upload")
@@ -132,6 +134,7 @@ class SegmentOps:
             raise
         finally:
             self.in_flight.discard(metadata.remote_log_segment_id)
+            self.emit(OffloadEvent("copy_ended", metadata, desc.size_in_bytes))
         self.metrics.copy_bytes.labels(topic).inc(desc.size_in_bytes)
         finished = metadata.create_with_updates(
             RemoteLogSegmentMetadataUpdate(

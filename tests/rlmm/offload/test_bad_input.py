@@ -11,6 +11,7 @@ from remote import PartitionDir
 from remote.local import LocalRemoteStorageManager
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.offload import RemoteLogManager
+from rlmm.offload.display import Display
 from tests.rlmm.offload.conftest import check_invariants, local_keys, source, write_partition
 
 
@@ -52,9 +53,12 @@ async def test_bad_segment_is_not_copied_and_named(
     bad = write_partition(tmp_path, "orders", 0)
     good = write_partition(tmp_path, "orders", 1)
     path = damage(bad)
-    rlm = make_rlm()
+    display = Display(rich=False)
+    rlm = make_rlm(listener=display.event)
     await rlm.on_leadership_changes([source(bad), source(good)], start_tasks=False)
     results = await rlm.run_round()
+    # every copy attempt, failed ones too, ended: no idle time is counted as copying
+    assert display.tally.copying == 0
     bad_copy, _ = results[bad.topic_id_partition()]
     good_copy, _ = results[good.topic_id_partition()]
     assert bad_copy.error is not None

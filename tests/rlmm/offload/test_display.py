@@ -31,3 +31,42 @@ def test_errors_are_counted_but_only_the_newest_messages_are_kept(
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("round ")]
     assert f"0 deleted, {failures + 1} errors;" in lines[0]
     assert "0 deleted, 1 errors;" in lines[1] and f"{failures + 2} errors" in lines[1]
+
+
+def test_the_rate_is_over_the_time_spent_copying_not_since_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 46: "0.4 MB/s so far" was the bytes copied over the time since start, idle
+    rounds included. The rate is over the time some copy was in flight: two 2 MB
+    copies of 2 s each, 1000 s apart, copied at 1 MB/s; two overlapping copies
+    count their common second once."""
+    from tests.rlmm.factories import segment, tp
+
+    now = [0.0]
+    display = Display(rich=False, clock=lambda: now[0])
+    mb = 1_000_000
+
+    def copy(at: float, took: float, offset: int) -> None:
+        m = segment(tp(), offset, offset + 9, {0: offset})
+        now[0] = at
+        display.event(OffloadEvent("copy_started", m, 2 * mb))
+        now[0] = at + took
+        display.event(OffloadEvent("copy_ended", m, 2 * mb))
+        display.event(OffloadEvent("copied", m, 2 * mb))
+
+    with caplog.at_level(logging.INFO, logger="rlmm.offload"):
+        copy(0.0, 2.0, 0)
+        copy(1000.0, 2.0, 10)
+    assert display.tally.copying_seconds() == pytest.approx(4.0)
+    assert display.tally.rate() == pytest.approx(mb)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("copied ")]
+    assert len(lines) == 2 and "2 segments, 1.0 MB/s while copying)" in lines[1], lines
+    # overlapping: [2000, 2002] and [2001, 2003] are 3 s of copying, not 4
+    a, b = segment(tp(), 20, 29, {0: 20}), segment(tp(), 30, 39, {0: 30})
+    for at, kind, m in ((2000.0, "copy_started", a), (2001.0, "copy_started", b),
+                        (2002.0, "copy_ended", a), (2003.0, "copy_ended", b)):  # fmt: skip
+        now[0] = at
+        display.event(OffloadEvent(kind, m, 2 * mb))
+    assert display.tally.copying_seconds() == pytest.approx(7.0)
+    now[0] = 5000.0  # idle time never counts
+    assert display.tally.copying_seconds() == pytest.approx(7.0)
