@@ -37,6 +37,8 @@ final class ServeConnection implements Closeable {
   private static final int EXIT_ALREADY_SERVING = 3;
   private static final long MIN_BACKOFF_MS = 1_000, MAX_BACKOFF_MS = 30_000, STABLE_MS = 60_000;
   private static final long LISTEN_WAIT_MS = 60_000;
+  /** How long a call waits for a restarting rlmm serve (at most its own deadline). */
+  private static final long RECONNECT_WAIT_MS = 5_000;
 
   /** Sends state that must survive a restart of rlmm serve; run right after each connect. */
   interface OnConnect {
@@ -136,8 +138,28 @@ final class ServeConnection implements Closeable {
   CompletableFuture<Object> callAsync(String method, Map<String, ?> args, long timeoutMs)
       throws RemoteStorageException {
     Session s = session;
+    if (s == null) s = awaitSession(Math.min(timeoutMs, RECONNECT_WAIT_MS));
     if (s == null) throw new RemoteStorageException("rlmm serve at " + socket + " is not connected: " + lastReason);
     return s.request(method, args, timeoutMs).thenApply(ServeConnection::result);
+  }
+
+  /**
+   * The session once one is up, within {@code waitMs}; null otherwise. A call made while rlmm serve restarts
+   * (about a second) waits for it rather than failing: Kafka does not retry everything it gives up on (the
+   * cleanup of a failed copy is tried once).
+   */
+  private Session awaitSession(long waitMs) {
+    long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMs);
+    Session s;
+    while ((s = session) == null && !closed && System.nanoTime() < deadline) {
+      try {
+        Thread.sleep(20);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return null;
+      }
+    }
+    return s;
   }
 
   Object call(String method, Map<String, ?> args) throws RemoteStorageException {
