@@ -21,9 +21,10 @@ Invariants:
   fences nothing);
 - every bad input is found before anything is written (RestoreInputError), and a
   target with several problems is refused once, naming them all, with a remedy that
-  fixes them all; for every topic of a run of several (``run_restores``: all are planned, each into a target
-  topic no other writes, and checked, then restored one after another, each with its
-  own transactional id and progress, so each resumes on its own);
+  fixes them all; for every topic of a run of several (``run_restores``: all are
+  planned, each into a target topic no other writes, and checked, then restored one
+  after another, each with its own transactional id and progress, so each resumes on
+  its own);
 - within a source partition records are produced in offset order to one target
   partition (identity), or to the partition Kafka's murmur2 gives their key: the
   relative order of records sharing a key is kept either way. One task alone sends,
