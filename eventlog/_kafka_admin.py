@@ -24,6 +24,7 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
 
+from eventlog._kafka_brokers import UNREACHABLE, BrokerReachability, address_of
 from eventlog.errors import (
     EventLogAuthError,
     EventLogAuthorizationError,
@@ -226,6 +227,7 @@ async def fetch_end_offsets(
     backoff_s: float = 0.05,
     max_backoff_s: float = 1.0,
     principal: str = "this client",
+    brokers: BrokerReachability | None = None,
 ) -> dict[int, int]:
     """Log end offset (high watermark) of each partition, read from Fetch responses.
 
@@ -258,13 +260,28 @@ async def fetch_end_offsets(
         by_leader = await _leaders(client, topic, missing)
         answers = await asyncio.gather(
             *(
-                _end_offsets_from(client, node, topic, ps, attempt, principal)
+                _end_offsets_from(client, node, topic, ps, attempt, principal, brokers)
                 for node, ps in by_leader.items()
             )
         )
         for answer in answers:
             result.update(answer)
         attempt += 1
+
+
+async def _send(
+    client: AIOKafkaClient, node: int, request: Any, brokers: BrokerReachability | None
+) -> Any:
+    """``client.send``, telling ``brokers`` whether ``node`` could be reached."""
+    try:
+        response = await client.send(node, request)
+    except UNREACHABLE as e:
+        if brokers is not None:
+            brokers.unreachable(node, address_of(client, node), e)
+        raise
+    if brokers is not None:
+        brokers.reachable(node)
+    return response
 
 
 async def _leaders(
@@ -293,6 +310,7 @@ async def _end_offsets_from(
     partitions: list[int],
     attempt: int,
     principal: str,
+    brokers: BrokerReachability | None = None,
 ) -> dict[int, int]:
     what = f"end offsets of {topic} partitions {partitions}"
     stale = False
@@ -300,9 +318,10 @@ async def _end_offsets_from(
     # First attempt starts at ListOffsets(latest), retries at (earliest) in case the
     # hint was past the log; either way only the fetch's high watermark is trusted.
     timestamp = -1 if attempt == 0 else -2
-    offsets = await client.send(
-        node, OffsetRequest(-1, 0, [(topic, [(p, timestamp) for p in partitions])])
-    )
+    offsets = await _send(
+        client, node, OffsetRequest(-1, 0, [(topic, [(p, timestamp) for p in partitions])]),
+        brokers,
+    )  # fmt: skip
     for _name, part_data in offsets.topics:
         for part, code, *info in part_data:
             if code == 0:
@@ -322,7 +341,7 @@ async def _end_offsets_from(
             0,
             [(topic, [(p, hints[p], 1) for p in sorted(hints)])],
         )
-        response = await client.send(node, request)
+        response = await _send(client, node, request, brokers)
         for _name, part_data in response.topics:
             for entry in part_data:
                 part, code, highwater = entry[0], entry[1], entry[2]

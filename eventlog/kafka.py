@@ -26,6 +26,12 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 
 from eventlog._cancellation import raise_if_cancelling
 from eventlog._kafka_admin import Access, ensure_topic, fetch_end_offsets, translate_error
+
+# Re-exported: another client of the same cluster (the sidecar's leadership client)
+# reports to the log's BrokerReachability.
+from eventlog._kafka_brokers import UNREACHABLE as UNREACHABLE
+from eventlog._kafka_brokers import BrokerReachability as BrokerReachability
+from eventlog._kafka_brokers import address_of as address_of
 from eventlog._kafka_config import ClientSecurity, map_properties
 from eventlog._kafka_fanout import KafkaFanout
 from eventlog._kafka_probe import probe_credentials, probe_reachable
@@ -151,6 +157,9 @@ class KafkaEventLog(EventLog):
         # starts. None: as long as anything else (a broker's own plugin process starts
         # before the broker listens, and retries its start anyway).
         self._refused_timeout_ms = refused_timeout_ms
+        # Brokers its requests could not reach: one line per outage, not per attempt
+        # (shared with another client of the process: ``brokers``).
+        self.brokers = BrokerReachability()
         self._refused_s = None if refused_timeout_ms is None else refused_timeout_ms / 1000
         self._max_request_size = max_request_size
         self._producer_config: dict[str, Any] = {
@@ -509,7 +518,12 @@ class KafkaEventLog(EventLog):
                         f"{self._delivery_timeout_ms} ms: {err}",
                         retriable=True,
                     ) from exc
-                log.warning("%s failed (attempt %d), retrying: %s", what, tries, err)
+                # A broker that cannot be reached was named once (self.brokers): its
+                # every attempt is not a warning of its own.
+                log.log(
+                    logging.DEBUG if isinstance(exc, UNREACHABLE) else logging.WARNING,
+                    "%s failed (attempt %d), retrying: %s", what, tries, err,
+                )  # fmt: skip
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._retry_backoff_max_ms / 1000)
 
@@ -541,6 +555,7 @@ class KafkaEventLog(EventLog):
             backoff_s=self._retry_backoff_ms / 1000 / 2,
             max_backoff_s=self._retry_backoff_max_ms / 1000,
             principal=self._security.principal,
+            brokers=self.brokers,
         )
 
     async def read_batches(

@@ -69,6 +69,9 @@ def offload(
     if not s.debug:
         # one line per segment (or the progress bar on a terminal), warnings, errors
         logging.getLogger("rlmm.offload").setLevel(logging.INFO)
+        # a broker unreachable, and back (aiokafka's line per failed connection stays
+        # quiet: rlmm.cli's group sets it)
+        logging.getLogger("eventlog.brokers").setLevel(logging.INFO)
         # A daemon's log is all an operator sees: the warnings of the metadata log,
         # the manager and the stores too (a one-shot command prints one error line).
         logging.getLogger().setLevel(logging.WARNING)

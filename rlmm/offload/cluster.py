@@ -28,6 +28,7 @@ from aiokafka.protocol.admin import DescribeConfigsRequest
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
 
+from eventlog.kafka import UNREACHABLE, BrokerReachability, address_of
 from rlmm.offload.errors import LeadershipError
 
 log = logging.getLogger(__name__)
@@ -149,8 +150,16 @@ class ClusterClient:
     """A small Kafka client for leadership and tiering configs (see the module docstring)."""
 
     def __init__(
-        self, client_kwargs: Mapping[str, Any], node_id: int, *, timeout_s: float = 10.0
+        self,
+        client_kwargs: Mapping[str, Any],
+        node_id: int,
+        *,
+        timeout_s: float = 10.0,
+        brokers: BrokerReachability | None = None,
     ) -> None:
+        # One line when a broker becomes unreachable or answers again (shared with the
+        # event log's clients of the same cluster: one outage, one line).
+        self.brokers = brokers if brokers is not None else BrokerReachability()
         self._kwargs = dict(client_kwargs)
         self._kwargs.setdefault("client_id", "rlmm-offload-leadership")
         self._kwargs.setdefault("request_timeout_ms", int(timeout_s * 1000))
@@ -218,10 +227,14 @@ class ClusterClient:
         last: BaseException | None = None
         for node in order:
             try:
-                return await self._ask(client, node, topics, brokers)
-            except (kafka_errors.KafkaConnectionError, kafka_errors.NodeNotReadyError) as e:
+                view = await self._ask(client, node, topics, brokers)
+            except UNREACHABLE as e:
                 raise_if_cancelling(e)
+                self.brokers.unreachable(node, address_of(client, node), e)
                 last = e  # a broker that is down: the next one answers
+                continue
+            self.brokers.reachable(node)
+            return view
         assert last is not None
         raise last
 

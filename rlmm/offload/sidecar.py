@@ -203,7 +203,10 @@ class Sidecar:
         timeout_s = max(5.0, min(10.0, poll_s * 2))
         settings = getattr(event_log, "client_settings", None)
         if settings is not None:
-            return ClusterClient(settings(), self.config.broker_id, timeout_s=timeout_s)
+            return ClusterClient(
+                settings(), self.config.broker_id, timeout_s=timeout_s,
+                brokers=getattr(event_log, "brokers", None),
+            )  # fmt: skip
         client = self.settings.cluster_client
         if not client:
             return None

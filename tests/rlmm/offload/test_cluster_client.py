@@ -125,3 +125,80 @@ async def test_a_connection_a_timed_out_view_abandoned_is_a_warning_not_an_error
     assert errors == ["something else went wrong"]
     assert any("abandoned" in r.getMessage() for r in caplog.records
                if r.levelno == logging.WARNING)  # fmt: skip
+
+
+async def test_its_own_broker_down_is_one_line_and_the_others_answer(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sidecar of a broker that died asks its own broker first at every poll: it
+    says once that broker 1 is unreachable (not a line per poll, nor aiokafka's
+    NodeNotReadyError), learns leadership from broker 2 meanwhile, and says when broker
+    1 answers again. The event log's BrokerReachability is shared: one outage, one line."""
+    from types import SimpleNamespace
+
+    from aiokafka import errors as kafka_errors
+
+    from eventlog.kafka import BrokerReachability
+    from rlmm.offload.cluster import ClusterView
+
+    shared = BrokerReachability()
+    client = ClusterClient({"bootstrap_servers": "kafka-1:9092"}, 1, timeout_s=3, brokers=shared)
+    down = {1}
+    asked: list[int] = []
+    fake = SimpleNamespace(
+        cluster=SimpleNamespace(
+            brokers=lambda: [SimpleNamespace(nodeId=1), SimpleNamespace(nodeId=2)],
+            broker_metadata=lambda n: SimpleNamespace(host=f"kafka-{n}", port=9092),
+        )
+    )
+
+    async def connected() -> object:
+        return fake
+
+    async def ask(_client: object, node: int, _topics: object, brokers: frozenset[int]) -> object:
+        asked.append(node)
+        if node in down:
+            raise kafka_errors.NodeNotReadyError(f"not ready (node id {node})")
+        return ClusterView({}, frozenset(), brokers)
+
+    monkeypatch.setattr(client, "_connected", connected)
+    monkeypatch.setattr(client, "_ask", ask)
+    with caplog.at_level(logging.INFO):
+        for _ in range(4):
+            await client.view({"orders"})
+        down.clear()
+        await client.view({"orders"})
+    assert asked == [1, 2, 1, 2, 1, 2, 1, 2, 1]
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0][0] == "WARNING" and lines[0][1].startswith(
+        "broker 1 at kafka-1:9092 is unreachable (no connection could be opened)"
+    ), lines
+    assert lines[1][0] == "INFO" and lines[1][1].startswith(
+        "broker 1 at kafka-1:9092 answers again"
+    )
+    assert client.brokers is shared and shared.down() == {}
+
+
+def test_the_sidecar_shows_broker_lines_and_not_aiokafkas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiokafka logs a line per failed connection: quiet in the sidecar (its own
+    one-line errors name the broker); rlmm's line for a broker back is INFO, shown."""
+    from click.testing import CliRunner
+
+    import rlmm.offload.sidecar as sidecar
+    from rlmm.cli import main
+
+    levels: dict[str, int] = {}
+
+    async def record(*_args: object, **_kwargs: object) -> object:
+        for name in ("aiokafka.conn", "aiokafka.producer.sender", "eventlog.brokers"):
+            levels[name] = logging.getLogger(name).getEffectiveLevel()
+        raise SystemExit(0)
+
+    monkeypatch.setattr(sidecar, "run_sidecar", record)
+    CliRunner().invoke(main, ["offload", "--log-dir", "/nonexistent", "--set", "data_dir=/tmp/x"])
+    assert levels == {
+        "aiokafka.conn": logging.CRITICAL,
+        "aiokafka.producer.sender": logging.CRITICAL,
+        "eventlog.brokers": logging.INFO,
+    }

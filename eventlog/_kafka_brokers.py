@@ -1,0 +1,77 @@
+"""Which brokers a process could not reach: one line when a broker goes, one when it is back.
+
+Job: a request sent to one broker (a partition leader's end offsets, the sidecar's
+leadership question) fails with aiokafka's NodeNotReadyError or KafkaConnectionError
+while that broker is down, once per attempt until the cluster has moved its partitions:
+a failover showed as a stream of those, with no sentence saying which broker went
+away. The callers report each failure and each answer here instead.
+
+Invariant: one WARNING line per broker per outage, naming it and its address; one
+INFO line when it answers again, saying how long it did not; nothing per attempt. One
+instance may be shared by every client of a process (the sidecar's event log and its
+leadership client), so one outage is one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import errors as kafka_errors
+
+# Its own name: a long-running process shows its INFO lines (a broker back) without
+# the rest of the event log's.
+log = logging.getLogger("eventlog.brokers")
+
+# A request to one broker that failed because it cannot be reached (not an answer).
+UNREACHABLE = (kafka_errors.NodeNotReadyError, kafka_errors.KafkaConnectionError)
+
+
+def address_of(client: Any, node: int) -> str:
+    """``host:port`` of ``node`` in an aiokafka client's metadata ("unknown address"
+    when it no longer lists it)."""
+    broker = client.cluster.broker_metadata(node)
+    return "unknown address" if broker is None else f"{broker.host}:{broker.port}"
+
+
+class BrokerReachability:
+    """Brokers that did not answer, since when (see the module docstring)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._down: dict[int, tuple[str, float]] = {}  # node -> (address, since)
+
+    def unreachable(self, node: int, address: str, error: BaseException) -> None:
+        """A request to ``node`` failed for want of a connection."""
+        if node in self._down:
+            return
+        self._down[node] = (address, self._clock())
+        name, text = type(error).__name__, str(error)
+        if isinstance(error, kafka_errors.NodeNotReadyError):
+            reason = "no connection could be opened"  # aiokafka's text says no more
+        else:  # aiokafka's errors may start their text with their name already
+            reason = text if text.startswith(name) else f"{name}: {text}".removesuffix(": ")
+        log.warning(
+            "broker %d at %s is unreachable (%s): its requests are retried, and go to"
+            " its partitions' new leaders once the cluster has elected them",
+            node, address, reason,
+        )  # fmt: skip
+
+    def reachable(self, node: int) -> None:
+        """``node`` answered a request."""
+        gone = self._down.pop(node, None)
+        if gone is not None:
+            address, since = gone
+            log.info(
+                "broker %d at %s answers again (unreachable for %.0f s)",
+                node, address, self._clock() - since,
+            )  # fmt: skip
+
+    def down(self) -> dict[int, str]:
+        """The brokers unreachable now, with their addresses."""
+        return {node: address for node, (address, _since) in self._down.items()}
+
+
+__all__ = ["UNREACHABLE", "BrokerReachability", "address_of"]
