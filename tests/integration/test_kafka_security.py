@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -144,8 +145,9 @@ async def produce_topic(secure: SecureKafka, topic: str) -> dict[int, list[bytes
 
 
 def one_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The error line of a refused command (its --debug traceback aside)."""
-    lines = [x for x in done.stderr.splitlines() if x.startswith("error: ")]
+    """The error line of a refused command (its --debug traceback aside; the sidecar's
+    starts with the time)."""
+    lines = [x for x in done.stderr.splitlines() if re.match(r"(\S+ \S+ )?error: ", x)]
     assert len(lines) == 1, done.stderr[-3000:]
     return lines[0]
 
