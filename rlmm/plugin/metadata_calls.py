@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmm.base import RemoteLogMetadataManager
+from rlmm.config import RlmmConfig
 from rlmm.errors import RemoteStorageNotReadyError
 from rlmm.factory import create_manager, open_event_log
 from rlmm.model import (
@@ -96,17 +97,20 @@ class MetadataCalls:
         self._readiness.waiting("manager", "the remote log metadata manager is starting")
         self._starting = asyncio.create_task(self._start(config), name="rlmm-serve-manager")
 
-    async def _start(self, config: Any) -> None:
+    async def _start(self, config: RlmmConfig) -> None:
         delay, most = START_BACKOFF_S
         while not self._closed:
-            manager = create_manager(config, open_event_log(config))
+            manager: RemoteLogMetadataManager | None = None
             try:
-                await manager.start()
+                started = manager = create_manager(config, open_event_log(config))
+                await started.start()
             except asyncio.CancelledError:
-                await manager.close()
+                if manager is not None:
+                    await manager.close()
                 raise
             except Exception as e:
-                await manager.close()
+                if manager is not None:
+                    await manager.close()
                 reason = f"the remote log metadata manager could not start: {e}"
                 log.warning("%s; retrying in %.0f s", reason, delay)
                 self._readiness.waiting("manager", reason)

@@ -525,3 +525,38 @@ async def test_a_sidecar_serve_outlives_the_classes_closing(serve: PluginServer)
         assert (await again.hello("rsm"))["version"] == serve.version
     finally:
         await again.close()
+
+
+async def test_a_manager_that_cannot_start_is_retried_and_said_not_ready(tmp_path: Path) -> None:
+    """The metadata topic's cluster refuses connections: configure still answers (the
+    broker's start is not held), every lookup is not_ready, /readyz names the cause,
+    and the start is retried in the background until it works or the process stops."""
+    from tests.fixtures.s3 import free_port
+
+    config = tmp_path / "rlmm.toml"
+    config.write_text(f'data_dir = "{tmp_path / "data"}"\n[remote]\ntype = "local"\n')
+    server = PluginServer(config, tmp_path / "refused.sock")
+    task = await started(server)
+    client = await BridgeClient.connect(server.socket_path)
+    try:
+        await client.hello("rlmm")
+        props = {
+            **BROKER_PROPS,
+            "remote.log.metadata.common.client.bootstrap.servers": f"127.0.0.1:{free_port()}",
+            "remote.log.metadata.initialization.retry.max.timeout.ms": "300",
+        }
+        await asyncio.wait_for(client.call("configure", role="rlmm", props=props), 10)
+        tp = {"topic_id": bytes(16), "topic": "t", "partition": 0}
+        deadline = time.monotonic() + 30
+        while "could not start" not in server.metrics.readiness.state()[1]:
+            assert time.monotonic() < deadline, server.metrics.readiness.state()
+            await asyncio.sleep(0.1)
+        assert await client.call("rlmm.is_ready", topic_id_partition=tp) is False
+        with pytest.raises(CallError) as early:
+            await client.call("rlmm.highest_offset_for_epoch", topic_id_partition=tp,
+                              leader_epoch=0)  # fmt: skip
+        assert early.value.kind == "not_ready"
+    finally:
+        await client.close()
+        server.stop()
+        await asyncio.wait_for(task, 30)
