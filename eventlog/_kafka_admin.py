@@ -163,10 +163,13 @@ async def ensure_topic(
                 continue  # another instance created it first: verify it below
             if code == kafka_errors.InvalidReplicationFactorError.errno:
                 # Kafka's default (3) on a cluster with fewer brokers: refused at once.
+                # Or a cluster still starting: its brokers register one by one.
                 raise EventLogConfigError(
                     f"create topic {name}: replication_factor={replication_factor} "
                     "(remote.log.metadata.topic.replication.factor) is more than the "
-                    f"cluster's brokers; set it to at most their number ({message})"
+                    f"brokers registered now ({message}); while the cluster starts this "
+                    "clears once they have registered, otherwise set it to at most their "
+                    "number"
                 )
             if code in (e.errno for e in _AUTHORIZATION):
                 # A principal without DESCRIBE does not see the topic either: say both.
