@@ -55,7 +55,7 @@ from tests.fixtures.kafka_plugin import JAR, plugin_config, plugin_overrides, se
 from tests.fixtures.s3 import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-SIDES = ("kafka", "rlmm-local", "rlmm-s3")
+SIDES = ("kafka", "rlmm-local", "rlmm-s3", "rlmm-local-nofsync")
 S3_BUCKET = "rlmm-bench-tier"
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -109,6 +109,10 @@ def side_overrides(side: str, root: Path, settings: dict[str, str], s3: str | No
         return dict(settings)
     if side == "rlmm-local":
         props = plugin_overrides(JAR, plugin_config(root), **settings)
+    elif side == "rlmm-local-nofsync":  # the same store without its object and dir fsyncs
+        config = plugin_config(root)
+        config.write_text(config.read_text() + "fsync = false\n")
+        props = plugin_overrides(JAR, config, **settings)
     elif side == "rlmm-s3":
         assert s3 is not None, "the S3 side needs moto's endpoint"
         props = plugin_overrides(JAR, s3_config(root, s3), **settings)

@@ -235,7 +235,7 @@ def remote_bytes(side: str, broker: ApacheKafkaBroker, topic: str, s3: str | Non
         return sum(
             f.stat().st_size for d in base.glob(f"{topic}-*") for f in d.rglob("*") if f.is_file()
         )
-    if side == "rlmm-local":
+    if side.startswith("rlmm-local"):
         base = broker.root / "tier"
         return sum(
             f.stat().st_size for d in base.glob(f"{topic}-*") for f in d.rglob("*") if f.is_file()
@@ -387,6 +387,40 @@ def tiering_side(side: str, args: argparse.Namespace, work: Path, s3: str | None
     }
 
 
+def tier_evidence(side: dict[str, Any]) -> dict[str, Any]:
+    """CPU seconds of each process over the best tiering run, and its wall time."""
+    run = max(side["runs"], key=lambda r: r["tier_mb_s"])
+    used_cpu = {k: v for k, v in run["tier_cpu_and_calls"].items() if k.endswith("_cpu_s")}
+    return {"tier_s": run["tier_s"], **used_cpu}
+
+
+def catchup_evidence(side: dict[str, Any]) -> dict[str, Any]:
+    """For the best catch-up read: ms per remote read (one per remote fetch Kafka serves:
+    ours' rlmm.remote_log_segment_metadata calls), store bytes read per byte served and
+    fetch_log_segment calls (chunks) per remote read, CPU seconds per process."""
+    best: dict[str, Any] | None = None
+    for run in side["runs"]:
+        for c in run["catchup_runs"]:
+            if best is None or c["fetch_mib_s"] > best["fetch_mib_s"]:
+                best = c
+    assert best is not None
+    use = best["cpu_and_calls"]
+    out: dict[str, Any] = {
+        "fetch_s": best["fetch_s"],
+        **{k: v for k, v in use.items() if k.endswith("_cpu_s")},
+    }
+    calls = use.get("rlmm_serve_calls") or {}
+    reads = calls.get("rlmm.remote_log_segment_metadata")
+    if reads:
+        out["remote_reads"] = reads
+        out["ms_per_remote_read"] = round(1000 * best["fetch_s"] / reads, 2)
+        out["chunks_per_remote_read"] = round(calls.get("rsm.fetch_log_segment", 0) / reads, 2)
+        out["store_bytes_read_per_byte_served"] = round(
+            calls.get("fetch_bytes", 0) / (best["mib"] * MiB), 2
+        )
+    return out
+
+
 def figures_tiering(args: argparse.Namespace, work: Path, stack: ExitStack) -> tuple[list, dict]:
     from tests.fixtures.s3 import moto_process
 
@@ -411,7 +445,11 @@ def figures_tiering(args: argparse.Namespace, work: Path, stack: ExitStack) -> t
             OTHER_PIDS.clear()
     base = sides.get("kafka", {})
     ours = sides.get("rlmm-local", {})
-    s3side = sides.get("rlmm-s3", {})
+    extra = {
+        name: sides[side]
+        for side, name in (("rlmm-s3", "s3"), ("rlmm-local-nofsync", "local_nofsync"))
+        if side in sides
+    }
     setup = (
         f"{args.backlog_mib} MiB backlog, {args.partitions} partitions, {args.segment_mib} MiB"
         f" segments, {args.record_size} B records, uncompressed; best of {args.tier_repeat}"
@@ -423,9 +461,10 @@ def figures_tiering(args: argparse.Namespace, work: Path, stack: ExitStack) -> t
             "figure": "tiering throughput (MB/s, 1e6 B)",
             "baseline": base.get("tier_mb_s"),
             "ours": ours.get("tier_mb_s"),
-            "ours_s3": s3side.get("tier_mb_s"),
+            **{f"ours_{k}": v.get("tier_mb_s") for k, v in extra.items()},
             "ratio": r,
-            "ratio_s3": ratio(s3side.get("tier_mb_s"), base.get("tier_mb_s")),
+            **{f"ratio_{k}": ratio(v.get("tier_mb_s"), base.get("tier_mb_s"))
+               for k, v in extra.items()},
             "target": ">= 1.0x",
             "met": r is not None and r >= 1.0,
             "notes": (
@@ -433,7 +472,9 @@ def figures_tiering(args: argparse.Namespace, work: Path, stack: ExitStack) -> t
                 " remote.log.copy.disable=false to the broker log's last 'Copied ... to remote"
                 " storage' line of the topic. Kafka copies a partition's segments one after"
                 " another (one RLM task per partition), partitions in parallel."
+                " local_nofsync: rlmm's local store with fsync = false."
             ),
+            "evidence": {side: tier_evidence(v) for side, v in sides.items()},
         })  # fmt: skip
     if "catchup" in args.only:
         r = ratio(ours.get("catchup_fetch_mib_s"), base.get("catchup_fetch_mib_s"))
@@ -441,9 +482,10 @@ def figures_tiering(args: argparse.Namespace, work: Path, stack: ExitStack) -> t
             "figure": "consumer catching up from offset 0, all remote (MiB/s)",
             "baseline": base.get("catchup_fetch_mib_s"),
             "ours": ours.get("catchup_fetch_mib_s"),
-            "ours_s3": s3side.get("catchup_fetch_mib_s"),
+            **{f"ours_{k}": v.get("catchup_fetch_mib_s") for k, v in extra.items()},
             "ratio": r,
-            "ratio_s3": ratio(s3side.get("catchup_fetch_mib_s"), base.get("catchup_fetch_mib_s")),
+            **{f"ratio_{k}": ratio(v.get("catchup_fetch_mib_s"), base.get("catchup_fetch_mib_s"))
+               for k, v in extra.items()},
             "target": ">= 1.0x",
             "met": r is not None and r >= 1.0,
             "notes": (
@@ -451,8 +493,12 @@ def figures_tiering(args: argparse.Namespace, work: Path, stack: ExitStack) -> t
                 " group) after every tiered segment's local copy was deleted; its fetch.MB.sec"
                 " (MiB of keys+values / time after the group join), best of"
                 f" {args.repeat} reads per topic. The remote objects were just written, so"
-                " they are in the page cache on both sides."
+                " they are in the page cache on both sides. Kafka serves a remote fetch by"
+                " reading one partition's segment from the RSM's stream; ours' stream asks"
+                " rlmm serve for one chunk (rsm.config.fetch.chunk.bytes, 1 MiB by default)"
+                " at a time."
             ),
+            "evidence": {side: catchup_evidence(v) for side, v in sides.items()},
         })  # fmt: skip
     return rows, sides
 
@@ -480,7 +526,10 @@ def timed_start(
     kafka_init: list[tuple[float, int, int, int]] = []
     manager_started: list[float] = []
     leaders: dict[int, float] = {}
-    leader_line = re.compile(rf"\] Leader {re.escape(topic)}-(\d+) with topic id ")
+    led: dict[int, float] = {}  # as leader or follower
+    leader_line = re.compile(
+        rf"\] (Leader|Follower) {re.escape(topic)}-(\d+) (with topic id|starts at) "
+    )
     serve_starting: list[float] = []
     serve_socket: str | None = None
     serve_hello: list[float] = []
@@ -507,7 +556,9 @@ def timed_start(
                     serve_socket = m.group(2)
                     serve_hello.append(t)
                 elif m := leader_line.search(text):
-                    leaders.setdefault(int(m.group(1)), t)
+                    led.setdefault(int(m.group(2)), t)
+                    if m.group(1) == "Leader":
+                        leaders.setdefault(int(m.group(2)), t)
                 elif text.startswith("starting rlmm serve"):
                     serve_starting.append(t)
             if side != "kafka" and rlmm_ready is None and serve_socket is not None:
@@ -545,16 +596,21 @@ def timed_start(
     serve = proc_sample(pids[-1]) if pids else None
     rlm_ready = max(ready.seen.values())
     first_task = min(tasks.seen.values())
-    # Kafka's ReplicaManager makes the partitions leaders, then hands them to its RLM,
-    # which calls the RLMM's onPartitionLeadershipChanges and creates the tasks.
-    led = max(leaders.values()) if len(leaders) >= partitions else first_task
+    # Kafka's ReplicaManager makes the partitions followers or leaders (a restarted
+    # broker may take them as followers first, then lead them once it is unfenced) and
+    # hands them to its RLM, which passes them to the RLMM (onPartitionLeadershipChanges);
+    # its tasks for a leader follow.
+    assigned = max(led.values()) if len(led) >= partitions else first_task
+    lead = max(leaders.values()) if len(leaders) >= partitions else first_task
     out: dict[str, Any] = {
         "serving_s": round(serving - t0, 2),
         "rlmm_ready_s": round(rlmm_ready - t0, 2),
-        "partitions_led_s": round(led - t0, 2),
+        "rlmm_ready_after_serving_s": round(rlmm_ready - serving, 2),
+        "partitions_assigned_s": round(assigned - t0, 2),
+        "rlmm_ready_after_assigned_s": round(rlmm_ready - assigned, 2),
+        "partitions_led_s": round(lead - t0, 2),
         "first_copy_task_s": round(first_task - t0, 2),
         "last_copy_task_s": round(max(tasks.seen.values()) - t0, 2),
-        "rlmm_ready_after_leadership_s": round(rlmm_ready - led, 2),
         "serving_and_rlmm_ready_s": round(max(serving, rlmm_ready) - t0, 2),
         "rlm_first_partition_ready_s": round(min(ready.seen.values()) - t0, 2),
         "rlm_all_ready_s": round(max(rlm_ready, serving) - t0, 2),
@@ -646,8 +702,8 @@ def figure_restart(args: argparse.Namespace, work: Path) -> tuple[list, dict]:
     first = detail["ours_first_start_full_replay_of_head"]
     b_all = best(base_runs, "serving_and_rlmm_ready_s")
     o_all = best(ours_runs, "serving_and_rlmm_ready_s")
-    b_rlmm = best(base_runs, "rlmm_ready_after_leadership_s")
-    o_rlmm = best(ours_runs, "rlmm_ready_after_leadership_s")
+    b_rlmm = best(base_runs, "rlmm_ready_after_serving_s")
+    o_rlmm = best(ours_runs, "rlmm_ready_after_serving_s")
     b_rlm, o_rlm = best(base_runs, "rlm_all_ready_s"), best(ours_runs, "rlm_all_ready_s")
     floor = PROBE_EVERY_S  # a smaller reading says "within one probe"
     speedup = round(max(b_rlmm, floor) / max(o_rlmm, floor), 1)
@@ -681,30 +737,30 @@ def figure_restart(args: argparse.Namespace, work: Path) -> tuple[list, dict]:
             ),
         },
         {
-            "figure": "restart: RLMM catch-up after the broker led the partitions (s)",
+            "figure": "restart: RLMM catch-up after the broker serves (s)",
             "baseline": b_rlmm,
             "ours": o_rlmm,
             "ratio": speedup,
             "target": ">= 20x",
             "met": speedup >= 20,
             "notes": (
-                "The same readiness, from the broker log's last '[Broker id=1] Leader"
-                " <topic>-<p> with topic id' line (the ReplicaManager made the partitions"
-                " leaders; then Kafka's RLM calls the RLMM's onPartitionLeadershipChanges):"
-                " the baseline's replay of the topic vs ours' snapshot restore + tail (plus"
-                " whatever of its start rlmm's manager had not done by then; see details'"
-                " rlmm_manager_started_s). Readings below the probe's"
-                f" {PROBE_EVERY_S} s resolution count as {PROBE_EVERY_S} s in the ratio."
+                "The same readiness, from the moment the broker answers Metadata: both RLMMs"
+                " read __remote_log_metadata from this broker, so neither can catch up before"
+                " its listener is open, and the broker gives them the partitions about then"
+                " (details: partitions_assigned_s, from its state-change lines). The"
+                " baseline's replay of the topic vs ours' snapshot restore + tail, with what"
+                " of its start rlmm's manager had not done by then (details:"
+                " rlmm_manager_started_s, its 'remote log metadata manager started' line)."
+                " Details also give it from the assignment (rlmm_ready_after_assigned_s)."
+                f" Readings below the probe's {PROBE_EVERY_S} s count as that in the ratio."
             ),
         },
         {
             "figure": "restart without a snapshot (ours' first start): RLMM catch-up after"
-            " the broker led the partitions (s)",
+            " the broker serves (s)",
             "baseline": b_rlmm,
-            "ours": first["rlmm_ready_after_leadership_s"],
-            "ratio": round(
-                max(b_rlmm, floor) / max(first["rlmm_ready_after_leadership_s"], floor), 2
-            ),
+            "ours": first["rlmm_ready_after_serving_s"],
+            "ratio": round(max(b_rlmm, floor) / max(first["rlmm_ready_after_serving_s"], floor), 2),
             "target": None,
             "met": None,
             "notes": (
