@@ -541,3 +541,51 @@ async def test_a_jar_of_another_release_is_refused_in_one_line_and_the_broker_ru
         assert local_bases(broker, topic, 0)[0] == 0  # nothing deleted locally
     finally:
         stop_plugin_broker(broker)
+
+
+async def test_the_bridge_attaches_to_a_serve_run_as_a_container_sidecar(tmp_path: Path) -> None:
+    """``socket`` without ``file``: the broker starts nothing and attaches to an rlmm
+    serve someone else runs (a container beside it); Kafka tiers through it, consumers
+    read from it, and when the broker stops the serve keeps running (its life is its
+    container's) until it is told to stop."""
+    root = tmp_path / "broker"
+    config = plugin_config(root)
+    sock = tmp_path / "sidecar.sock"
+    log = (tmp_path / "serve.out").open("ab")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "rlmm.cli", "--config", str(config), "serve", "--socket",
+         str(sock)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            assert serve.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "serve.out"
+            ).read_text()
+            await asyncio.sleep(0.1)
+        overrides = plugin_overrides(plugin_jar(), config)
+        for prefix in ("rsm.config.", "rlmm.config."):
+            del overrides[prefix + "file"], overrides[prefix + "command"]
+            overrides[prefix + "socket"] = str(sock)
+        broker = new_broker(root, overrides=overrides)
+        start_or_fail(broker)
+        try:
+            assert wait_for_serve(broker, count=2) == serve.pid
+            assert "starting rlmm serve" not in broker._log_text()
+            topic = f"plugin-sidecar-{uuid4().hex[:8]}"
+            await create_topic(broker.bootstrap, topic)
+            committed, aborted, rolls = await produce(broker.bootstrap, topic)
+            await wait_tiered_and_deleted(broker, topic, rolls)
+            await check_consumers_read_everything(broker, topic, committed, aborted)
+        finally:
+            broker.stop()
+        await asyncio.sleep(1)
+        assert serve.poll() is None, "the sidecar serve stopped with the broker"
+        serve.terminate()  # what the orchestrator does: no class is open now
+        assert serve.wait(timeout=30) == 0
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait(timeout=10)
+        log.close()
