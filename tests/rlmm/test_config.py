@@ -9,14 +9,57 @@ import pytest
 from rlmm.config import load_config
 from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
+from rlmm.offload.leadership import check_node_id, read_node_id
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_shipped_configs_load() -> None:
-    for name in ("embedded.toml", "kafka-s3.toml"):
+    for name in ("embedded.toml", "kafka-s3.toml", "offload.toml", "offload-cluster.toml"):
         config = load_config(ROOT / "config" / name, env={})
         assert config.eventlog["partitions"] == 50
+
+
+@pytest.mark.parametrize("name", ["offload.toml", "kafka-s3.toml", "offload-cluster.toml"])
+def test_a_shipped_config_for_brokers_sets_no_broker_id(tmp_path: Path, name: str) -> None:
+    """One file for every node (issue 46: a copied broker_id = 0 stopped every sidecar
+    but node 0's): each sidecar takes node.id from its log dir's meta.properties."""
+    config = load_config(ROOT / "config" / name, env={})
+    assert not config.broker_id_configured
+    configured = config.broker_id if config.broker_id_configured else None  # as the sidecar
+    for node in (1, 2, 3):
+        log_dir = tmp_path / f"kafka-{node}"
+        log_dir.mkdir()
+        (log_dir / "meta.properties").write_text(f"version=1\nnode.id={node}\n")
+        assert check_node_id(read_node_id([log_dir]), configured) == node
+
+
+def test_the_cluster_config_shares_kafka_s_metadata_topic_and_one_store() -> None:
+    config = load_config(ROOT / "config" / "offload-cluster.toml", env={})
+    eventlog = config.event_log_options()
+    assert eventlog["type"] == "kafka" and eventlog["topic"] == "__remote_log_metadata"
+    assert "," in eventlog["bootstrap_servers"]  # every broker, not only its own
+    assert eventlog["replication_factor"] == 3
+    assert config.remote_options()["type"] == "s3" and config.remote_options()["bucket"]
+    assert config.snapshot["store"] == "s3"
+    assert config.offload["retention.ms"] > 0
+
+
+def test_the_cluster_config_s_local_store_alternative_loads(tmp_path: Path) -> None:
+    """The commented [remote] table (a directory every node mounts) in place of S3."""
+    lines = (ROOT / "config" / "offload-cluster.toml").read_text().splitlines()
+    alternative = []
+    for line in lines[lines.index("# [remote]") :]:
+        if not line.startswith("# "):
+            break
+        alternative.append(line[2:])
+    start, end = lines.index("[remote]"), lines.index("[snapshot]")
+    text = "\n".join([*lines[:start], *alternative, "", *lines[end:]])
+    path = tmp_path / "offload.toml"
+    path.write_text(text.replace('store = "s3"', 'store = "local"'))
+    config = load_config(path, env={})
+    assert config.remote_options() == {"type": "local", "root": "/mnt/kafka-tiered"}
+    assert config.snapshot["store"] == "local"
 
 
 def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
