@@ -319,15 +319,29 @@ def flatten_table(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# RLMM_* variables that are not settings (any other is one, or an error naming it): the
+# file to read, switches of code paths, `rlmm serve`'s options (a broker's environment
+# gives them) and the test suite's.
+ENV_NOT_SETTINGS = frozenset(
+    {
+        "RLMM_CONFIG",
+        "RLMM_NO_FAST_PATHS",
+        "RLMM_NO_NATIVE_MEMORY_BOUND",
+        "RLMM_SERVE_METRICS_PORT",
+        "RLMM_SERVE_METRICS_HOST",
+        "RLMM_KAFKA_BOOTSTRAP",
+        "RLMM_APACHE_KAFKA",
+        "RLMM_PROMETHEUS",
+        "RLMM_TEST_CACHE",
+        "RLMM_FUZZ_SECONDS",
+    }
+)
+
+
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, raw in env.items():
-        if not name.startswith("RLMM_") or name in (
-            "RLMM_CONFIG",
-            "RLMM_KAFKA_BOOTSTRAP",
-            "RLMM_NO_FAST_PATHS",
-            "RLMM_NO_NATIVE_MEMORY_BOUND",
-        ):
+        if not name.startswith("RLMM_") or name in ENV_NOT_SETTINGS:
             continue
         rest = name[5:].lower()
         if rest in DEFAULTS and not isinstance(DEFAULTS[rest], dict):
@@ -426,12 +440,15 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
             "archive.side_index must be 'auto', 'off', a directory or 's3://bucket/prefix',"
             f" got {side_index!r}"
         )
+    data_dir = merged["data_dir"]
+    if not isinstance(data_dir, str | os.PathLike) or not str(data_dir):
+        raise ConfigError(f"data_dir must be a directory path, got {data_dir!r}")
     broker_id = merged["broker_id"]
     if isinstance(broker_id, bool) or not isinstance(broker_id, int):
         raise ConfigError(f"broker_id must be an int, got {broker_id!r}")
     return RlmmConfig(
         broker_id=broker_id,
-        data_dir=Path(merged["data_dir"]),
+        data_dir=Path(data_dir),
         manager=MappingProxyType(manager),
         eventlog=MappingProxyType(eventlog),
         snapshot=MappingProxyType(snapshot),

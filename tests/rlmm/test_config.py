@@ -102,6 +102,8 @@ def test_kafka_property_names(tmp_path: Path) -> None:
         ({"archive.side_index": ""}, {}, "archive.side_index must be"),
         ({"archive.side_index": 3}, {}, "archive.side_index must be"),
         ({"archive.bogus": "x"}, {}, "unknown setting 'archive.bogus'"),
+        ({}, {"RLMM_DATA_DIR": "7"}, "data_dir must be a directory path, got 7"),
+        ({"data_dir": ""}, {}, "data_dir must be a directory path"),
     ],
 )
 def test_bad_settings_are_named(overrides: dict, env: dict, message: str) -> None:
