@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import click
@@ -144,23 +145,44 @@ def main() -> None:
 @main.command("config")
 @common_options
 def show_config() -> None:
-    """Print the resolved configuration (flags > RLMM_* env > file > defaults) as JSON;
-    passwords, JAAS secrets, private keys and secret keys are shown redacted."""
+    """Print the resolved configuration (flags > RLMM_* env > file > defaults) as JSON,
+    every section; passwords, JAAS secrets, private keys and secret keys are shown
+    redacted. A broker id nobody set is null, with where the processes take it from."""
     from rlmm.secrets import redact
 
     config = session().config
-    session().output.config(
-        redact(
-            {
-                "source": config.source,
-                "broker_id": config.broker_id,
-                "eventlog": config.event_log_options(),
-                "snapshot": {**config.snapshot, "dir": str(config.snapshot_dir())},
-                "remote": config.remote_options(),
-                "manager": dict(config.manager),
-            }
-        )
+    shown: dict[str, Any] = {"source": config.source}
+    if config.broker_id_configured:
+        shown["broker_id"] = config.broker_id
+    else:
+        shown["broker_id"] = None
+        shown["broker_id_note"] = BROKER_ID_NOT_SET
+    shown.update(
+        {
+            "data_dir": str(config.data_dir),
+            "manager": dict(config.manager),
+            "eventlog": config.event_log_options(),
+            "snapshot": {**config.snapshot, "dir": str(config.snapshot_dir())},
+            "remote": config.remote_options(),
+            "archive": dict(config.archive),
+            "offload": _offload_as_written(config.offload),
+        }
     )
+    session().output.config(redact(shown))
+
+
+def _offload_as_written(offload: Mapping[str, Any]) -> dict[str, Any]:
+    """[offload] with its cluster client settings where a file writes them (beside the
+    others, by Kafka's names), not in the table the config keeps them in."""
+    shown = {k: v for k, v in offload.items() if k != "cluster"}
+    shown.update(offload.get("cluster", {}))
+    return shown
+
+
+BROKER_ID_NOT_SET = (
+    "not set: rlmm offload takes node.id from the log dirs' meta.properties (0 without"
+    " one), rlmm serve the broker's broker.id; the other commands write 0"
+)
 
 
 @main.command()

@@ -79,3 +79,42 @@ def test_a_usage_error_is_one_line_naming_the_help_to_read() -> None:
     assert as_json.returncode == 2 and as_json.stderr == ""
     error = json.loads(as_json.stdout)["error"]
     assert error["message"] == "missing option '--log-dir' (see 'rlmm offload --help')"
+
+
+def test_config_shows_a_broker_id_nobody_set_as_null_and_every_section() -> None:
+    """Issue 46: `rlmm config` said `broker_id 0` when none was set (the sidecar takes
+    node.id from meta.properties) and left [offload] out."""
+    result = CliRunner().invoke(main, ["config", "--config", str(ROOT / "config/offload.toml")])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["broker_id"] is None
+    assert "meta.properties" in shown["broker_id_note"]
+    assert {"data_dir", "manager", "eventlog", "snapshot", "remote", "archive", "offload"} <= set(
+        shown
+    )
+    assert shown["offload"]["retention.ms"] == 604800000
+    assert shown["offload"]["topics"]["scratch"] == {"remote.storage.enable": False}
+    assert shown["archive"] == {"side_index": "auto"}
+    for args in (["--set", "broker_id=3"], ["--config", str(ROOT / "config/embedded.toml")]):
+        configured = json.loads(CliRunner().invoke(main, ["config", *args]).output)
+        assert configured["broker_id"] == (3 if "--set" in args else 0)
+        assert "broker_id_note" not in configured
+
+
+def test_config_redacts_the_offload_cluster_s_secrets_as_the_event_log_s() -> None:
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required"
+        ' username="rlmm" password="s3cret";'
+    )
+    result = CliRunner().invoke(
+        main,
+        ["config", "--set", f"offload.sasl.jaas.config={jaas}",
+         "--set", "offload.bootstrap.servers=k:9092", "--set", "offload.ssl.key.password=k3y"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "s3cret" not in result.output and "k3y" not in result.output
+    offload = json.loads(result.output)["offload"]
+    # beside the other [offload] keys, as a file writes them
+    assert offload["bootstrap.servers"] == "k:9092" and "cluster" not in offload
+    assert offload["sasl.jaas.config"].endswith('username="rlmm" password="[redacted]";')
+    assert offload["ssl.key.password"] == "[redacted]"
