@@ -560,3 +560,28 @@ async def test_a_manager_that_cannot_start_is_retried_and_said_not_ready(tmp_pat
         await client.close()
         server.stop()
         await asyncio.wait_for(task, 30)
+
+
+def test_the_brokers_environment_opens_the_metrics_port(tmp_path: Path) -> None:
+    """RLMM_SERVE_METRICS_PORT in the broker's environment reaches the serve the bridge
+    starts (and is not taken for an rlmm setting by the config loader)."""
+    import urllib.request
+
+    from tests.fixtures.s3 import free_port
+
+    config, sock, port = write_config(tmp_path), tmp_path / "env.sock", free_port()
+    env = {**os.environ, "RLMM_SERVE_METRICS_PORT": str(port)}
+    with sock.with_name(sock.name + ".out").open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rlmm.cli", "--config", str(config), "serve", "--socket",
+             str(sock)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    try:
+        _wait_for(sock, process)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            assert r.status == 200
+        assert f"metrics on port {port}" in _output(sock)
+    finally:
+        process.terminate()
+        assert _wait_exit(process, 30) == 0
