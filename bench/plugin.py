@@ -533,6 +533,7 @@ def timed_start(
     serve_starting: list[float] = []
     serve_socket: str | None = None
     serve_hello: list[float] = []
+    bridge_lost: list[tuple[float, str]] = []
     probe: ServeProbe | None = None
     rlmm_ready: float | None = None
     serving: float | None = None
@@ -561,6 +562,10 @@ def timed_start(
                         leaders.setdefault(int(m.group(2)), t)
                 elif text.startswith("starting rlmm serve"):
                     serve_starting.append(t)
+                elif text.startswith("rlmm serve at ") and "reconnecting" in text:
+                    # e.g. "went away: java.nio.channels.ClosedByInterruptException;
+                    # reconnecting (rlmm)": isReady is false until it is back
+                    bridge_lost.append((round(t - t0, 2), text[:160]))
             if side != "kafka" and rlmm_ready is None and serve_socket is not None:
                 try:
                     if probe is None:
@@ -623,6 +628,8 @@ def timed_start(
                                          "meta_partitions": meta, "its_own_ms": ms}  # fmt: skip
     if manager_started:
         out["rlmm_manager_started_s"] = round(manager_started[-1] - t0, 2)
+    if bridge_lost:
+        out["bridge_connection_lost"] = bridge_lost
     if serve_starting and serve_hello:
         # the broker's start waits for this: its RSM's configure needs the serve
         out["rlmm_serve_started_s"] = round(serve_starting[0] - t0, 2)
@@ -784,7 +791,8 @@ def figure_restart(args: argparse.Namespace, work: Path) -> tuple[list, dict]:
                 " 500 ms (the suite's setting, both sides), which bounds the resolution. After"
                 " a partition is ready its expiration task lists all its remote segments every"
                 " run (listRemoteLogSegments): through the bridge, calls to rlmm serve (see"
-                " details' rlmm_serve_calls_at_rlm_ready)."
+                " details' rlmm_serve_calls_at_rlm_ready); and a bridge connection that broke"
+                " (details' bridge_connection_lost) answers isReady false until it is back."
             ),
         },
     ]
