@@ -589,3 +589,39 @@ async def test_the_bridge_attaches_to_a_serve_run_as_a_container_sidecar(tmp_pat
             serve.kill()
             serve.wait(timeout=10)
         log.close()
+
+
+def test_an_interrupted_kafka_thread_fails_its_call_not_the_connection(tmp_path: Path) -> None:
+    """Kafka cancels a partition's tasks by interrupting their threads: the call in flight
+    on that thread fails (isReady: false), the class's connection to rlmm serve stays (a
+    broken one made every partition not ready until the bridge reconnected)."""
+    from tests.fixtures.apache_kafka import kafka_libs, require_tools
+
+    jar = plugin_jar()
+    java, _mvn = require_tools()
+    config, sock = plugin_config(tmp_path / "serve"), tmp_path / "interrupt.sock"
+    out = tmp_path / "serve.out"
+    with out.open("ab") as log:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "rlmm.cli", "--config", str(config), "serve", "--socket",
+             str(sock)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            assert serve.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.1)
+        harness = Path(__file__).with_name("java") / "InterruptedCaller.java"
+        done = subprocess.run(
+            [java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness), str(sock), "1500"],
+            capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        calls = int(done.stdout.split("calls ")[1].split()[0])
+        assert calls > 100, done.stdout
+        connected = out.read_text().count("bridge rlmm connected")
+        assert connected == 1, f"the class connected {connected} times:\n{out.read_text()}"
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)

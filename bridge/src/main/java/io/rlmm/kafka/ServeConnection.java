@@ -424,16 +424,24 @@ final class ServeConnection implements Closeable {
   // --- one connection ------------------------------------------------------------------------------------------
 
   /** One socket: a reader thread completes each request's future by id; writes hold a lock. */
+  /** One frame waiting for the session's writer, and whether it went out. */
+  private record Outgoing(ByteBuffer[] frame, AtomicBoolean sent) {
+    static final Outgoing STOP = new Outgoing(new ByteBuffer[0], new AtomicBoolean());
+  }
+
   private final class Session {
     final SocketChannel ch;
     final CompletableFuture<String> done = new CompletableFuture<>(); // the reason, once the connection is over
     private final Map<Long, CompletableFuture<Map<?, ?>>> pending = new ConcurrentHashMap<>();
     private final AtomicLong ids = new AtomicLong();
-    private final Object writeLock = new Object();
+    // Frames go out on this session's own thread, never on the caller's: Kafka cancels its tasks by
+    // interrupting them, and an interrupted write closes a SocketChannel for every call in flight.
+    private final LinkedBlockingQueue<Outgoing> outgoing = new LinkedBlockingQueue<>();
 
     Session(SocketChannel ch) {
       this.ch = ch;
       daemon(this::readLoop, "rlmm-bridge-" + role + "-reader").start();
+      daemon(this::writeLoop, "rlmm-bridge-" + role + "-writer").start();
     }
 
     CompletableFuture<Map<?, ?>> request(String method, Map<String, ?> args, long timeoutMs) {
@@ -461,16 +469,22 @@ final class ServeConnection implements Closeable {
         f.completeExceptionally(new RemoteStorageException(done.getNow("")));
         return f;
       }
-      ByteBuffer[] frame = {ByteBuffer.allocate(4).putInt(0, body.length), ByteBuffer.wrap(body)};
+      outgoing.add(new Outgoing(new ByteBuffer[] {ByteBuffer.allocate(4).putInt(0, body.length), ByteBuffer.wrap(body)},
+          sent));
+      return f;
+    }
+
+    private void writeLoop() {
       try {
-        synchronized (writeLock) {
-          while (frame[1].hasRemaining()) ch.write(frame);
+        for (Outgoing o; (o = outgoing.take()) != Outgoing.STOP; ) {
+          while (o.frame()[1].hasRemaining()) ch.write(o.frame());
+          o.sent().set(true);
         }
-        sent.set(true);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
       } catch (IOException e) {
         close("rlmm serve at " + socket + " went away: " + e);
       }
-      return f;
     }
 
     private void readLoop() {
@@ -502,6 +516,7 @@ final class ServeConnection implements Closeable {
     /** Ends the connection: closes the socket and fails every call in flight with the reason. */
     void close(String reason) {
       if (!done.complete(reason)) return;
+      outgoing.add(Outgoing.STOP);
       closeQuietly(ch);
       for (Long id : pending.keySet()) {
         CompletableFuture<Map<?, ?>> f = pending.remove(id);
