@@ -47,6 +47,7 @@ from tests.fixtures.kafka_plugin import (
     plugin_jar_of_release,
     plugin_overrides,
     reader_config,
+    sidecar_serve,
     stop_plugin_broker,
     wait_for_serve,
 )
@@ -551,19 +552,7 @@ async def test_the_bridge_attaches_to_a_serve_run_as_a_container_sidecar(tmp_pat
     root = tmp_path / "broker"
     config = plugin_config(root)
     sock = tmp_path / "sidecar.sock"
-    log = (tmp_path / "serve.out").open("ab")
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "rlmm.cli", "--config", str(config), "serve", "--socket",
-         str(sock)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while not sock.exists():
-            assert serve.poll() is None and time.monotonic() < deadline, (
-                tmp_path / "serve.out"
-            ).read_text()
-            await asyncio.sleep(0.1)
+    with sidecar_serve(config, sock, tmp_path / "serve.out") as serve:
         overrides = plugin_overrides(plugin_jar(), config)
         for prefix in ("rsm.config.", "rlmm.config."):
             del overrides[prefix + "file"], overrides[prefix + "command"]
@@ -584,11 +573,6 @@ async def test_the_bridge_attaches_to_a_serve_run_as_a_container_sidecar(tmp_pat
         assert serve.poll() is None, "the sidecar serve stopped with the broker"
         serve.terminate()  # what the orchestrator does: no class is open now
         assert serve.wait(timeout=30) == 0
-    finally:
-        if serve.poll() is None:
-            serve.kill()
-            serve.wait(timeout=10)
-        log.close()
 
 
 def test_an_interrupted_kafka_thread_fails_its_call_not_the_connection(tmp_path: Path) -> None:
@@ -601,17 +585,7 @@ def test_an_interrupted_kafka_thread_fails_its_call_not_the_connection(tmp_path:
     java, _mvn = require_tools()
     config, sock = plugin_config(tmp_path / "serve"), tmp_path / "interrupt.sock"
     out = tmp_path / "serve.out"
-    with out.open("ab") as log:
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "rlmm.cli", "--config", str(config), "serve", "--socket",
-             str(sock)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while not sock.exists():
-            assert serve.poll() is None and time.monotonic() < deadline, out.read_text()
-            time.sleep(0.1)
+    with sidecar_serve(config, sock, out):
         harness = Path(__file__).with_name("java") / "InterruptedCaller.java"
         done = subprocess.run(
             [java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness), str(sock), "1500"],
@@ -622,6 +596,3 @@ def test_an_interrupted_kafka_thread_fails_its_call_not_the_connection(tmp_path:
         assert calls > 100, done.stdout
         connected = out.read_text().count("bridge rlmm connected")
         assert connected == 1, f"the class connected {connected} times:\n{out.read_text()}"
-    finally:
-        serve.terminate()
-        serve.wait(timeout=30)
