@@ -489,6 +489,19 @@ async def test_a_stalled_rlmm_serve_never_stalls_the_broker(tmp_path: Path) -> N
         mark = broker._log_size()
         os.kill(serve, signal.SIGSTOP)
         try:
+            # A new topic's leadership reaches the RLMM on the thread that applies the
+            # cluster's metadata: it must not wait on a stalled rlmm serve.
+            fresh = f"{topic}-new"
+            took = time.monotonic()
+            await create_topic(broker.bootstrap, fresh)
+            producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+            await producer.start()
+            try:
+                await producer.send_and_wait(fresh, b"first", partition=0)
+            finally:
+                await producer.stop()
+            took = time.monotonic() - took
+            assert took < 4.5, f"a new topic took {took:.1f} s to take a record"
             started = time.monotonic()
             committed, aborted, rolls = await produce(broker.bootstrap, topic)
             # every record above was acknowledged while rlmm serve was stalled

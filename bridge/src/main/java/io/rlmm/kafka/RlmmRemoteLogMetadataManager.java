@@ -5,6 +5,7 @@ import static io.rlmm.kafka.ServeConnection.args;
 import java.nio.ByteBuffer;
 import java.util.*;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.server.log.remote.metadata.storage.serialization.RemoteLogMetadataSerde;
 import org.apache.kafka.server.log.remote.storage.*;
@@ -135,9 +136,23 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
     }
   }
 
+  /**
+   * Sends a leadership change without waiting for the answer: Kafka calls this from the thread that applies
+   * the cluster's metadata, which must never wait on rlmm serve. Sends go out in call order; the state is
+   * sent whole again on every reconnect.
+   */
   private void tell(String method, Map<String, ?> args) {
+    if (!serve.isConnected()) {
+      LOG.debug("{} kept for rlmm serve's next connection", method);
+      return;
+    }
     try {
-      serve.call(method, args);
+      serve.callAsync(method, args, serve.callTimeoutMs).whenComplete((answer, e) -> {
+        if (e != null) {
+          LOG.warn("{} not delivered ({}); the leadership state is sent again when rlmm serve reconnects",
+              method, (e instanceof CompletionException && e.getCause() != null ? e.getCause() : e).getMessage());
+        }
+      });
     } catch (RemoteStorageException e) {
       LOG.warn("{} not delivered ({}); the leadership state is sent again when rlmm serve reconnects",
           method, e.getMessage());
