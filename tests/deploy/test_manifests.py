@@ -154,11 +154,16 @@ def test_config_from_the_configmap_and_secrets_from_the_secret(tmp_path: Path) -
 
 
 def test_manifests_match_kubernetes_schemas() -> None:
+    match_kubernetes_schemas(resources())
+
+
+def match_kubernetes_schemas(docs: dict[str, dict[str, Any]]) -> None:
+    """Each object against Kubernetes' own schemas (kubernetes-validate, offline)."""
     kv = pytest.importorskip(
         "kubernetes_validate", reason="kubernetes-validate (offline schemas) not installed"
     )
     version = kv.latest_version()
-    for kind, doc in resources().items():
+    for kind, doc in docs.items():
         try:
             kv.validate(doc, version, strict=True)
         except kv.ValidationError as e:

@@ -19,6 +19,7 @@ import pytest
 
 from rlmm.offload.health import PATHS
 from rlmm.plugin.broker_settings import broker_config
+from tests.deploy.test_manifests import match_kubernetes_schemas
 from tests.fixtures.kafka_plugin import RLMM_CLASS, RSM_CLASS
 
 yaml = pytest.importorskip("yaml")
@@ -171,12 +172,4 @@ def test_the_configmap_builds_a_broker_config_without_secrets(tmp_path: Path) ->
 
 
 def test_manifests_match_kubernetes_schemas() -> None:
-    kv = pytest.importorskip(
-        "kubernetes_validate", reason="kubernetes-validate (offline schemas) not installed"
-    )
-    version = kv.latest_version()
-    for kind, doc in resources().items():
-        try:
-            kv.validate(doc, version, strict=True)
-        except kv.ValidationError as e:
-            pytest.fail(f"{kind} does not match Kubernetes {version}: {e}")
+    match_kubernetes_schemas(resources())

@@ -32,7 +32,6 @@ from uuid import uuid4
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from rlmm.plugin.server import release
 from tests.fixtures.apache_kafka import (
@@ -51,13 +50,16 @@ from tests.fixtures.kafka_plugin import (
     stop_plugin_broker,
     wait_for_serve,
 )
+from tests.integration.test_kafka_tiered_storage_read import (
+    PARTITIONS,
+    SEGMENT_MS,
+    create_topic,
+)
 from tests.integration.test_restore_apache_kafka import consume_records
 from tests.integration.test_spark_kafka_vs_archive import kafka_source_jars, read_with_spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow]
 
-PARTITIONS = 2
-SEGMENT_MS = 1500
 GROUP_MS = SEGMENT_MS + 500  # each group's timestamps roll a segment of its own
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 PER_CODEC = 40
@@ -79,22 +81,6 @@ def plugin_broker(tmp_path: Path) -> Iterator[ApacheKafkaBroker]:
     finally:
         left = stop_plugin_broker(broker)
         assert not left, f"rlmm serve {left} outlived its broker"
-
-
-async def create_topic(bootstrap: str, topic: str, **extra: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        configs = {
-            "remote.storage.enable": "true",
-            "segment.ms": str(SEGMENT_MS),
-            "local.retention.ms": "1000",
-            "retention.ms": "-1",
-            **{k.replace("_", "."): v for k, v in extra.items()},
-        }
-        await admin.create_topics([NewTopic(topic, PARTITIONS, 1, topic_configs=configs)])
-    finally:
-        await admin.close()
 
 
 async def produce(

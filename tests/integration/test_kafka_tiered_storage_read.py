@@ -51,7 +51,10 @@ ISOLATION = ["read_uncommitted", "read_committed"]
 PER_CODEC = 40
 
 
-async def create_topic(bootstrap: str, topic: str) -> None:
+async def create_topic(bootstrap: str, topic: str, **extra: str) -> None:
+    """A tiered topic of PARTITIONS partitions, rolled by SEGMENT_MS, its local copies
+    deleted after a second; ``extra`` topic configs with ``_`` for ``.``
+    (``segment_bytes="1048576"``)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -60,6 +63,7 @@ async def create_topic(bootstrap: str, topic: str) -> None:
             "segment.ms": str(SEGMENT_MS),
             "local.retention.ms": "1000",
             "retention.ms": "-1",
+            **{k.replace("_", "."): v for k, v in extra.items()},
         }
         await admin.create_topics([NewTopic(topic, PARTITIONS, 1, topic_configs=configs)])
     finally:
