@@ -52,7 +52,7 @@ from tests.fixtures.apache_kafka import (
 )
 from tests.fixtures.kafka import kafka_answers
 from tests.fixtures.kafka_plugin import JAR, plugin_config, plugin_overrides, serve_pids
-from tests.fixtures.s3 import free_port
+from tests.fixtures.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("kafka", "rlmm-local", "rlmm-s3", "rlmm-local-nofsync")

@@ -102,13 +102,13 @@ from rlmm.offload.faults import STEPS as KILL_STEPS  # noqa: E402
 from rlmm.offload.logdir import read_offset_checkpoint  # noqa: E402
 from tests.fixtures.apache_kafka import ApacheKafkaBroker  # noqa: E402
 from tests.fixtures.apache_kafka_cluster import ApacheKafkaCluster  # noqa: E402
+from tests.fixtures.ports import free_port  # noqa: E402
 from tests.fixtures.prometheus import (  # noqa: E402
     PrometheusServer,
     PrometheusUnavailable,
     prometheus_tools,
     run_prometheus,
 )
-from tests.fixtures.s3 import free_port  # noqa: E402
 from tests.fixtures.s3_faults import FaultyS3, faulty_s3  # noqa: E402
 
 RLMM = str(Path(sys.executable).parent / "rlmm")

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from tests.deploy.test_prometheus_rules import LOCAL_RETENTION, NAME, RULES, exported_names
+from tests.fixtures.ports import free_port
 from tests.fixtures.prometheus import PrometheusServer, PrometheusTools, run_prometheus
-from tests.fixtures.s3 import free_port
 from tests.rlmm.offload.test_health import get, spawn_offload, stop, wait_for
 from tests.rlmm.offload.test_sidecar import log_dir, write_config
 

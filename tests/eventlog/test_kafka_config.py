@@ -24,7 +24,7 @@ from eventlog.errors import (
     EventLogTransportError,
 )
 from eventlog.kafka import KafkaEventLog
-from tests.fixtures.s3 import free_port
+from tests.fixtures.ports import free_port
 
 P = "remote.log.metadata."
 BOOT = {f"{P}common.client.bootstrap.servers": "k1:9092,k2:9092"}

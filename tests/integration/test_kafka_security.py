@@ -35,7 +35,7 @@ from rlmm.offload.logdir import read_offset_checkpoint
 from tests.fixtures.apache_kafka import ApacheKafkaUnavailable
 from tests.fixtures.kafka import BrokerStartError
 from tests.fixtures.kafka_security import PASSWORDS, PKCS12_PASSWORD, SCRAM, Pki, SecureKafka
-from tests.fixtures.s3 import free_port
+from tests.fixtures.ports import free_port
 from tests.rlmm.factories import segment
 from tests.rlmm.offload.test_health import get, spawn_offload, stop, wait_for
 

@@ -13,7 +13,7 @@ import pytest
 
 from rlmm.config import load_config
 from rlmm.ops.describe import segment_fields
-from tests.fixtures.s3 import free_port
+from tests.fixtures.ports import free_port
 from tests.rlmm.archive.archive_data import offload
 from tests.rlmm.cli.store import run_cli, sid, write_partition
 

@@ -22,7 +22,7 @@ import pytest
 
 from rlmm.offload.health import NOT_STARTED
 from rlmm.offload.metrics import OffloadMetrics
-from tests.fixtures.s3 import free_port
+from tests.fixtures.ports import free_port
 from tests.rlmm.offload.conftest import write_partition
 from tests.rlmm.offload.test_sidecar import log_dir, write_config
 

@@ -23,7 +23,7 @@ from rlmm.factory import create_manager, open_event_log
 from rlmm.offload import OffloadSettings
 from rlmm.offload.display import Display
 from rlmm.offload.sidecar import run_sidecar
-from tests.fixtures.s3 import free_port
+from tests.fixtures.ports import free_port
 from tests.rlmm.offload.conftest import check_invariants, local_keys, write_partition
 
 

@@ -531,7 +531,7 @@ async def test_a_manager_that_cannot_start_is_retried_and_said_not_ready(tmp_pat
     """The metadata topic's cluster refuses connections: configure still answers (the
     broker's start is not held), every lookup is not_ready, /readyz names the cause,
     and the start is retried in the background until it works or the process stops."""
-    from tests.fixtures.s3 import free_port
+    from tests.fixtures.ports import free_port
 
     config = tmp_path / "rlmm.toml"
     config.write_text(f'data_dir = "{tmp_path / "data"}"\n[remote]\ntype = "local"\n')
@@ -567,7 +567,7 @@ def test_the_brokers_environment_opens_the_metrics_port(tmp_path: Path) -> None:
     starts (and is not taken for an rlmm setting by the config loader)."""
     import urllib.request
 
-    from tests.fixtures.s3 import free_port
+    from tests.fixtures.ports import free_port
 
     config, sock, port = write_config(tmp_path), tmp_path / "env.sock", free_port()
     env = {**os.environ, "RLMM_SERVE_METRICS_PORT": str(port)}

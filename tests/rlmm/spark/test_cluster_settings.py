@@ -29,7 +29,7 @@ from rlmm.spark.errors import ExecutorSettingError, KafkaArchiveOptionError
 from rlmm.spark.options import parse_options
 from rlmm.spark.planning import plan_groups, rlmm_config
 from rlmm.spark.source import KafkaArchiveDataSource, SlicePartition, kafka_struct, with_spark_conf
-from tests.fixtures.s3 import free_port
+from tests.fixtures.ports import free_port
 from tests.rlmm.archive import archive_data as data
 from tests.rlmm.archive.archive_data import expected_rows, rows
 
