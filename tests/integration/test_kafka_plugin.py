@@ -595,3 +595,57 @@ def test_an_interrupted_kafka_thread_fails_its_call_not_the_connection(tmp_path:
         assert calls > 100, done.stdout
         connected = out.read_text().count("bridge rlmm connected")
         assert connected == 1, f"the class connected {connected} times:\n{out.read_text()}"
+
+
+async def test_a_kafka_style_remote_read_moves_about_what_kafka_takes(tmp_path: Path) -> None:
+    """Kafka's remote read opens the stream at the offset index's position, skips to the
+    fetch offset's batch (up to index.interval.bytes) and takes max.partition.fetch.bytes
+    (1 MiB): the bridge answers it with one chunk call and about that many bytes (its
+    first chunk was exactly 1 MiB, so every read took a second 1 MiB chunk for the few
+    bytes past it: two calls and twice the bytes)."""
+    import zlib
+
+    from rlmm.plugin.server import PluginServer
+    from tests.fixtures.apache_kafka import kafka_libs, require_tools
+    from tests.rlmm.plugin.bridge_client import BridgeClient, wire
+    from tests.rlmm.plugin.test_server import BROKER_PROPS, started, tier, write_config
+
+    jar = plugin_jar()
+    java, _mvn = require_tools()
+    server = PluginServer(write_config(tmp_path), tmp_path / "serve.sock")
+    task = await started(server)
+    try:
+        client = await BridgeClient.connect(server.socket_path)
+        try:
+            await client.hello("rlmm")
+            await client.call("configure", role="rsm", props=dict(BROKER_PROPS))
+            await client.call("configure", role="rlmm", props=dict(BROKER_PROPS))
+            md, contents = await tier(client, tmp_path, log_size=3_500_000)
+        finally:
+            await client.close()
+        (tmp_path / "metadata").write_bytes(wire(md))
+        mib = 1 << 20
+        reads = [(0, 0, mib), (8192, 3000, mib), (1_500_000, 4095, mib), (3_000_000, 100, mib)]
+        harness = Path(__file__).with_name("java") / "KafkaStyleReads.java"
+        proc = await asyncio.create_subprocess_exec(
+            java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness), str(server.socket_path),
+            str(tmp_path / "metadata"), *(f"{s}:{k}:{n}" for s, k, n in reads),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 180)
+        assert proc.returncode == 0, (out + err).decode()
+        log = contents["log_segment"]
+        for line, (start, skip, length) in zip(out.decode().splitlines(), reads, strict=True):
+            want = log[start + skip : start + skip + length]
+            assert line.split() == [str(start), str(skip), str(len(want)), str(zlib.crc32(want))]
+        registry = server.metrics.registry
+        topic = {"topic": md.topic_id_partition.topic}
+        calls = registry.get_sample_value("rlmm_remote_fetch_requests_total", topic)
+        moved = registry.get_sample_value("rlmm_remote_fetch_bytes_total", topic)
+        assert calls == len(reads), f"{calls} chunk calls for {len(reads)} reads"
+        taken = sum(min(skip + length, len(log) - start) for start, skip, length in reads)
+        assert moved is not None and moved <= taken + len(reads) * (64 << 10), (moved, taken)
+    finally:
+        server.stop()
+        await asyncio.wait_for(task, 30)

@@ -92,10 +92,16 @@ def finished_update(
 
 
 async def tier(
-    client: BridgeClient, tmp_path: Path, *, start: int = 1000, txn: bool = True, seed: int = 0
+    client: BridgeClient,
+    tmp_path: Path,
+    *,
+    start: int = 1000,
+    txn: bool = True,
+    seed: int = 0,
+    log_size: int = 300_000,
 ) -> tuple[RemoteLogSegmentMetadata, dict[str, bytes]]:
     files = write_segment(
-        tmp_path / f"log-{start}", log_size=300_000, with_txn=txn, seed=seed, name=f"{start:020d}"
+        tmp_path / f"log-{start}", log_size=log_size, with_txn=txn, seed=seed, name=f"{start:020d}"
     )
     md = make_metadata(start_offset=start, size=len(files.contents["log_segment"]))
     tp = wire_tp(md.topic_id_partition)

@@ -25,11 +25,16 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
 public class RlmmRemoteStorageManager implements RemoteStorageManager {
   private static final RemoteLogMetadataSerde SERDE = new RemoteLogMetadataSerde();
   private final ServeConnection serve = new ServeConnection("rsm", null);
+  /** Slack on a fetch's first chunk for Kafka's skip from the offset index's entry to the fetch offset. */
+  private static final int FIRST_CHUNK_SLACK = 64 << 10;
+
   private int chunkBytes = 1 << 20;
 
   @Override
   public void configure(Map<String, ?> configs) {
-    chunkBytes = (int) Math.min(ServeConnection.number(configs, "fetch.chunk.bytes", 1 << 20), 32 << 20);
+    // rlmm serve answers at most 16 MiB per chunk (MAX_CHUNK_BYTES), the first one's slack included
+    chunkBytes = (int) Math.max(1, Math.min(ServeConnection.number(configs, "fetch.chunk.bytes", 1 << 20),
+        (16 << 20) - FIRST_CHUNK_SLACK));
     serve.configure(configs);
   }
 
@@ -69,7 +74,7 @@ public class RlmmRemoteStorageManager implements RemoteStorageManager {
     byte[] md = SERDE.serialize(metadata);
     return new SegmentInputStream((position, length) -> bytes("rsm.fetch_log_segment",
         serve.call("rsm.fetch_log_segment", args("metadata", md, "position", position, "length", length))),
-        start, end, chunkBytes);
+        start, end, chunkBytes + FIRST_CHUNK_SLACK, chunkBytes);
   }
 
   @Override

@@ -11,6 +11,13 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
  * <p>Invariant: the first chunk is fetched in the constructor (so a missing segment fails there, not on the first
  * read); a later chunk only when a read needs it; no chunk asks beyond {@code end}; a chunk shorter than asked is
  * the segment's last.
+ *
+ * <p>Sizes follow Kafka's remote read: it opens the stream at the offset index's entry at or before the fetch
+ * offset (up to {@code index.interval.bytes} early), skips to the batch holding the offset, then reads
+ * {@code max.partition.fetch.bytes} from there and closes the stream. So the first chunk asks {@code firstBytes}
+ * (the chunk size plus slack for that skip: one round trip per fetch), and later chunks start at
+ * {@link #NEXT_BYTES} and double up to {@code chunkBytes}: a read that overshoots the first chunk by a few bytes
+ * does not move another full chunk through the socket.
  */
 final class SegmentInputStream extends InputStream {
   /** One fetch: at most {@code length} bytes from {@code position}. */
@@ -18,25 +25,33 @@ final class SegmentInputStream extends InputStream {
     byte[] fetch(long position, int length) throws RemoteStorageException;
   }
 
+  /** The first later chunk's size. */
+  static final int NEXT_BYTES = 64 << 10;
+
   private final Chunks chunks;
   private final long end;
   private final int chunkBytes;
+  private int want;
   private long next;
   private byte[] buf;
   private int off;
   private boolean last;
   private boolean closed;
 
-  SegmentInputStream(Chunks chunks, long start, long end, int chunkBytes) throws RemoteStorageException {
+  SegmentInputStream(Chunks chunks, long start, long end, int firstBytes, int chunkBytes)
+      throws RemoteStorageException {
     this.chunks = chunks;
     this.end = end;
     this.chunkBytes = chunkBytes;
     this.next = start;
+    this.want = firstBytes;
     fill();
+    this.want = Math.min(NEXT_BYTES, chunkBytes);
   }
 
   private void fill() throws RemoteStorageException {
-    int want = (int) Math.min(chunkBytes, end - next);
+    int want = (int) Math.min(this.want, end - next);
+    this.want = (int) Math.min((long) this.want * 2, chunkBytes);
     buf = want <= 0 ? new byte[0] : chunks.fetch(next, want);
     if (buf.length > want) {
       throw new RemoteStorageException("rlmm serve answered " + buf.length + " bytes at " + next + " for at most " + want);

@@ -1,0 +1,38 @@
+// Kafka's remote read (RemoteLogManager.read), driven against rlmm's RSM class: open the
+// segment's stream at the offset index's position, skip to the batch holding the fetch
+// offset, read max.partition.fetch.bytes, close. Run with java's single-file launcher,
+// the plugin jar and Kafka's jars on the class path, against a running rlmm serve:
+//   java -cp <jar>:<kafka libs>/* KafkaStyleReads.java <socket> <metadata file> <start:skip:length>...
+// <metadata file> holds the segment's metadata in Kafka's serde form. For each read it
+// prints "<start> <skip> <bytes read> <crc32 of them>" and exits 0.
+import io.rlmm.kafka.RlmmRemoteStorageManager;
+import java.io.InputStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Map;
+import java.util.zip.CRC32;
+import org.apache.kafka.server.log.remote.metadata.storage.serialization.RemoteLogMetadataSerde;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
+
+public class KafkaStyleReads {
+  public static void main(String[] args) throws Exception {
+    RlmmRemoteStorageManager rsm = new RlmmRemoteStorageManager();
+    rsm.configure(Map.of("socket", args[0], "broker.id", "1"));
+    RemoteLogSegmentMetadata md = (RemoteLogSegmentMetadata)
+        new RemoteLogMetadataSerde().deserialize(Files.readAllBytes(Path.of(args[1])));
+    for (int i = 2; i < args.length; i++) {
+      String[] read = args[i].split(":");
+      int start = Integer.parseInt(read[0]);
+      int skip = Integer.parseInt(read[1]);
+      int length = Integer.parseInt(read[2]);
+      try (InputStream in = rsm.fetchLogSegment(md, start)) {
+        in.readNBytes(skip);
+        byte[] got = in.readNBytes(length);
+        CRC32 crc = new CRC32();
+        crc.update(got);
+        System.out.println(start + " " + skip + " " + got.length + " " + crc.getValue());
+      }
+    }
+    rsm.close();
+  }
+}
