@@ -3,10 +3,14 @@
 Each metric maps to one of Kafka's (``kafka.server:type=BrokerTopicMetrics`` unless
 noted); the table is in docs/offload.md. Invariant: every instance has its own
 CollectorRegistry (two managers in one process never collide), and a gauge always
-holds the value of the last round, per partition. The per-partition gauges (six
-series per partition: 24,000 on a broker of 4,000) are rendered for ``/metrics`` as
-they are set, not at each scrape (``PartitionGauge``): prometheus_client formats about
-50,000 samples a second, so a scrape of that many would take half a second.
+holds the value of the last round, per partition, but for an age, which is the time
+since a timestamp of the last round, computed when read (``PartitionAgeGauge``: a
+round over an unchanged partition is skipped, and its age must grow all the same).
+The unarchived-tail gauges exist only for partitions this manager leads. The
+per-partition gauges (nine series per partition: 36,000 on a broker of 4,000) are
+rendered for ``/metrics`` as they are set, not at each scrape (``PartitionGauge``):
+prometheus_client formats about 50,000 samples a second, so a scrape of that many
+would take half a second; the ages, one line each, are formatted at the scrape.
 
 ``serve`` puts the registry on an HTTP port, beside the probes of ``rlmm.offload.health``.
 """
@@ -70,6 +74,12 @@ class PartitionGauge:
             f" {floatToGoString(value)}\n"
         )
 
+    def remove_partition(self, tp: TopicIdPartition) -> None:
+        """Drop the series of ``tp`` (absent from then on, not 0)."""
+        key = (tp.topic, str(tp.partition))
+        if self._lines.pop(key, None) is not None:
+            self.gauge.remove(*key)
+
     def describe(self) -> Iterable[Metric]:
         return self.gauge.describe()
 
@@ -79,6 +89,42 @@ class PartitionGauge:
     def exposition(self) -> str:
         # list(): one C call under the GIL, safe while the loop sets a new series
         return self._header + "".join(list(self._lines.values()))
+
+
+class PartitionAgeGauge(PartitionGauge):
+    """A PartitionGauge whose value is the seconds since a timestamp set per partition,
+    computed when read (a scrape, or the registry's collect): it grows between rounds."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+        super().__init__(name, documentation, registry)
+        # (topic, partition) -> (the line up to its value, the timestamp in ms)
+        self._series: dict[tuple[str, str], tuple[str, int]] = {}
+
+    def set_partition(self, tp: TopicIdPartition, value: float) -> None:
+        raise TypeError(f"{self.name} is an age: set its timestamp with set_since()")
+
+    def set_since(self, tp: TopicIdPartition, timestamp_ms: int) -> None:
+        """The series of ``tp`` reads now minus ``timestamp_ms``, in seconds."""
+        key = (tp.topic, str(tp.partition))
+        known = self._series.get(key)
+        if known is not None and known[1] == timestamp_ms:
+            return
+        line = f'{self.name}{{partition="{key[1]}",topic="{_escape(key[0])}"}}'
+        self._series[key] = (line, timestamp_ms)
+        self.gauge.labels(*key).set_function(lambda: time.time() - timestamp_ms / 1000)
+
+    def remove_partition(self, tp: TopicIdPartition) -> None:
+        key = (tp.topic, str(tp.partition))
+        if self._series.pop(key, None) is not None:
+            self.gauge.remove(*key)
+
+    def exposition(self) -> str:
+        now = time.time()
+        # list(): one C call under the GIL, safe while the loop sets or drops a series
+        series = list(self._series.values())
+        return self._header + "".join(
+            f"{line} {floatToGoString(now - ms / 1000)}\n" for line, ms in series
+        )
 
 
 class MetricsServer:
@@ -187,6 +233,25 @@ class OffloadMetrics:
             "Remote segments known for the partition (RemoteLogMetadataCount)",
             r,
         )
+        self.unarchived_offsets = PartitionGauge(
+            "rlmm_unarchived_offsets",
+            "Offsets of the local log not in remote storage: the log end offset minus the"
+            " archive's end, the active segment included (never copied, as in Kafka; the"
+            " copy lag leaves it out)",
+            r,
+        )
+        self.unarchived_bytes = PartitionGauge(
+            "rlmm_unarchived_bytes",
+            "Bytes of the local segments holding offsets not in remote storage, the active"
+            " segment included",
+            r,
+        )
+        self.archive_newest_record_age = PartitionAgeGauge(
+            "rlmm_archive_newest_record_age_seconds",
+            "Seconds since the largest timestamp of the newest archived segment: records"
+            " written after it are on the broker only (absent: nothing archived)",
+            r,
+        )
         self.event_log_lag = Gauge(
             "rlmm_metadata_event_log_lag",
             "Metadata events published but not yet applied, per metadata partition",
@@ -281,6 +346,7 @@ class OffloadMetrics:
         self.partition_gauges = (
             self.copy_lag_bytes, self.copy_lag_segments, self.delete_lag_bytes,
             self.delete_lag_segments, self.remote_log_size, self.metadata_count,
+            self.unarchived_offsets, self.unarchived_bytes, self.archive_newest_record_age,
         )  # fmt: skip
 
     def partition_exposition(self, names: Collection[str] | None = None) -> bytes:
@@ -359,6 +425,26 @@ class OffloadMetrics:
     def set_remote_log(self, tp: TopicIdPartition, nbytes: int, segments: int) -> None:
         self.remote_log_size.set_partition(tp, nbytes)
         self.metadata_count.set_partition(tp, segments)
+
+    def set_unarchived(
+        self, tp: TopicIdPartition, offsets: int, nbytes: int, newest_timestamp_ms: int | None
+    ) -> None:
+        """The tail of ``tp`` not in remote storage, and the largest timestamp of its
+        newest archived segment (None: nothing archived, the age is absent)."""
+        self.unarchived_offsets.set_partition(tp, offsets)
+        self.unarchived_bytes.set_partition(tp, nbytes)
+        if newest_timestamp_ms is None:
+            self.archive_newest_record_age.remove_partition(tp)
+        else:
+            self.archive_newest_record_age.set_since(tp, newest_timestamp_ms)
+
+    def clear_unarchived(self, tp: TopicIdPartition) -> None:
+        """``tp`` is no longer led here: its unarchived-tail series go (another
+        sidecar, its leader's, exports them)."""
+        for gauge in (
+            self.unarchived_offsets, self.unarchived_bytes, self.archive_newest_record_age
+        ):  # fmt: skip
+            gauge.remove_partition(tp)
 
 
 __all__ = ["MetricsServer", "OffloadMetrics"]

@@ -26,6 +26,9 @@ Invariants:
   another writer left (Kafka's own RemoteLogManager) is never touched;
 - ``abandon(tp)`` (leadership lost) cancels the partition's round: a copy in flight
   is abandoned and its objects deleted before it returns, and no new segment starts;
+- the unarchived tail (offsets and bytes after the archive's end, the active segment
+  included, and the age of the newest archived record) is exported for the partitions
+  led here only, set by every copy and expiration round and dropped with leadership;
 - a segment holding records off the leader's epoch lineage (an unclean election cut
   them) is deleted once the local log still holds what it served on the lineage;
 - nothing started here outlives ``close()``; cancellation is never swallowed;
@@ -235,6 +238,7 @@ class RemoteLogManager:
         follow = set(followers) - set(sources)
         for tp in follow & set(self._leaders):
             await self._stop_task(self._leaders.pop(tp))
+            self.metrics.clear_unarchived(tp)
         await self.rlmm.on_partition_leadership_changes(list(sources), list(follow))
         # Each round leads every partition again: only those not ready yet are waited on.
         waiting = [tp for tp in sources if not self.rlmm.is_ready(tp)]
@@ -282,6 +286,7 @@ class RemoteLogManager:
             self._leaders.pop(tp, None)
             self._followers.discard(tp)
             self._no_foreign.pop(tp, None)
+            self.metrics.clear_unarchived(tp)
         await self.rlmm.on_stop_partitions(tps)
 
     async def _stop_task(self, leader: _Leader) -> None:
@@ -305,6 +310,7 @@ class RemoteLogManager:
             log.info("%s: leadership lost: stopping its copy and expiration", tp)
             await self._stop_task(self._leaders.pop(tp))
             self._followers.add(tp)
+            self.metrics.clear_unarchived(tp)
 
     async def foreign_segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """The segments of ``tp`` in the metadata that rlmm did not write."""
@@ -422,15 +428,52 @@ class RemoteLogManager:
 
     # ---- offsets ------------------------------------------------------------------------------
 
-    def _highest_remote(
+    def _archive_end(
         self, tp: TopicIdPartition, epochs: Sequence[EpochStart], log_end_offset: int
-    ) -> int:
+    ) -> tuple[int, int | None]:
+        """The highest offset in remote storage along the lineage (-1: none), and the
+        leader epoch it was found in (Kafka's rule, with KAFKA-15241)."""
         ends = epoch_end_offsets(epochs, log_end_offset)
         for entry in reversed(epochs):
             offset = self.rlmm.highest_offset_for_epoch(tp, entry.epoch)
             if offset is not None:
-                return min(offset, ends[entry.epoch] - 1)
-        return -1
+                return min(offset, ends[entry.epoch] - 1), entry.epoch
+        return -1, None
+
+    def _highest_remote(
+        self, tp: TopicIdPartition, epochs: Sequence[EpochStart], log_end_offset: int
+    ) -> int:
+        return self._archive_end(tp, epochs, log_end_offset)[0]
+
+    def _newest_archived_timestamp(
+        self, tp: TopicIdPartition, epoch: int | None, end: int
+    ) -> int | None:
+        """The max timestamp of the FINISHED segment holding the archive's end ``end``
+        (found in ``epoch``); None when no FINISHED segment is left (retention emptied
+        the archive: ``highest_offset_for_epoch`` keeps what was copied, as Kafka's)."""
+        if epoch is None:
+            return None
+        segment = self.rlmm.remote_log_segment_metadata(tp, epoch, end)
+        if segment is not None:
+            return segment.max_timestamp_ms
+        # Rare (a lineage cut inside the epoch): the newest FINISHED segment below it.
+        newest = None
+        for s in self.rlmm.walk_segment_summaries(tp, _FINISHED_STATE):
+            if s.start_offset <= end and (newest is None or s.start_offset >= newest[0]):
+                newest = (s.start_offset, s.max_timestamp_ms)
+        return None if newest is None else newest[1]
+
+    def _record_unarchived(self, tp: TopicIdPartition, view: LogView) -> None:
+        """Export what of ``tp``'s local log the archive lacks: the offsets from the
+        archive's end (or the log start) to the log end and the bytes of the local
+        segments holding them, the active segment included (Kafka never copies it, and
+        RemoteCopyLag leaves it out), and when the newest archived record was written."""
+        end, epoch = self._archive_end(tp, view.epochs, view.log_end_offset)
+        start = max(end + 1, view.log_start_offset)
+        offsets = max(0, view.log_end_offset - start)
+        nbytes = view.local_bytes_from(start) if offsets else 0
+        newest = self._newest_archived_timestamp(tp, epoch, end)
+        self.metrics.set_unarchived(tp, offsets, nbytes, newest)
 
     def highest_remote_offset(self, tp: TopicIdPartition) -> int:
         """The highest offset in remote storage along the leader's epoch lineage (-1: none).
@@ -475,6 +518,7 @@ class RemoteLogManager:
             candidates = list(view.rolled_from(start))
             lag_bytes = sum(s.size_in_bytes for s in candidates)
             self.metrics.set_copy_lag(tp, lag_bytes, len(candidates))
+            self._record_unarchived(tp, view)
             retention_ms = leader.source.retention().retention_ms
             # Oldest first, the segments already past retention.ms are not uploaded: the
             # expiration that follows would delete them at once. Only a leading run, as
@@ -506,6 +550,8 @@ class RemoteLogManager:
                 result.bytes += finished.segment_size_in_bytes
                 self.metrics.set_copy_lag(tp, lag_bytes, len(candidates) - i - 1)
             self._record_remote_size(tp)
+            if result.copied:
+                self._record_unarchived(tp, view)
         return result
 
     async def _copy_with_retries(
@@ -584,6 +630,7 @@ class RemoteLogManager:
                 lag -= victim.segment.segment_size_in_bytes
                 self.metrics.set_delete_lag(tp, lag, len(victims) - i - 1)
             self._record_remote_size(tp)
+            self._record_unarchived(tp, view)
         return result
 
     def _off_lineage(
@@ -800,6 +847,7 @@ class RemoteLogManager:
             )
         )
         self._leaders.pop(tp, None)
+        self.metrics.clear_unarchived(tp)
         return deleted
 
     # ---- lifecycle ---------------------------------------------------------------------------
