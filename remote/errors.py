@@ -120,3 +120,10 @@ class SideIndexError(RemoteStorageError):
 
 
 __all__ += ["SideIndexError"]
+
+
+class TopicConfigsError(RemoteStorageError):
+    """A topic's configs kept in rlmm's store cannot be read, decoded or written."""
+
+
+__all__ += ["TopicConfigsError"]

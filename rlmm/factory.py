@@ -19,6 +19,7 @@ from remote.layouts import RemoteLayout
 from remote.registry import load_remote_layout, load_remote_storage_manager
 from remote.side_index import SideIndex, is_s3_location
 from remote.storage import RemoteStorageManager
+from remote.topic_configs import TopicConfigStore
 from rlmm.config import RlmmConfig, flatten_table
 from rlmm.errors import ConfigError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
@@ -73,6 +74,28 @@ def open_side_index(location: str, remote_options: Mapping[str, Any]) -> SideInd
     from remote.s3 import make_s3_client
 
     return SideIndex(location, s3_client=make_s3_client(remote_options))
+
+
+def open_topic_config_store(config: RlmmConfig) -> TopicConfigStore | None:
+    """Where topics' configs are kept (``remote.topic_configs``): the ``[remote]`` store of
+    rlmm's own layout (its root, or its bucket and prefix, with its encryption settings);
+    None for a Kafka cluster's own tier, which rlmm reads but never writes."""
+    remote = config.remote_options()
+    kind = remote.get("type", "local")
+    if kind == "local":
+        return TopicConfigStore(Path(remote["root"]), fsync=bool(remote.get("fsync", True)))
+    if kind != "s3":
+        return None
+    from remote.s3 import encryption_args, make_s3_client
+
+    return TopicConfigStore(
+        s3_client=make_s3_client(remote),
+        bucket=str(remote["bucket"]),
+        prefix=str(remote.get("prefix", "")),
+        object_args=encryption_args(
+            remote.get("sse"), remote.get("sse_kms_key_id"), remote.get("bucket_key_enabled", False)
+        ),
+    )
 
 
 def _file_remote_secrets(path: Path) -> dict[str, Any]:
@@ -168,6 +191,7 @@ __all__ = [
     "open_remote_storage",
     "open_side_index",
     "open_snapshot_source",
+    "open_topic_config_store",
     "remote_layout_from_options",
     "snapshot_policy",
     "snapshot_store_options",
