@@ -46,6 +46,7 @@ from rlmm.plugin.protocol import (
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Mapping[str, Any]], Awaitable[Any]]
+Lookup = Callable[[Mapping[str, Any]], Any]
 START_BACKOFF_S = (1.0, 30.0)
 
 
@@ -72,11 +73,18 @@ class MetadataCalls:
             "rlmm.add_remote_log_segment_metadata": self.add_remote_log_segment_metadata,
             "rlmm.update_remote_log_segment_metadata": self.update_remote_log_segment_metadata,
             "rlmm.put_remote_partition_delete_metadata": self.put_remote_partition_delete_metadata,
+            "rlmm.on_partition_leadership_changes": self.on_partition_leadership_changes,
+            "rlmm.on_stop_partitions": self.on_stop_partitions,
+        }
+
+    def lookups(self) -> dict[str, Lookup]:
+        """The calls answered from the cache alone: plain functions, no I/O, no await (the
+        server answers them inline: an idle broker asks isReady and listRemoteLogSegments
+        of every partition each task interval)."""
+        return {
             "rlmm.remote_log_segment_metadata": self.remote_log_segment_metadata,
             "rlmm.highest_offset_for_epoch": self.highest_offset_for_epoch,
             "rlmm.list_remote_log_segments": self.list_remote_log_segments,
-            "rlmm.on_partition_leadership_changes": self.on_partition_leadership_changes,
-            "rlmm.on_stop_partitions": self.on_stop_partitions,
             "rlmm.remote_log_size": self.remote_log_size,
             "rlmm.next_segment_with_txn_index": self.next_segment_with_txn_index,
             "rlmm.is_ready": self.is_ready,
@@ -149,35 +157,35 @@ class MetadataCalls:
 
     # --- lookups (the cache, no I/O) ------------------------------------------------------
 
-    async def remote_log_segment_metadata(self, args: Mapping[str, Any]) -> bytes | None:
+    def remote_log_segment_metadata(self, args: Mapping[str, Any]) -> bytes | None:
         tp = topic_id_partition(args.get("topic_id_partition"))
         found = self._ready_manager().remote_log_segment_metadata(
             tp, arg(args, "epoch", int), arg(args, "offset", int)
         )
         return metadata_bytes(found)
 
-    async def highest_offset_for_epoch(self, args: Mapping[str, Any]) -> int | None:
+    def highest_offset_for_epoch(self, args: Mapping[str, Any]) -> int | None:
         tp = topic_id_partition(args.get("topic_id_partition"))
         return self._ready_manager().highest_offset_for_epoch(tp, arg(args, "leader_epoch", int))
 
-    async def list_remote_log_segments(self, args: Mapping[str, Any]) -> list[bytes]:
+    def list_remote_log_segments(self, args: Mapping[str, Any]) -> list[bytes]:
         tp = topic_id_partition(args.get("topic_id_partition"))
         epoch = optional_arg(args, "leader_epoch", int)
         found = self._ready_manager().list_remote_log_segments(tp, epoch)
         return [metadata_bytes(m) for m in found]  # type: ignore[misc]
 
-    async def remote_log_size(self, args: Mapping[str, Any]) -> int:
+    def remote_log_size(self, args: Mapping[str, Any]) -> int:
         tp = topic_id_partition(args.get("topic_id_partition"))
         return self._ready_manager().remote_log_size(tp, arg(args, "leader_epoch", int))
 
-    async def next_segment_with_txn_index(self, args: Mapping[str, Any]) -> bytes | None:
+    def next_segment_with_txn_index(self, args: Mapping[str, Any]) -> bytes | None:
         tp = topic_id_partition(args.get("topic_id_partition"))
         found = self._ready_manager().next_segment_with_txn_index(
             tp, arg(args, "epoch", int), arg(args, "offset", int)
         )
         return metadata_bytes(found)
 
-    async def is_ready(self, args: Mapping[str, Any]) -> bool:
+    def is_ready(self, args: Mapping[str, Any]) -> bool:
         tp = topic_id_partition(args.get("topic_id_partition"))
         return self._manager is not None and self._manager.is_ready(tp)
 

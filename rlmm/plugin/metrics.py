@@ -67,6 +67,7 @@ class PluginMetrics:
         self.calls = Counter(
             "rlmm_serve_calls", "Calls the bridge made, per method", ["method"], registry=registry
         )
+        self._calls_by_method: dict[str, Counter] = {}
         self.call_errors = Counter(
             "rlmm_serve_call_errors",
             "Calls answered with an error, per method and error type",
@@ -88,6 +89,13 @@ class PluginMetrics:
         self.copy_requests.labels(topic).inc()
         self.copy_bytes.labels(topic).inc(nbytes)
         self.copy_seconds.observe(seconds)
+
+    def call(self, method: str) -> None:
+        """Count one call of ``method`` (its counter child kept: lookups are hot)."""
+        child = self._calls_by_method.get(method)
+        if child is None:
+            child = self._calls_by_method[method] = self.calls.labels(method)
+        child.inc()
 
     def fetched(self, topic: str, nbytes: int) -> None:
         self.fetch_requests.labels(topic).inc()

@@ -4,7 +4,13 @@ The broker's two plugin classes each hold one connection (the RSM's and the RLMM
 each says ``hello`` (protocol and release: a bridge and a serve of different releases
 refuse each other in one line), then ``configure`` with the properties Kafka gave it,
 then calls. Every request is answered in its own task, so a slow copy never holds up
-a fetch or a lookup; answers go back in whatever order they finish.
+a fetch or a lookup; answers go back in whatever order they finish. A lookup the
+manager's cache answers alone (``isReady``, ``listRemoteLogSegments``, ...) is answered
+inline as its frame is read, without a task: an idle broker asks them of every
+partition each task interval, and a task per call was most of their cost. Each other
+call runs up to its first wait before the next frame is read, so an inline answer
+reflects every call sent before it on the same connection (as far as the call changes
+state before it waits: leadership and stop do).
 
 Invariants:
 - one serve per socket: the socket's ``.lock`` file is held (flock) for the process's
@@ -36,7 +42,7 @@ from typing import IO, Any
 
 from rlmm.errors import RemoteStorageError
 from rlmm.plugin.errors import AlreadyServingError, ProtocolError, VersionMismatchError
-from rlmm.plugin.metadata_calls import MetadataCalls
+from rlmm.plugin.metadata_calls import Lookup, MetadataCalls
 from rlmm.plugin.metrics import MetricsPort, PluginMetrics
 from rlmm.plugin.protocol import PROTOCOL_VERSION, arg, error_type, frame, read_frame
 from rlmm.plugin.storage_calls import StorageCalls
@@ -48,6 +54,8 @@ PARENT_POLL_S = 1.0
 # plugin classes (a broker's shutdown signals its whole process group, this one too).
 TERM_GRACE_S = 30.0
 ROLES = ("rsm", "rlmm")
+# Inline answers wait for the socket to drain only past this many unsent bytes.
+WRITE_HIGH_WATER = 1 << 20
 Handler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 
 
@@ -91,6 +99,7 @@ class PluginServer:
             **self.storage.handlers(),
             **self.metadata.handlers(),
         }
+        self._lookups: dict[str, Lookup] = self.metadata.lookups()
         self._stop = asyncio.Event()
         self._connections: set[asyncio.Task[None]] = set()
         # connection -> (its role, whether it said close): the process stops itself
@@ -216,9 +225,20 @@ class PluginServer:
                 message = await read_frame(reader)
                 if message is None:
                     break
+                lookup = self._lookups.get(message.get("method"))  # type: ignore[arg-type]
+                if lookup is not None:
+                    writer.write(self._answer_lookup(message, lookup))
+                    if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                        async with send:
+                            await writer.drain()
+                    continue
                 task = asyncio.create_task(self._answer(message, writer, send, me))
                 calls.add(task)
                 task.add_done_callback(calls.discard)
+                # Let the call run up to its first wait before the next frame is read, so
+                # a lookup answered inline never overtakes what was sent before it (a
+                # partition stopped, then asked isReady, must not be found ready).
+                await asyncio.sleep(0)
         except ProtocolError as e:
             log.warning("closing a bridge connection that broke the protocol: %s", e)
         except (ConnectionError, asyncio.CancelledError):
@@ -255,25 +275,14 @@ class PluginServer:
             elif method == "close":
                 answer["result"] = self._close_call(args, peer)
             else:
-                handler = self._methods.get(method) if isinstance(method, str) else None
-                if handler is None:
+                if not isinstance(method, str) or (handler := self._methods.get(method)) is None:
                     raise ProtocolError(f"unknown method {method!r}")
-                self.metrics.calls.labels(method).inc()
+                self.metrics.call(method)
                 answer["result"] = await handler(args)
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            kind = error_type(e)
-            if kind == "internal":
-                log.exception("%s failed", method)
-            elif kind == "not_found":
-                # Kafka asks for indexes that may not exist (a segment without aborted
-                # transactions has no transaction index): an answer, not a problem.
-                log.debug("%s: %s", method, e)
-            elif not isinstance(e, RemoteStorageError) or not e.retriable:
-                log.warning("%s: %s", method, e)
-            self.metrics.call_errors.labels(str(method), kind).inc()
-            answer["error"] = {"type": kind, "message": _one_line(method, e)}
+            answer["error"] = self._error(method, e)
         finally:
             self.metrics.in_flight.dec()
         data = frame(answer)
@@ -281,6 +290,33 @@ class PluginServer:
             writer.write(data)
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
+
+    def _answer_lookup(self, message: Mapping[str, Any], lookup: Lookup) -> bytes:
+        method = message["method"]
+        answer: dict[str, Any] = {"id": message.get("id")}
+        try:
+            args = message.get("args") or {}
+            if not isinstance(args, dict):
+                raise ProtocolError(f"{method}: args is a {type(args).__name__}, not a map")
+            self.metrics.call(method)
+            answer["result"] = lookup(args)
+        except Exception as e:
+            answer["error"] = self._error(method, e)
+        return frame(answer)
+
+    def _error(self, method: object, e: Exception) -> dict[str, str]:
+        """The wire error of a failed call, logged as its kind deserves."""
+        kind = error_type(e)
+        if kind == "internal":
+            log.exception("%s failed", method)
+        elif kind == "not_found":
+            # Kafka asks for indexes that may not exist (a segment without aborted
+            # transactions has no transaction index): an answer, not a problem.
+            log.debug("%s: %s", method, e)
+        elif not isinstance(e, RemoteStorageError) or not e.retriable:
+            log.warning("%s: %s", method, e)
+        self.metrics.call_errors.labels(str(method), kind).inc()
+        return {"type": kind, "message": _one_line(method, e)}
 
     # --- the calls of both roles ----------------------------------------------------------
 

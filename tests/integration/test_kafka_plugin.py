@@ -649,3 +649,40 @@ async def test_a_kafka_style_remote_read_moves_about_what_kafka_takes(tmp_path: 
     finally:
         server.stop()
         await asyncio.wait_for(task, 30)
+
+
+async def test_a_ready_partition_is_not_asked_again_until_its_leadership_changes(
+    tmp_path: Path,
+) -> None:
+    """An idle broker asks isReady of every partition twice per task interval: the RLMM
+    class remembers a partition's ``true`` for its connection and asks rlmm serve again
+    only after the partition's leadership changes or stops (a stopped partition is not
+    ready, however often it was before)."""
+    from rlmm.plugin.server import PluginServer
+    from tests.fixtures.apache_kafka import kafka_libs, require_tools
+    from tests.rlmm.plugin.test_server import started, write_config
+
+    jar = plugin_jar()
+    java, _mvn = require_tools()
+    server = PluginServer(write_config(tmp_path), tmp_path / "serve.sock")
+    task = await started(server)
+    try:
+        harness = Path(__file__).with_name("java") / "ReadinessCaller.java"
+        proc = await asyncio.create_subprocess_exec(
+            java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness), str(server.socket_path), "1000",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 180)
+        assert proc.returncode == 0, (out + err).decode()
+        said = dict(line.split(" ", 1) for line in out.decode().splitlines())
+        assert said["asked"] == "1000 true 1000"
+        assert said["stopped"] == "false"
+        asked = server.metrics.registry.get_sample_value(
+            "rlmm_serve_calls_total", {"method": "rlmm.is_ready"}
+        )
+        until_ready = int(said["first"]) + int(said["again"])
+        assert asked == until_ready + 1, f"rlmm serve was asked {asked} times, said: {said}"
+    finally:
+        server.stop()
+        await asyncio.wait_for(task, 30)

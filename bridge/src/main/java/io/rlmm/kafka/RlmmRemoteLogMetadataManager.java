@@ -6,6 +6,7 @@ import java.nio.ByteBuffer;
 import java.util.*;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.common.TopicIdPartition;
 import org.apache.kafka.server.log.remote.metadata.storage.serialization.RemoteLogMetadataSerde;
 import org.apache.kafka.server.log.remote.storage.*;
@@ -18,7 +19,11 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Invariant: no metadata is kept here. The one state held is which partitions this broker leads or follows,
  * so that a restarted rlmm serve gets the full sets again: sent right after each connect, under the same lock as
- * the changes themselves, so no change is lost or overtaken.
+ * the changes themselves, so no change is lost or overtaken. And which partitions rlmm serve said are ready:
+ * a partition's readiness only grows while its assignment stands (the manager has applied its metadata
+ * partition up to the offset it needed), so a {@code true} is remembered, for the connection it came on, until the
+ * partition's leadership changes or stops; isReady then asks again. An idle broker asks isReady of
+ * every partition twice per task interval; each answered here saves a round trip to rlmm serve.
  */
 public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
   private static final Logger LOG = LoggerFactory.getLogger(RlmmRemoteLogMetadataManager.class);
@@ -26,6 +31,10 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
   private final Object leadership = new Object();
   private final Set<TopicIdPartition> leaders = new LinkedHashSet<>(); // guarded by leadership
   private final Set<TopicIdPartition> followers = new LinkedHashSet<>(); // guarded by leadership
+  /** Partition -> the connection (session number) on which rlmm serve said it is ready. */
+  private final Map<TopicIdPartition, Long> ready = new ConcurrentHashMap<>();
+  /** Bumped (under leadership) by every change that may make a partition not ready. */
+  private volatile long assignments;
   private final ServeConnection serve = new ServeConnection("rlmm", this::resendLeadership);
 
   @Override
@@ -105,9 +114,20 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
 
   @Override
   public boolean isReady(TopicIdPartition tp) {
+    if (!serve.isConnected()) return false;
+    long session = serve.sessionNumber(); // after: a connection's number is set before it connects
+    Long readyOn = ready.get(tp);
+    if (readyOn != null && readyOn == session) return true;
+    long before = assignments;
     try {
-      return serve.isConnected()
-          && Boolean.TRUE.equals(serve.call("rlmm.is_ready", args("topic_id_partition", tip(tp))));
+      boolean answer = Boolean.TRUE.equals(serve.call("rlmm.is_ready", args("topic_id_partition", tip(tp))));
+      if (answer) {
+        synchronized (leadership) {
+          // kept only if no leadership change and no new connection overtook the answer
+          if (assignments == before && serve.sessionNumber() == session) ready.put(tp, session);
+        }
+      }
+      return answer;
     } catch (RemoteStorageException | RuntimeException e) {
       LOG.debug("rlmm.is_ready {}: {}", tp, e.toString());
       return false;
@@ -118,6 +138,8 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
   public void onPartitionLeadershipChanges(Set<TopicIdPartition> leaderPartitions,
       Set<TopicIdPartition> followerPartitions) {
     synchronized (leadership) {
+      forget(leaderPartitions);
+      forget(followerPartitions);
       followers.removeAll(leaderPartitions);
       leaders.addAll(leaderPartitions);
       leaders.removeAll(followerPartitions);
@@ -130,6 +152,7 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
   @Override
   public void onStopPartitions(Set<TopicIdPartition> partitions) {
     synchronized (leadership) {
+      forget(partitions);
       leaders.removeAll(partitions);
       followers.removeAll(partitions);
       tell("rlmm.on_stop_partitions", args("partitions", tips(partitions)));
@@ -159,9 +182,16 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
     }
   }
 
+  /** Under leadership: the partitions' remembered readiness goes, and answers in flight are not kept. */
+  private void forget(Collection<TopicIdPartition> partitions) {
+    assignments++;
+    ready.keySet().removeAll(partitions);
+  }
+
   /** Run by the connection right after each (re)connect. */
   private void resendLeadership() throws RemoteStorageException {
     synchronized (leadership) {
+      ready.clear(); // a new connection (maybe a new rlmm serve) decides readiness afresh
       if (!leaders.isEmpty() || !followers.isEmpty()) {
         serve.call("rlmm.on_partition_leadership_changes", args("leaders", tips(leaders), "followers", tips(followers)));
       }

@@ -59,6 +59,7 @@ final class ServeConnection implements Closeable {
   private Process process; // guarded by this: the rlmm serve this instance started
   private volatile boolean closed;
   private volatile Session session; // non-null only while connected
+  private volatile long sessions; // written by the supervisor thread alone
   private volatile String lastReason = "not configured";
 
   ServeConnection(String role, OnConnect onConnect) {
@@ -132,6 +133,11 @@ final class ServeConnection implements Closeable {
 
   boolean isConnected() {
     return session != null;
+  }
+
+  /** Which connection to rlmm serve this is: a new number for each, taken before calls can use it. */
+  long sessionNumber() {
+    return sessions;
   }
 
   /** The answer's result, or the mapped exception completing the future exceptionally. */
@@ -208,6 +214,7 @@ final class ServeConnection implements Closeable {
       try {
         s = new Session(connectOrStart());
         handshake(s);
+        sessions++;
         session = s;
         if (onConnect != null) onConnect.run();
         firstConnect.complete(null);
