@@ -52,6 +52,21 @@ def human_time(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def human_age(seconds: float | None) -> str:
+    """42 -> 42s, 750 -> 12m 30s, 11520 -> 3h 12m, 532800 -> 6d 4h (None: -)."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 0:
+        return f"-{human_age(-s)}"
+    for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "m", 60),
+                                     ("m", 60, "s", 1)):  # fmt: skip
+        if s >= size:
+            rest = (s % size) // subsize
+            return f"{s // size}{unit}" + (f" {rest}{sub}" if rest else "")
+    return f"{s}s"
+
+
 def _log_time() -> str:
     """Now, as logging's %(asctime)s renders it (local time, ``2026-11-29 05:30:00,123``)."""
     return logging.Formatter().formatTime(logging.makeLogRecord({}))
@@ -292,8 +307,8 @@ class ConsoleOutput(Output):
     def partitions(self, summaries: list[PartitionSummary]) -> None:
         table = self._table(
             "topic", "partition", "segments", "remote", "offsets", "highest_offset_per_epoch",
-            "states", "delete_state", "gaps",
-            right=("partition", "segments", "remote"),
+            "states", "delete_state", "gaps", "newest_age",
+            right=("partition", "segments", "remote", "newest_age"),
         )  # fmt: skip
         for s in summaries:
             tp = s.topic_id_partition
@@ -302,9 +317,15 @@ class ConsoleOutput(Output):
                 tp.topic, str(tp.partition), str(s.segment_count), human_bytes(s.remote_bytes),
                 offsets, _epochs(s.highest_offset_per_epoch) or "-",
                 " ".join(f"{k}={v}" for k, v in s.state_counts.items()) or "-",
-                s.delete_state or "-", str(len(s.gaps)),
+                s.delete_state or "-", str(len(s.gaps)), human_age(s.newest_age_s),
             )  # fmt: skip
         self._print_table(table)
+        if any(s.newest_timestamp_ms is not None for s in summaries):
+            self.out.print(
+                "newest_age: since the newest archived record; records written after it"
+                " (the active segment when the archive was last copied to) are not archived",
+                markup=False,
+            )
 
     def snapshots(self, reports: list[SnapshotReport]) -> None:
         if not reports:

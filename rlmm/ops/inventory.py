@@ -3,17 +3,20 @@
 The library side of ``rlmm segments list|show`` and ``rlmm partitions``, computed
 from a read-only MetadataView (and, for one segment, the stored objects and the
 events that made it). Invariant: nothing here writes; every answer is derived from
-the view handed in, so two calls on one view agree.
+the view handed in, so two calls on one view agree (a partition summary's age is of
+the ``now_ms`` handed in too).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from remote.layouts import RemoteLayout
 from rlmm.archive import MetadataView
+from rlmm.archive.lineage import gaps as lineage_gaps
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError, RemoteResourceNotFoundError, RemoteStorageError
 from rlmm.model import (
@@ -240,6 +243,18 @@ class PartitionSummary:
     state_counts: dict[str, int]
     delete_state: str | None
     gaps: list[tuple[int, int]] = field(default_factory=list)
+    # The largest timestamp of the segment serving the lineage's last offset: records
+    # written after it (the active segment when the archive was last copied to, and
+    # anything since) are not in the archive. None: nothing archived, or no timestamp.
+    newest_timestamp_ms: int | None = None
+    as_of_ms: int | None = None  # when the summary was made: the age is from it
+
+    @property
+    def newest_age_s(self) -> float | None:
+        """Seconds from the newest archived record to ``as_of_ms`` (None: unknown)."""
+        if self.newest_timestamp_ms is None or self.as_of_ms is None:
+            return None
+        return (self.as_of_ms - self.newest_timestamp_ms) / 1000
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -254,6 +269,8 @@ class PartitionSummary:
             "state_counts": dict(self.state_counts),
             "delete_state": self.delete_state,
             "lineage_gaps": [{"first_offset": a, "last_offset": b} for a, b in self.gaps],
+            "newest_record_timestamp_ms": self.newest_timestamp_ms,
+            "newest_record_age_s": None if (age := self.newest_age_s) is None else round(age, 3),
         }
 
 
@@ -270,10 +287,16 @@ def highest_offset_per_epoch(segments: list[RemoteLogSegmentMetadata]) -> dict[i
     return dict(sorted(out.items()))
 
 
-def summarize_partition(view: MetadataView, tp: TopicIdPartition) -> PartitionSummary:
+def summarize_partition(
+    view: MetadataView, tp: TopicIdPartition, now_ms: int | None = None
+) -> PartitionSummary:
+    """``tp``'s summary; the age of its newest archived record is taken at ``now_ms``
+    (the clock when None)."""
     segments = view.segments(tp)
     finished = [m for m in segments if m.state == _FINISHED]
     delete = view.delete_state(tp)
+    ranges = view.lineage_ranges(tp)
+    newest = ranges[-1].segment.max_timestamp_ms if ranges else -1
     return PartitionSummary(
         topic_id_partition=tp,
         segment_count=len(segments),
@@ -283,17 +306,21 @@ def summarize_partition(view: MetadataView, tp: TopicIdPartition) -> PartitionSu
         highest_offset_per_epoch=highest_offset_per_epoch(segments),
         state_counts=dict(sorted(Counter(m.state.name for m in segments).items())),
         delete_state=None if delete is None else delete.state.name,
-        gaps=[(g.first_offset, g.last_offset) for g in view.gaps(tp)],
+        gaps=[(g.first_offset, g.last_offset) for g in lineage_gaps(ranges)],
+        newest_timestamp_ms=newest if newest >= 0 else None,
+        as_of_ms=int(time.time() * 1000) if now_ms is None else now_ms,
     )
 
 
 def summarize_partitions(
-    view: MetadataView, where: SegmentFilter | None = None
+    view: MetadataView, where: SegmentFilter | None = None, now_ms: int | None = None
 ) -> list[PartitionSummary]:
-    """A summary of every known topic-partition (matching ``where``'s topic/partition)."""
+    """A summary of every known topic-partition (matching ``where``'s topic/partition),
+    ages taken at ``now_ms`` (the clock when None), the same for all."""
     where = where or SegmentFilter()
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     return [
-        summarize_partition(view, tp)
+        summarize_partition(view, tp, now_ms)
         for tp in view.topic_partitions()
         if where.partition_matches(tp)
     ]

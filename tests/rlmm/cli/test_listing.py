@@ -4,6 +4,7 @@ runs them (a new process), with --json parsed and matched against the library's 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from remote import iter_records
 from remote.storage import OBJECT_KINDS, SegmentManifest, object_name
 from rlmm.archive import open_metadata_view
+from rlmm.cli.output import human_age
 from rlmm.ops.describe import segment_fields
 from rlmm.ops.inventory import summarize_partitions
 from tests.rlmm.cli.store import Store, build_store, run_cli, sid
@@ -47,6 +49,15 @@ def test_listings_match_the_view(store: Store) -> None:
     shown = store.run("partitions", "--json")
     assert shown.returncode == 0, shown.stderr
     partitions = json.loads(shown.stdout)["partitions"]
+    # The age of each partition's newest archived record: its last segment's max
+    # timestamp, to when the command ran (after the library's summary: the rest is equal).
+    ran_at = time.time()
+    for got, want_one, tp in zip(partitions, want_partitions, tps, strict=True):
+        assert (got["topic"], got["partition"]) == (tp.topic, tp.partition)
+        newest = max(store.segments[tp], key=lambda m: m.end_offset).max_timestamp_ms
+        assert got["newest_record_timestamp_ms"] == newest > 0
+        age, want_age = got.pop("newest_record_age_s"), want_one.pop("newest_record_age_s")
+        assert want_age <= age <= ran_at - newest / 1000 + 0.001, (age, want_age)
     assert partitions == want_partitions
     first = partitions[0]
     n0 = len(store.segments[tps[0]])
@@ -54,6 +65,12 @@ def test_listings_match_the_view(store: Store) -> None:
     assert first["state_counts"] == {"COPY_SEGMENT_FINISHED": n0}
     assert first["start_offset"] == 0 and first["lineage_gaps"] == []
     assert set(first["highest_offset_per_epoch"]) == {"0", "2"}
+
+    table = store.run("partitions")
+    assert table.returncode == 0, table.stderr
+    assert "newest_age" in table.stdout and "not archived" in table.stdout
+    days = human_age(ran_at - partitions[0]["newest_record_timestamp_ms"] / 1000).split()[0]
+    assert days.endswith("d") and f" {days} " in table.stdout, table.stdout  # e.g. 876d
 
     text = store.run("segments", "list")
     assert text.returncode == 0 and f"{len(want)} segments" in text.stdout
