@@ -69,6 +69,9 @@ DEFAULTS: dict[str, Any] = {
         "remote.log.manager.copy.quota.window.size.seconds": 1,
         # How often leadership is asked of the cluster between rounds (ours, not Kafka's).
         "leadership.poll.ms": 5_000,
+        # How often each topic's own configs are read again, to be kept in the store for
+        # `rlmm restore` (ours; at once on first sight and when a tiering config changes).
+        "topic.configs.refresh.ms": 300_000,
     },
 }
 OFFLOAD_TOPIC_SETTINGS = (
@@ -298,6 +301,7 @@ def _check_offload(offload: dict[str, Any]) -> None:
         "remote.log.manager.task.interval.ms",
         "remote.log.manager.copier.thread.pool.size",
         "leadership.poll.ms",
+        "topic.configs.refresh.ms",
         "remote.log.manager.copy.max.bytes.per.second",
         "remote.log.manager.copy.quota.window.num",
         "remote.log.manager.copy.quota.window.size.seconds",

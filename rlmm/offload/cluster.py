@@ -4,7 +4,9 @@ Job: for the topics found in the broker's log dirs, ask the cluster who leads ea
 partition and at which leader epoch (Metadata v7, the first version carrying the
 epoch; aiokafka stops at v5), and which topics the cluster tiers itself with Kafka's
 own RemoteLogManager (DescribeConfigs: the broker's
-``remote.log.storage.system.enable`` and each topic's ``remote.storage.enable``).
+``remote.log.storage.system.enable`` and each topic's ``remote.storage.enable``); and,
+less often, every config set on a topic itself (``topic_configs``), which the sidecar
+keeps in the store for ``rlmm restore``.
 
 Invariants: every call is bounded by ``timeout_s``; a cancelled call raises
 CancelledError even where aiokafka turned the cancellation into one of its own errors
@@ -29,7 +31,7 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
 
 from eventlog.kafka import UNREACHABLE, BrokerReachability, address_of
-from rlmm.offload.errors import LeadershipError
+from rlmm.offload.errors import LeadershipError, OffloadError
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ TOPIC_CONFIGS = (
     "remote.log.delete.on.disable",
 )
 _DEFAULT_CONFIG = 5  # DescribeConfigs v1+ config_source: Kafka's built-in default
+_TOPIC_CONFIG = 1  # DescribeConfigs v1+ config_source: set on the topic itself
 
 
 class MetadataResponse_v7(Response):
@@ -308,6 +311,68 @@ class ClusterClient:
             }
         return (frozenset(enabled) if system else frozenset()), topic_configs
 
+    async def topic_configs(self, topics: Collection[str]) -> dict[str, dict[str, str]]:
+        """The configs set on each of ``topics`` itself (every name Kafka describes whose
+        source is the topic: what ``kafka-configs --describe`` lists for it, not the
+        brokers' defaults; sensitive values, which Kafka does not send, left out). A
+        topic deleted meanwhile is left out. OffloadError, naming the cluster and the
+        cause, when they cannot be learned whole (a denial says what to grant)."""
+        if self._closed:
+            raise OffloadError("the cluster client is closed")
+        if not topics:
+            return {}
+        try:
+            found = await asyncio.wait_for(self._topic_configs(sorted(topics)), self.timeout_s)
+            raise_if_cancelling(None)
+            return found
+        except OffloadError as e:
+            raise_if_cancelling(e)
+            raise
+        except TimeoutError as e:
+            raise_if_cancelling(e)
+            await self._reset()
+            raise OffloadError(
+                f"the cluster at {self.bootstrap} did not describe topic configs within"
+                f" {self.timeout_s:g} s"
+            ) from e
+        except (kafka_errors.KafkaError, OSError) as e:
+            raise_if_cancelling(e)
+            await self._reset()
+            raise OffloadError(
+                f"cannot describe topic configs at {self.bootstrap}: {_error_text(e)}"
+            ) from e
+
+    async def _topic_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
+        client = await self._connected()
+        node = client.get_random_node()
+        if node is None:
+            raise OffloadError(f"the cluster at {self.bootstrap} lists no broker")
+        request = DescribeConfigsRequest([(_TOPIC, t, None) for t in topics])
+        response = await client.send(node, request)
+        out: dict[str, dict[str, str]] = {}
+        for resource in response.resources:
+            error_code, message, _kind, name, entries = resource[:5]
+            if error_code == kafka_errors.UnknownTopicOrPartitionError.errno:
+                continue
+            if error_code:
+                error = kafka_errors.for_code(error_code)
+                grant = (
+                    "; the sidecar needs DESCRIBE_CONFIGS on the topics it offloads"
+                    if error_code in _DENIED
+                    else ""
+                )
+                raise OffloadError(
+                    f"the cluster at {self.bootstrap} refuses the configs of topic {name}"
+                    f" to {self.principal}: {error.__name__} {message or ''}".rstrip()
+                    + grant
+                )
+            out[name] = {
+                entry[0]: entry[1]
+                for entry in entries
+                if entry[1] is not None and _set_on_topic(entry, response.API_VERSION)
+            }
+        return out
+
     async def close(self) -> None:
         """Close the connection; idempotent."""
         self._closed = True
@@ -318,6 +383,21 @@ def _built_in(entry: Any, version: int) -> bool:
     """A DescribeConfigs entry holding Kafka's built-in default (v0: is_default; v1 on:
     config_source DEFAULT_CONFIG)."""
     return bool(entry[3]) if version == 0 else entry[3] == _DEFAULT_CONFIG
+
+
+def _error_text(error: BaseException) -> str:
+    """``Name: text``, without aiokafka's repetition of the class name in the text."""
+    name = type(error).__name__
+    text = str(error).strip()
+    while text.startswith(f"{name}: "):
+        text = text[len(name) + 2 :]
+    return f"{name}: {text}" if text and text != name else name
+
+
+def _set_on_topic(entry: Any, version: int) -> bool:
+    """A DescribeConfigs entry of a value set on the topic itself (v0, which has no
+    source: any value that is not a default)."""
+    return not entry[3] if version == 0 else entry[3] == _TOPIC_CONFIG
 
 
 def raise_if_cancelling(exc: BaseException | None = None) -> None:

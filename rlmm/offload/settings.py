@@ -34,6 +34,7 @@ class OffloadSettings:
     copier_concurrency: int = 4
     verify_crc: bool = True
     leadership_poll_ms: int = 5_000
+    topic_configs_refresh_ms: int = 300_000  # each topic's configs read again for the store
     copy_max_bytes_per_second: int = UNLIMITED  # KIP-956, one budget for all partitions
     copy_quota_window_num: int = 11
     copy_quota_window_size_s: int = 1
@@ -56,6 +57,7 @@ class OffloadSettings:
             copier_concurrency=int(section["remote.log.manager.copier.thread.pool.size"]),
             verify_crc=bool(section["verify.crc"]),
             leadership_poll_ms=int(section["leadership.poll.ms"]),
+            topic_configs_refresh_ms=int(section["topic.configs.refresh.ms"]),
             copy_max_bytes_per_second=int(section["remote.log.manager.copy.max.bytes.per.second"]),
             copy_quota_window_num=int(section["remote.log.manager.copy.quota.window.num"]),
             copy_quota_window_size_s=int(

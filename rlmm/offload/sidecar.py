@@ -3,8 +3,10 @@
 Job: build the configured parts (event log, RLMM with snapshots, RSM, metrics
 endpoint, cluster client), scan the log dirs each round, lead the partitions the
 cluster says this broker leads (``rlmm.offload.leadership``), run a copy and an
-expiration round, and sleep ``remote.log.manager.task.interval.ms``, asking the
-cluster for leadership every ``leadership.poll.ms`` meanwhile.
+expiration round, keep the led topics' configs in the store for ``rlmm restore``
+(``rlmm.offload.topic_configs``, not every round), and sleep
+``remote.log.manager.task.interval.ms``, asking the cluster for leadership every
+``leadership.poll.ms`` meanwhile.
 
 Invariants: the broker id is the log dirs' node id (meta.properties); with a cluster
 (the Kafka event log's, or ``[offload] bootstrap.servers``) only led partitions are
@@ -41,7 +43,12 @@ from eventlog.errors import EventLogAuthError, EventLogConfigError
 from rlmm.archive.view import READ_ONLY_WAIT_MS
 from rlmm.config import OFFLOAD_TOPIC_SETTINGS, RlmmConfig
 from rlmm.errors import ConfigError
-from rlmm.factory import create_manager, open_event_log, open_remote_storage
+from rlmm.factory import (
+    create_manager,
+    open_event_log,
+    open_remote_storage,
+    open_topic_config_store,
+)
 from rlmm.manager import AUTH_RETRY_S, TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
 from rlmm.offload.cluster import (
@@ -69,6 +76,7 @@ from rlmm.offload.native_memory import NativeMemory
 from rlmm.offload.remote_log_manager import CopyResult, RemoteLogManager
 from rlmm.offload.runtime_costs import RuntimeCosts
 from rlmm.offload.settings import OffloadSettings
+from rlmm.offload.topic_configs import TopicConfigKeeper
 
 log = logging.getLogger(__name__)
 # Loopback unless told otherwise: a scrape from another host needs --metrics-host.
@@ -140,6 +148,7 @@ class Sidecar:
         self._signals = 0
         self._event_log: EventLog | None = None
         self._cluster: ClusterClient | None = None
+        self._keeper: TopicConfigKeeper | None = None  # the led topics' configs, for restore
         # led partition -> the cluster's leader epoch (-1: no cluster)
         self._led: dict[TopicIdPartition, int] = {}
         self._wake = asyncio.Event()  # the poll found a partition to lead: start a round now
@@ -251,6 +260,11 @@ class Sidecar:
         try:
             event_log = self._event_log = open_event_log(self.config)
             self._cluster = self._cluster_client(event_log)
+            self._keeper = TopicConfigKeeper(
+                open_topic_config_store(self.config) if self._cluster is not None else None,
+                self._cluster,
+                self.settings.topic_configs_refresh_ms / 1000,
+            )
         except BaseException:
             if self.metrics_server is not None:
                 self.metrics_server.close()
@@ -286,6 +300,7 @@ class Sidecar:
                 await rlmm.close()  # writes the final snapshot, closes the event log
             finally:
                 rsm.close()
+                self._keeper.close()
                 self.display.close()
                 if self.metrics_server is not None:
                     self.metrics_server.close()
@@ -399,6 +414,8 @@ class Sidecar:
                 finally:
                     self._round = None
                     await _cancel(poll)
+                if self._keeper is not None and not isinstance(view, _Unknown):
+                    await self._keeper.after_round(list(self._led), view)
             report.rounds += 1
             report.denied = self._count_failures(results)
             behind = await self._record_event_log_lag(rlm)
