@@ -1,7 +1,9 @@
 """The archive reader: read-only metadata, slice planning and slice decoding into Arrow.
 
 The one library layer under the Spark source (``rlmm.spark``) and the CLI's
-``records`` and listing commands. Invariant: nothing here writes to the event log,
+``records`` and listing commands. Readers open their metadata through
+``open_archive_view``: the metadata log, or after a disaster the remote store alone
+(``from_store``, ``store_view``). Invariant: nothing here writes to the event log,
 the snapshot store or remote storage (the one write is rlmm's own side index of
 smallest timestamps, ``smallest_timestamps``, never a layout's objects); the metadata
 view is the only part that reads the event log, and a slice's reader needs only the
@@ -16,7 +18,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from rlmm.archive.errors import ArchiveError, CorruptBatchError, DataLossError
+from rlmm.archive.errors import (
+    ArchiveError,
+    CorruptBatchError,
+    DataLossError,
+    EmptyViewError,
+    MetadataLogUnavailableError,
+    StoreRemedyError,
+)
 from rlmm.archive.lineage import Gap, LineageRange
 from rlmm.archive.packing import OPEN_COST_BYTES, pack_slices
 from rlmm.archive.planner import plan_slices, select_partitions
@@ -28,7 +37,14 @@ from rlmm.archive.request import (
     ReadRequest,
     Slice,
 )
+from rlmm.archive.sources import (
+    check_view_not_empty,
+    open_archive_view,
+    open_store_view,
+    store_settings,
+)
 from rlmm.archive.storage import close_remote_storage, remote_storage_for
+from rlmm.archive.store_view import StoreListing, list_store_segments, store_metadata_view
 from rlmm.archive.view import (
     MetadataView,
     ViewStats,
@@ -68,19 +84,27 @@ __all__ = [
     "ArchiveError",
     "CorruptBatchError",
     "DataLossError",
+    "EmptyViewError",
     "Gap",
     "LineageRange",
+    "MetadataLogUnavailableError",
     "MetadataView",
     "ReadRequest",
     "RowBounds",
     "Slice",
+    "StoreListing",
+    "StoreRemedyError",
     "ViewStats",
+    "check_view_not_empty",
     "close_remote_storage",
     "comparison_bounds",
     "decode_batches",
     "kafka_schema",
+    "list_store_segments",
     "load_metadata_view",
+    "open_archive_view",
     "open_metadata_view",
+    "open_store_view",
     "pack_slices",
     "plan_slices",
     "read_slice",
@@ -88,4 +112,6 @@ __all__ = [
     "remote_storage_for",
     "select_partitions",
     "snapshot_source",
+    "store_metadata_view",
+    "store_settings",
 ]

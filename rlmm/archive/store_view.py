@@ -43,8 +43,8 @@ from remote.segments import (
     read_time_index,
 )
 from remote.storage import IndexType, RemoteObject
-from rlmm.archive import MetadataView, ViewStats
 from rlmm.archive.batches import iter_batches
+from rlmm.archive.view import MetadataView, ViewStats
 from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.errors import RemoteStorageError, SnapshotBlockError
 from rlmm.model import (

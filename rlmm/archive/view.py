@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 from eventlog import EventLog, EventLogError
 from eventlog.file import stored_start_offsets
-from rlmm.archive.errors import ArchiveError
+from rlmm.archive.errors import ArchiveError, MetadataLogUnavailableError
 from rlmm.archive.lineage import Gap, LineageRange, gaps, lineage_ranges
 from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.codec import decode
@@ -252,6 +252,12 @@ async def _replay_partition(
     return last
 
 
+def eventlog_source(config: RlmmConfig) -> str:
+    """Where the ``[eventlog]`` settings came from, for a message."""
+    where = "the defaults" if config.source == "defaults" else config.source
+    return f"[eventlog] of {where}"
+
+
 def _other_than(p: int, n: int) -> Callable[[TopicIdPartition], bool]:
     return lambda tp: metadata_partition_for(tp, n) != p
 
@@ -305,11 +311,14 @@ async def load_metadata_view(config: RlmmConfig) -> MetadataView:
             for p, last in zip(todo, results, strict=True):
                 applied[p] = last
     except EventLogError as e:
-        raise ArchiveError(f"cannot read the remote log metadata from {event_log!r}: {e}") from e
+        raise MetadataLogUnavailableError(
+            f"cannot read the remote log metadata from {event_log!r} ({eventlog_source(config)}):"
+            f" {e}"
+        ) from e
     except TimeoutError as e:
-        raise ArchiveError(
-            f"reading the remote log metadata from {event_log!r} took longer than"
-            f" manager.ready_timeout_s = {timeout}s"
+        raise MetadataLogUnavailableError(
+            f"reading the remote log metadata from {event_log!r} ({eventlog_source(config)})"
+            f" took longer than manager.ready_timeout_s = {timeout}s"
         ) from e
     finally:
         await event_log.close()
@@ -354,6 +363,7 @@ __all__ = [
     "MetadataView",
     "SnapshotSource",
     "ViewStats",
+    "eventlog_source",
     "load_metadata_view",
     "open_metadata_view",
     "open_read_only_event_log",

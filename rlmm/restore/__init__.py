@@ -15,15 +15,23 @@ client, reader and layout they opened before they return.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from rlmm.archive import close_remote_storage, open_metadata_view, remote_storage_for
+from rlmm.archive import (
+    StoreListing,
+    check_view_not_empty,
+    close_remote_storage,
+    list_store_segments,
+    open_archive_view,
+    open_store_view,
+    remote_storage_for,
+    store_metadata_view,
+    store_settings,
+)
+from rlmm.archive.sources import missing_local_root
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError
-from rlmm.factory import open_snapshot_source
 from rlmm.restore.errors import (
     MissingSegmentsError,
     PartitionCountMismatchError,
@@ -58,10 +66,6 @@ from rlmm.restore.run import (
     run_restores,
     transactional_id,
 )
-from rlmm.restore.store_view import StoreListing, list_store_segments, store_metadata_view
-from snapshot import SnapshotStore
-
-log = logging.getLogger(__name__)
 
 
 def client_settings(bootstrap_servers: str, properties: Mapping[str, str] | None = None) -> dict:
@@ -77,47 +81,17 @@ def client_settings(bootstrap_servers: str, properties: Mapping[str, str] | None
         raise ConfigError(f"bad target cluster settings: {e}") from e
 
 
-def _snapshot_store(config: RlmmConfig) -> SnapshotStore | None:
-    """The configured snapshot store, read-only (with ``store = "s3"``: the bucket
-    beside the segments); None when snapshots are off, as for the metadata view, or
-    the store cannot be opened (the objects alone then give the segments)."""
-    if not config.snapshot.get("enabled", True):
-        return None
-    try:
-        return open_snapshot_source(config)
-    except ConfigError as e:
-        log.warning("rlmm's snapshots are not read (the store's objects are): %s", e)
-        return None
-
-
 def _check_local_root(config: RlmmConfig, remote_options: Mapping[str, Any]) -> None:
     """UnknownSourceError naming ``[remote] root`` when a local store's root does not
     exist: checked before the store is opened, which would create it (an empty store,
     where a typo would then read as "no object of the topic")."""
-    if remote_options.get("type", "local") != "local":
+    missing = missing_local_root(config, remote_options)
+    if missing is None:
         return
-    root = Path(remote_options["root"])
-    if root.is_dir():
-        return
-    key = (
-        f"[remote] root {str(root)!r}"
-        if "root" in config.remote
-        else f"[remote] root (unset: data_dir/remote, {str(root)!r})"
-    )
     raise UnknownSourceError(
-        f"{key} does not exist: no archive to restore from; set [remote] root to the"
+        f"{missing} does not exist: no archive to restore from; set [remote] root to the"
         " directory the offloader copies into (its own [remote] root)"
     )
-
-
-def _store_settings(remote_options: Mapping[str, Any]) -> str:
-    """The ``[remote]`` settings that say where the store is, for a message."""
-    kind = remote_options.get("type", "local")
-    if kind == "local":
-        return f"[remote] root ({remote_options['root']})"
-    if kind == "s3":
-        return "[remote] bucket and prefix"
-    return "the [remote] settings (remote.type, and its dir, or bucket and prefix)"
 
 
 def restore(
@@ -161,26 +135,22 @@ def restore_topics(
     try:
         layout = remote_storage_for(remote_options)
         if from_store:
-            snapshots = _snapshot_store(config)
-            try:
-                view, listing = store_metadata_view(layout, topics, snapshots)
-            finally:
-                if snapshots is not None:
-                    snapshots.close()
+            view, listing = open_store_view(config, topics, layout)
             unknown = [t for t in topics if t not in listing.topics]
             if unknown and not listing.topics:
                 raise UnknownSourceError(
                     f"unknown topic {unknown[0]!r}: {layout!r} holds no segment of any topic:"
-                    f" check {_store_settings(remote_options)}"
+                    f" check {store_settings(remote_options)}"
                 )
             if unknown:
                 known = ", ".join(sorted(listing.topics)[:20])
                 raise UnknownSourceError(
                     f"unknown topic {unknown[0]!r}: no object of it in {layout!r} (known: {known})"
                 )
+            check_view_not_empty(config, view, layout, listing, topics)
             source = "store"
         else:
-            view = open_metadata_view(config)
+            view = open_archive_view(config)
             source = "metadata"
 
         def planner(selection: RestoreSelection) -> PlanFor:

@@ -82,7 +82,7 @@ def test_restore_from_rlmms_s3_layout_with_and_without_metadata(
         # The archive's timestamps are from 2023: keep the broker's retention off them.
         asyncio.run(_create(apache_kafka_broker.bootstrap, target))
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="rlmm.restore.store_view"):
+        with caplog.at_level(logging.INFO, logger="rlmm.archive.store_view"):
             report = restore(
                 config,
                 RestoreSelection(topic, target_topic=target),

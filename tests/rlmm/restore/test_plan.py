@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 
 from remote import IndexType, PartitionDir
-from rlmm.archive import MetadataView, open_metadata_view, read_slice, remote_storage_for
+from rlmm.archive import (
+    MetadataView,
+    open_metadata_view,
+    read_slice,
+    remote_storage_for,
+    store_view,
+)
 from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.config import RlmmConfig
 from rlmm.factory import open_snapshot_source
@@ -32,7 +38,6 @@ from rlmm.restore import (
     build_plan,
     restore_topics,
     store_metadata_view,
-    store_view,
 )
 from snapshot import LocalSnapshotStore, Snapshot, SnapshotStore, decode_snapshot, encode_snapshot
 from tests.rlmm.archive.archive_data import Expected, archived, make_config, offload, rows
