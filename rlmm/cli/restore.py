@@ -73,12 +73,19 @@ def _properties(path: Path | None, pairs: tuple[str, ...]) -> dict[str, str]:
                 raise click.BadParameter(f"{path}: not a key=value line: {line!r}")
             key, value = line[:cut], line[cut + 1 :]
             props[key.strip()] = value.strip()
+    props.update(_pairs(pairs, "-X"))
+    return props
+
+
+def _pairs(pairs: tuple[str, ...], option: str) -> dict[str, str]:
+    """``key=value`` arguments of ``option``, the last of a key winning."""
+    out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="-X")
-        props[key.strip()] = value.strip()
-    return props
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint=option)
+        out[key.strip()] = value.strip()
+    return out
 
 
 @contextmanager
@@ -171,6 +178,18 @@ def _partition_bars() -> Iterator[Callable[[str], ProgressCallback | None] | Non
     help="go on past missing segments (default: stop at the first gap)",
 )
 @click.option(
+    "--topic-config",
+    "topic_configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="a config of a target topic the restore creates, over the source's (repeat)",
+)
+@click.option(
+    "--no-topic-configs",
+    is_flag=True,
+    help="create the target without the source topic's configs kept in the store",
+)
+@click.option(
     "--progress-topic",
     default=RESTORE_PROGRESS_TOPIC,
     show_default=True,
@@ -197,6 +216,7 @@ def restore(
     target_topic: str | None, target_prefix: str | None,
     bootstrap_server: str, command_config: Path | None, properties: tuple[str, ...],
     from_store: bool, partitioner: str, resume: bool, dry_run: bool, skip_missing: bool,
+    topic_configs: tuple[str, ...], no_topic_configs: bool,
     progress_topic: str, transaction_records: int, partitions_in_flight: int,
 ) -> None:  # fmt: skip
     """Restore topics from the archive into topics of a live cluster, exactly once."""
@@ -218,6 +238,8 @@ def restore(
     options = RestoreOptions(
         resume=resume, dry_run=dry_run, progress_topic=progress_topic,
         transaction_records=transaction_records, partitions_in_flight=partitions_in_flight,
+        topic_configs=not no_topic_configs,
+        topic_config_overrides=_pairs(topic_configs, "--topic-config"),
     )  # fmt: skip
     s = session()
     with _partition_bars() as on_progress:

@@ -5,7 +5,9 @@ see it (``[remote]`` names the layout: rlmm's own, Kafka's LocalTieredStorage or
 Aiven's S3), with its segment list from ``__remote_log_metadata`` (``[eventlog]``) or,
 after a disaster, rebuilt from the store alone (``from_store``: its objects, and rlmm's
 snapshots in the configured ``[snapshot]`` store where they hold a copy). The target
-is any Kafka cluster; data and progress commit in one transaction there.
+is any Kafka cluster; data and progress commit in one transaction there. A target the
+restore creates gets the source topic's configs that `rlmm offload` kept in the store
+(``rlmm.restore.topic_configs`` says which, and why not the others).
 
 Invariant: :func:`restore` and :func:`restore_topics` (several topics, one after
 another) write nothing before every check of every topic has passed, and close every
@@ -18,6 +20,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from remote.topic_configs import TopicConfigs, TopicConfigStore
 from rlmm.archive import (
     StoreListing,
     check_view_not_empty,
@@ -32,6 +35,7 @@ from rlmm.archive import (
 from rlmm.archive.sources import missing_local_root
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError
+from rlmm.factory import open_topic_config_store
 from rlmm.restore.errors import (
     MissingSegmentsError,
     PartitionCountMismatchError,
@@ -42,6 +46,7 @@ from rlmm.restore.errors import (
     SharedTargetError,
     TargetClusterError,
     TargetNotEmptyError,
+    TopicConfigError,
     UnknownSourceError,
 )
 from rlmm.restore.partitioner import murmur2, murmur2_partition
@@ -66,6 +71,7 @@ from rlmm.restore.run import (
     run_restores,
     transactional_id,
 )
+from rlmm.restore.topic_configs import ConfigLookup, TopicConfigChoice, choose_configs
 
 
 def client_settings(bootstrap_servers: str, properties: Mapping[str, str] | None = None) -> dict:
@@ -163,9 +169,39 @@ def restore_topics(
             return plan_for
 
         plan_fors = [planner(s) for s in selections]
-        return asyncio.run(run_restores(plan_fors, client, options, on_progress))
+        store = open_topic_config_store(config)
+        try:
+            lookup = _config_lookup(store, remote_options)
+            return asyncio.run(run_restores(plan_fors, client, options, on_progress, lookup))
+        finally:
+            if store is not None:
+                store.close()
     finally:
         close_remote_storage()
+
+
+def _config_lookup(
+    store: TopicConfigStore | None, remote_options: Mapping[str, Any]
+) -> ConfigLookup:
+    """The configs `rlmm offload` kept for a source topic id, and where (or why none)."""
+
+    def lookup(topic: str, topic_id: str) -> tuple[TopicConfigs | None, str]:
+        if store is None:
+            kind = remote_options.get("type")
+            return None, (
+                f"none kept: [remote] is a Kafka cluster's own tier (remote.type = {kind!r}),"
+                " where rlmm keeps no topic configs"
+            )
+        found = store.read(topic, topic_id)
+        if found is None:
+            return None, (
+                f"none kept at {store.where(topic, topic_id)} (the topic was tiered by the"
+                " broker plugin, or by `rlmm offload` without a cluster or before it kept"
+                " them)"
+            )
+        return found, store.where(topic, topic_id)
+
+    return lookup
 
 
 __all__ = [
@@ -192,8 +228,11 @@ __all__ = [
     "StoreListing",
     "TargetClusterError",
     "TargetNotEmptyError",
+    "TopicConfigChoice",
+    "TopicConfigError",
     "UnknownSourceError",
     "build_plan",
+    "choose_configs",
     "client_settings",
     "list_store_segments",
     "murmur2",

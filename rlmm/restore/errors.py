@@ -46,6 +46,12 @@ class SharedTargetError(RestoreInputError):
     the CLI gives each source topic a target of its own)."""
 
 
+class TopicConfigError(RestoreInputError):
+    """The configs a new target topic would be created with cannot be used (the target
+    cluster refuses them, or no acks=all write would succeed under them), or those kept
+    for the source topic cannot be read."""
+
+
 class MissingSegmentsError(RestoreError):
     """Offsets inside the range are not in the archive: the restore stopped before them
     (everything up to the gap is committed, and ``--resume --skip-missing`` goes on)."""
@@ -72,5 +78,6 @@ __all__ = [
     "SharedTargetError",
     "TargetClusterError",
     "TargetNotEmptyError",
+    "TopicConfigError",
     "UnknownSourceError",
 ]

@@ -1,7 +1,8 @@
 """run_restore: the archive's committed records into a live topic, exactly once across crashes.
 
 Job: check the target against the plan (partition count, data already there, saved
-progress and whose it is), create the target and the progress topic when absent, then
+progress and whose it is), create the target (with the source topic's configs kept in
+the store: ``rlmm.restore.topic_configs``) and the progress topic when absent, then
 read the plan's slices (the archive's read_committed reader: aborted records and
 control batches never come out) and send them through one transactional producer
 whose ``transactional_id`` is derived from the restore's identity: each archived batch
@@ -70,6 +71,7 @@ from rlmm.restore.progress import (
 from rlmm.restore.raw_batch import RawBatch
 from rlmm.restore.source import Passthrough, Row, SliceEnd, Step, partition_steps
 from rlmm.restore.target import TargetCluster
+from rlmm.restore.topic_configs import ConfigLookup, TopicConfigChoice, target_configs
 
 log = logging.getLogger(__name__)
 _LOG_APPEND_TIME = 1
@@ -99,6 +101,10 @@ class RestoreOptions:
     transaction_records: int = 10_000
     partitions_in_flight: int = 4  # source partitions read and sent at once
     passthrough: bool = True  # False: every record is decoded and re-encoded
+    # A target the restore creates gets the source topic's configs kept in the store
+    # (rlmm.restore.topic_configs), unless False; these over them.
+    topic_configs: bool = True
+    topic_config_overrides: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -157,6 +163,9 @@ class RestoreReport:
     cleared_progress: list[int] = field(default_factory=list)
     results: list[PartitionResult] = field(default_factory=list)
     elapsed_s: float = 0.0
+    # The configs a target this run creates gets (None: the target existed).
+    topic_configs: TopicConfigChoice | None = None
+    bootstrap_servers: str = ""  # the target cluster's, for the commands the summary gives
 
     @property
     def records(self) -> int:
@@ -185,7 +194,13 @@ class RestoreReport:
             "target_exists": self.target_exists,
             "transactional_id": self.transactional_id,
             "progress_topic": self.progress_topic,
-        }
+            "topic_configs": None if self.topic_configs is None else {
+                **self.topic_configs.to_dict(),
+                "set_after_command": self.topic_configs.after_command(
+                    self.bootstrap_servers, self.plan.target_topic
+                ),
+            },
+        }  # fmt: skip
         if not self.dry_run:
             out |= {
                 "resumed": self.resumed,
@@ -269,6 +284,7 @@ async def _prepare(
     plan_for: Callable[[Mapping[int, int] | None], RestorePlan],
     cluster: TargetCluster,
     options: RestoreOptions,
+    lookup: ConfigLookup | None = None,
 ) -> tuple[RestoreReport, dict[int, Progress]]:
     """Every check of ``plan`` (``plan_for(None)``) against the target before anything
     is written; the report of the (resumed) plan."""
@@ -323,6 +339,13 @@ async def _prepare(
             f" {plan.source_topic!r} has {source_count}: pass --partitioner murmur2 to spread"
             " the records by key, or restore into a new topic"
         )
+    choice = None
+    if target_count is None:
+        choice = await target_configs(
+            plan.source_topic, plan.topic_id, target, plan.source_partition_count, cluster,
+            lookup, use_stored=options.topic_configs,
+            overrides=options.topic_config_overrides,
+        )  # fmt: skip
     if saved:
         plan = await asyncio.to_thread(plan_for, {p: s.next_offset for p, s in saved.items()})
     report = RestoreReport(
@@ -334,6 +357,8 @@ async def _prepare(
         dry_run=options.dry_run,
         resumed=bool(saved),
         cleared_progress=sorted(stale),
+        topic_configs=choice,
+        bootstrap_servers=str(cluster.client.get("bootstrap_servers", "")),
     )
     return report, saved
 
@@ -400,10 +425,12 @@ async def run_restores(
     client: Mapping[str, Any],
     options: RestoreOptions | None = None,
     on_progress: Callable[[str], ProgressCallback | None] | None = None,
+    lookup: ConfigLookup | None = None,
 ) -> list[RestoreReport]:
     """Several topics' restores, one report each, in the order given: every topic is
     planned and checked (each fencing its own earlier runs) before anything is written
     for any; then each is restored in turn, with its own transactional id and progress.
+    ``lookup`` gives the configs kept for a source topic (a target created gets them).
 
     Raises RestoreInputError before writing anything (SharedTargetError for two plans
     into one target topic, found before the target is contacted; or any topic's
@@ -420,7 +447,7 @@ async def run_restores(
     async with TargetCluster(client) as cluster:
         for plan_for, (plan, spent) in zip(plan_fors, planned, strict=True):
             started = time.monotonic() - spent
-            report, saved = await _prepare(plan, plan_for, cluster, options)
+            report, saved = await _prepare(plan, plan_for, cluster, options, lookup)
             prepared.append((report, saved, time.monotonic() - started))
     if options.dry_run:
         return [report for report, _, _ in prepared]
@@ -443,8 +470,9 @@ async def _write(
     plan = report.plan
     async with TargetCluster(client) as cluster:
         if not report.target_exists:
+            configs = report.topic_configs.applied if report.topic_configs is not None else None
             report.created_target = await cluster.create_topic(
-                plan.target_topic, plan.source_partition_count
+                plan.target_topic, plan.source_partition_count, configs
             )
         if options.progress_topic not in await cluster.partition_counts():
             await cluster.create_topic(options.progress_topic, 1, _PROGRESS_CONFIGS)

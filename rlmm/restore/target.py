@@ -2,9 +2,10 @@
 
 Job: through one aiokafka admin client, describe topics without creating them (a
 metadata request for all topics: a request naming a missing topic may auto-create
-it), create the target and the progress topic, read the target's largest accepted
-batch (``max.message.bytes``), and find whether a topic holds any committed record
-(read_committed, stopping at the first one).
+it), create the target (with its configs, which Kafka checks first: ``refusal``) and
+the progress topic, read the target's largest accepted batch (``max.message.bytes``),
+and find whether a topic holds any committed record (read_committed, stopping at the
+first one).
 
 Invariants: nothing here writes a record; a topic is created only by
 ``create_topic`` (an existing one is left as it is: a racing creator is not an
@@ -97,6 +98,22 @@ class TargetCluster:
                 return True
             await asyncio.sleep(0.1)
         raise TargetClusterError(f"topic {topic!r} was created but never showed in the metadata")
+
+    async def refusal(self, topic: str, partitions: int, configs: Mapping[str, str]) -> str | None:
+        """Why the cluster would refuse to create ``topic`` with ``configs`` (Kafka's
+        own check, CreateTopics with validate_only: nothing is created), or None."""
+        replication = min(3, await self.broker_count())
+        new = NewTopic(topic, partitions, replication, topic_configs=dict(configs))
+        try:
+            response = await self._admin.create_topics([new], validate_only=True)
+        except KafkaError as e:
+            raise TargetClusterError(f"cannot check topic {topic!r}'s configs: {e}") from e
+        for item in response.topic_errors:
+            code = item[1]
+            if code not in (0, _TOPIC_ALREADY_EXISTS):
+                message = item[2] if len(item) > 2 else ""
+                return f"error code {code} {message or ''}".rstrip()
+        return None
 
     async def max_message_bytes(self, topic: str) -> int:
         """``topic``'s max.message.bytes: the largest record batch its brokers accept."""
