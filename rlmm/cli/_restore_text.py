@@ -3,17 +3,18 @@
 Invariant: the table has one row per source partition, with the same numbers as the
 JSON document (``RestoreReport.to_dict``); the lines after it say what was or would be
 done, naming the target, the progress topic and anything the operator must know
-(gaps, batches re-encoded and why, LogAppendTime timestamps).
+(gaps, where the archive ends and what it therefore lacks, batches re-encoded and why,
+LogAppendTime timestamps).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from rlmm.cli.output import human_bytes
+from rlmm.cli.output import human_bytes, human_time
 
 if TYPE_CHECKING:
     from rlmm.restore import RestoreReport
@@ -29,6 +30,13 @@ def _created(report: RestoreReport) -> str:
     if report.target_exists:
         return ""
     return ", to be created" if report.dry_run else ", created"
+
+
+def _archive_end(topic: str, p: dict[str, Any]) -> str:
+    """``dr-0 after offset 3012 (newest record 2026-11-29 05:30:00Z)``."""
+    ts = p["archive_newest_timestamp_ms"]
+    newest = "no record timestamp" if ts is None else f"newest record {human_time(ts)}"
+    return f"{topic}-{p['partition']} after offset {p['archive_end_offset'] - 1} ({newest})"
 
 
 def restore_lines(
@@ -77,6 +85,17 @@ def restore_lines(
                 f" {g['last_offset'] + 1}) are missing from the archive"
                 + (" (the restore stops there)" if p["stops_at_gap"] else " (skipped)")
             )
+    ends = [
+        _archive_end(source["topic"], p)
+        for p in plan["partitions"]
+        if p.get("archive_end_offset") is not None
+    ]
+    if ends:
+        lines.append(
+            f"archive ends: {', '.join(ends)}: records written after these were never"
+            " archived (each partition's active segment at the time of the loss, and"
+            " anything later)"
+        )
     if report.dry_run:
         lines.append(
             f"dry run: {plan['segments']} segments, {human_bytes(plan['bytes'])}, at most"

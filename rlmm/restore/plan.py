@@ -12,7 +12,9 @@ archive); ``[first, end)`` depends on the selection and the archive only, never 
 resume point, so two runs of one restore agree on it (the saved progress is checked
 against it); slices of a partition are in offset order and tile the range but for its
 gaps; with ``skip_missing`` false the slices stop before the first gap, which the plan
-names (``stop_gap``).
+names (``stop_gap``); each partition's plan says where the archive ends and the
+largest timestamp of its last segment, whatever the range: what the source held after
+that (at least its active segment, never copied) is not in the archive.
 """
 
 from __future__ import annotations
@@ -126,6 +128,11 @@ class PartitionPlan:
     gaps: tuple[Gap, ...]  # inside [first_offset, end_offset)
     stop_gap: Gap | None  # the gap this run stops at (skip_missing false)
     resume_from: int | None = None
+    # Where the archive of this partition ends (exclusive, whatever the range), and the
+    # largest timestamp of the segment holding its last offset (None: no timestamp):
+    # records the source wrote after these were never archived.
+    archive_end_offset: int | None = None
+    archive_newest_timestamp_ms: int | None = None
 
     @property
     def start_offset(self) -> int:
@@ -207,6 +214,8 @@ class RestorePlan:
                     ],
                     "stops_at_gap": p.stop_gap is not None,
                     "target_partitions": self.target_partitions(p, target_count),
+                    "archive_end_offset": p.archive_end_offset,
+                    "archive_newest_timestamp_ms": p.archive_newest_timestamp_ms,
                 }
                 for p in self.partitions
             ],
@@ -308,7 +317,12 @@ def _plan_partition(
             # byte position on and dropping what is below the resume point is exact.
             piece = dataclasses.replace(piece, from_offset=start)
         run.append(piece)
-    return PartitionPlan(tp, first, end, tuple(run), gaps, stop_gap, resume_from)
+    newest = ranges[-1].segment.max_timestamp_ms
+    return PartitionPlan(
+        tp, first, end, tuple(run), gaps, stop_gap, resume_from,
+        archive_end_offset=latest,
+        archive_newest_timestamp_ms=newest if newest >= 0 else None,
+    )  # fmt: skip
 
 
 def build_plan(

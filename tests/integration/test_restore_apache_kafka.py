@@ -396,6 +396,14 @@ def test_disaster_recovery_from_the_remote_dir_alone(
     ]
     assert "segments from the store" in dry.stdout and "to be created" in dry.stdout
     assert lines[-1].endswith("; nothing written")
+    # What the archive lacks: each partition's end (the segment Kafka had not rolled, and
+    # so never tiered, starts there) and its newest archived record (issue 46, item 1).
+    (tail,) = [line for line in lines if line.startswith("archive ends: ")]
+    for p in source.plans["store"]["partitions"]:
+        end, captured = p["archive_end_offset"], source.with_offsets[TOPIC][p["partition"]]
+        assert end == p["end_offset"] > captured[-1][0], p
+        assert f"{TOPIC}-{p['partition']} after offset {end - 1} (newest record 20" in tail
+    assert "records written after these were never archived" in tail
     assert TOPIC not in asyncio.run(topics(target.bootstrap))
     done = restore(source, target, "--topic", TOPIC, "--json")
     assert done.returncode == 0, done.stderr
