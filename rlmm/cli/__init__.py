@@ -54,7 +54,9 @@ class RlmmGroup(click.Group):
             from rlmm.errors import RemoteStorageError
 
             known = isinstance(e, RemoteStorageError) or _is_library_error(e)
-            message = _for_the_command_line(e) or (str(e) if known else f"{type(e).__name__}: {e}")
+            message = _for_the_command_line(e, ctx.invoked_subcommand) or (
+                str(e) if known else f"{type(e).__name__}: {e}"
+            )
             # a library or client message may quote a setting: never its secret
             secrets = _configured_secrets(s)
             if s.debug:
@@ -97,10 +99,27 @@ def _configured_secrets(s: Session) -> set[str]:
     return _secrets_of[id(config)]
 
 
-def _for_the_command_line(e: Exception) -> str | None:
+# The commands that read the archive's segment list from the store alone on request.
+FROM_STORE_COMMANDS = ("segments", "partitions", "records", "verify", "restore")
+
+
+def _store_remedy(command: str | None) -> str:
+    """How to read the archive from the store alone, for a user of ``command``."""
+    if command in FROM_STORE_COMMANDS:
+        return "--from-store"
+    readers = "rlmm segments list|show, partitions, records, verify and restore take --from-store"
+    return f"{readers} (gc needs the metadata log)" if command == "gc" else readers
+
+
+def _for_the_command_line(e: Exception, command: str | None = None) -> str | None:
     """The message for an error whose library text speaks to a program (a Python
-    argument to pass), in terms of what a command-line user does; None: as it is."""
+    argument to pass), in terms of what a command-line user does; None: as it is.
+    ``command``: the command run (the root group's subcommand)."""
     from eventlog import EventLogLockedError
+    from rlmm.archive.errors import StoreRemedyError
+
+    if isinstance(e, StoreRemedyError):
+        return e.with_remedy(_store_remedy(command))
 
     if isinstance(e, EventLogLockedError):
         return (

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from rlmm.cli.session import common_options, session
+from rlmm.cli.session import common_options, from_store_option, session
 
 
 @click.command("records")
@@ -36,10 +36,11 @@ from rlmm.cli.session import common_options, session
     show_default=True,
     help="json: one object per line; raw: each value and a newline",
 )
+@from_store_option
 @common_options
 def records(
     topic: str, partitions: tuple[int, ...], from_offset: int | None, limit: int | None,
-    isolation: str, fmt: str,
+    isolation: str, fmt: str, from_store: bool,
 ) -> None:  # fmt: skip
     """Print the archived records of TOPIC."""
     from rlmm.ops.record_dump import RecordQuery, raw_value, read_records, record_fields
@@ -48,7 +49,7 @@ def records(
         raise click.UsageError("--format raw prints the values as they are: not with --json")
     query = RecordQuery(topic, partitions, from_offset, limit, isolation)
     out = session().output
-    for row in read_records(session().config, query):
+    for row in read_records(session().config, query, from_store=from_store):
         if fmt == "raw":
             sys.stdout.buffer.write(raw_value(row) + b"\n")
         else:

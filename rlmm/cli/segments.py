@@ -1,16 +1,19 @@
 """`rlmm segments list|show` and `rlmm partitions`: what the remote log holds.
 
 Invariant: read-only (a MetadataView and the RSM's listing); each command calls one
-library function of rlmm.ops.inventory and hands the result to the Output. A listing
-is refused (exit 2) when it names a topic the metadata does not know, or when the
-configured remote storage holds none of the listed segments (a wrong ``[remote]``).
+library function of rlmm.ops.inventory and hands the result to the Output. The view
+is the metadata log's, or with ``--from-store`` the remote store's alone
+(``rlmm.archive.open_archive_view``). A listing is refused (exit 2) when it names a
+topic the metadata does not know, when the configured remote storage holds none of
+the listed segments (a wrong ``[remote]``), or when the metadata lists nothing while
+the store holds segment objects.
 """
 
 from __future__ import annotations
 
 import click
 
-from rlmm.cli.session import common_options, session
+from rlmm.cli.session import common_options, from_store_option, session
 from rlmm.model import RemoteLogSegmentState
 
 _STATES = [s.name for s in RemoteLogSegmentState]
@@ -26,12 +29,14 @@ def segments() -> None:
 @click.option("--partition", type=click.IntRange(min=0), help="only this partition number")
 @click.option("--state", type=click.Choice(_STATES, case_sensitive=False), help="only this state")
 @click.option("--epoch", type=click.IntRange(min=0), help="only segments holding this leader epoch")
+@from_store_option
 @common_options
 def list_segments(
-    topic: str | None, partition: int | None, state: str | None, epoch: int | None
-) -> None:
+    topic: str | None, partition: int | None, state: str | None, epoch: int | None,
+    from_store: bool,
+) -> None:  # fmt: skip
     """List segments (every state), by topic, partition and start offset."""
-    from rlmm.archive import open_metadata_view
+    from rlmm.archive import open_archive_view
     from rlmm.factory import open_remote_layout
     from rlmm.ops.inventory import (
         SegmentFilter,
@@ -45,7 +50,8 @@ def list_segments(
         topic, partition, None if state is None else RemoteLogSegmentState[state.upper()], epoch
     )
     config = session().config
-    with open_metadata_view(config) as view, open_remote_layout(config) as layout:
+    view = open_archive_view(config, from_store=from_store, topics=_topics(topic))
+    with view, open_remote_layout(config) as layout:
         check_topic_known(view, topic)
         listed = list_segments(view, where)
         check_remote_holds(layout, listed)
@@ -56,24 +62,29 @@ def list_segments(
 # token is the id, not an error (known options such as --json still work).
 @segments.command("show", context_settings={"ignore_unknown_options": True})
 @click.argument("segment_id")
+@from_store_option
 @common_options
-def show_segment(segment_id: str) -> None:
-    """Everything about one segment: metadata, stored objects, the events that made it."""
-    from rlmm.archive import open_metadata_view
+def show_segment(segment_id: str, from_store: bool) -> None:
+    """Everything about one segment: metadata, stored objects, the events that made it
+    (none with --from-store: there is no metadata log to read them from)."""
+    from rlmm.archive import open_archive_view
     from rlmm.factory import open_remote_layout
     from rlmm.ops.inventory import describe_segment
 
     config = session().config
-    with open_metadata_view(config) as view, open_remote_layout(config) as layout:
-        session().output.segment_detail(describe_segment(config, view, layout, segment_id))
+    view = open_archive_view(config, from_store=from_store)
+    with view, open_remote_layout(config) as layout:
+        detail = describe_segment(config, view, layout, segment_id, history=not from_store)
+        session().output.segment_detail(detail)
 
 
 @click.command("partitions")
 @click.option("--topic", help="only this topic")
+@from_store_option
 @common_options
-def partitions(topic: str | None) -> None:
+def partitions(topic: str | None, from_store: bool) -> None:
     """Per partition: segments, remote bytes, offsets, highest offset per epoch, states."""
-    from rlmm.archive import open_metadata_view
+    from rlmm.archive import open_archive_view
     from rlmm.factory import open_remote_layout
     from rlmm.ops.inventory import (
         SegmentFilter,
@@ -84,10 +95,16 @@ def partitions(topic: str | None) -> None:
     )
 
     config = session().config
-    with open_metadata_view(config) as view, open_remote_layout(config) as layout:
+    view = open_archive_view(config, from_store=from_store, topics=_topics(topic))
+    with view, open_remote_layout(config) as layout:
         check_topic_known(view, topic)
         check_remote_holds(layout, list_segments(view, SegmentFilter(topic)))
         session().output.partitions(summarize_partitions(view, SegmentFilter(topic)))
+
+
+def _topics(topic: str | None) -> list[str] | None:
+    """What a store-alone view needs to read for ``--topic`` (None: every topic)."""
+    return None if topic is None else [topic]
 
 
 def register(main: click.Group) -> None:

@@ -138,4 +138,13 @@ def common_options(fn: F) -> F:
     return fn
 
 
-__all__ = ["LOG_FORMAT", "Session", "common_options", "session"]
+def from_store_option(fn: F) -> F:
+    """--from-store, on every command that reads the archive's segment list."""
+    return click.option(
+        "--from-store", is_flag=True,
+        help="list the segments from the remote store's objects alone (and rlmm's snapshots"
+        " where they survive), for when the metadata log is lost",
+    )(fn)  # fmt: skip
+
+
+__all__ = ["LOG_FORMAT", "Session", "common_options", "from_store_option", "session"]

@@ -1,8 +1,11 @@
 """`rlmm verify` and `rlmm gc`: the metadata against the objects, and the garbage repair.
 
 Invariant: verify never writes; gc is a dry run unless --apply, and removes exactly
-what a verify run at that moment proves is garbage (rlmm.ops.repair). Exit 0 when clean
-(gc: nothing left to do), 1 when problems are found (or remain).
+what a verify run at that moment proves is garbage (rlmm.ops.repair), against the
+metadata log only: ``verify --from-store`` reads the store alone, ``gc --from-store`` is
+refused, and a metadata log that lists nothing beside a store holding segment objects
+stops both (rlmm.archive.EmptyViewError), so a lost log never makes the store garbage.
+Exit 0 when clean (gc: nothing left to do), 1 when problems are found (or remain).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from rlmm.cli.session import common_options, session
+from rlmm.cli.session import common_options, from_store_option, session
 
 if TYPE_CHECKING:
     from rlmm.ops.verification import VerifyReport
@@ -46,16 +49,21 @@ def _verify_options(fn: click.decorators.FC) -> click.decorators.FC:
     )
 
 
-def _run_verify(deep: bool, topic: str | None, safety_window: float) -> VerifyReport:
-    from rlmm.archive import open_metadata_view
+def _run_verify(
+    deep: bool, topic: str | None, safety_window: float, from_store: bool = False
+) -> VerifyReport:
+    from rlmm.archive import open_archive_view
     from rlmm.factory import open_remote_layout
     from rlmm.ops.inventory import check_topic_known
     from rlmm.ops.verification import verify
 
     s = session()
     config = s.config
+    view = open_archive_view(
+        config, from_store=from_store, topics=None if topic is None else [topic]
+    )
     with (
-        open_metadata_view(config) as view,
+        view,
         open_remote_layout(config) as layout,
         s.progress("verifying") as progress,
     ):
@@ -68,10 +76,13 @@ def _run_verify(deep: bool, topic: str | None, safety_window: float) -> VerifyRe
 
 @click.command("verify")
 @_verify_options
+@from_store_option
 @common_options
-def verify_command(deep: bool, topic: str | None, safety_window: float) -> None:
-    """Check the metadata against the stored objects, both ways (exit 1 on problems)."""
-    report = _run_verify(deep, topic, safety_window)
+def verify_command(deep: bool, topic: str | None, safety_window: float, from_store: bool) -> None:
+    """Check the metadata against the stored objects, both ways (exit 1 on problems).
+    With --from-store, the copies the store alone gives (objects of copies that cannot
+    be rebuilt are reported as orphans)."""
+    report = _run_verify(deep, topic, safety_window, from_store)
     session().output.verification(report)
     if not report.ok:
         click.get_current_context().exit(1)
@@ -80,11 +91,17 @@ def verify_command(deep: bool, topic: str | None, safety_window: float) -> None:
 @click.command("gc")
 @click.option("--apply", is_flag=True, help="repair (default: only print what would be done)")
 @_verify_options
+@click.option("--from-store", is_flag=True, help="refused: gc needs the metadata log")
 @common_options
-def gc_command(apply: bool, deep: bool, topic: str | None, safety_window: float) -> None:
+def gc_command(
+    apply: bool, deep: bool, topic: str | None, safety_window: float, from_store: bool
+) -> None:
     """Remove what verify proves is garbage: orphan objects, stale multipart uploads,
     segments stuck in a STARTED state (through the DELETE path of the metadata)."""
     from remote.registry import READ_ONLY_TYPES
+
+    if from_store:
+        raise click.UsageError(GC_FROM_STORE)
     from rlmm.factory import open_remote_layout
     from rlmm.ops.repair import apply_repairs, plan_repairs
 
@@ -99,6 +116,13 @@ def gc_command(apply: bool, deep: bool, topic: str | None, safety_window: float)
     remaining = plan.left_alone or plan.skipped or plan.not_ours or (plan.actions and not apply)
     if remaining:
         click.get_current_context().exit(1)
+
+
+GC_FROM_STORE = (
+    "--from-store is refused: gc deletes what the metadata does not name, and without the"
+    " metadata log the objects of every copy that cannot be rebuilt would count as garbage;"
+    " gc needs the metadata log (`rlmm verify --from-store` checks the archive without it)"
+)
 
 
 def register(main: click.Group) -> None:

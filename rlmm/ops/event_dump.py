@@ -9,7 +9,8 @@ Invariant: reading never writes and never takes the file log's writer lock; a re
 that cannot be decoded, or a batch whose CRC-32C fails, becomes an error entry and
 the dump goes on; only a file whose framing is broken ends early, with an error
 entry naming the byte position. Errors of the event log come out as
-rlmm.errors.RemoteStorageError naming the log.
+rlmm.errors.RemoteStorageError naming the log; one that cannot be opened at all (gone
+with a lost cluster) as rlmm.archive.MetadataLogUnavailableError.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from eventlog import EventLog, EventLogError
 from remote.errors import SegmentFormatError
 from remote.segments.batch import RecordBatchReader, parse_batch_header
 from remote.segments.records import decode_batch
-from rlmm.archive.view import open_read_only_event_log
+from rlmm.archive.errors import MetadataLogUnavailableError
+from rlmm.archive.view import eventlog_source, open_read_only_event_log
 from rlmm.codec import decode
 from rlmm.config import RlmmConfig
 from rlmm.errors import CodecError, ConfigError, RemoteStorageError
@@ -100,11 +102,14 @@ def dump_segment_file(path: Path) -> Iterator[DumpedEvent]:
 
 
 def reading_event_log(config: RlmmConfig) -> EventLog:
-    """The configured event log, opened so that reading it changes nothing."""
+    """The configured event log, opened so that reading it changes nothing;
+    MetadataLogUnavailableError when a file log's directory does not exist."""
     if config.eventlog.get("type", "file") == "file":
         directory = Path(config.event_log_options()["dir"])
         if not directory.is_dir():
-            raise ConfigError(f"event log directory {directory} does not exist")
+            raise MetadataLogUnavailableError(
+                f"event log directory {directory} does not exist ({eventlog_source(config)})"
+            )
     return open_read_only_event_log(config)
 
 
@@ -169,7 +174,13 @@ def dump_event_log(
     async def run() -> int:
         log = reading_event_log(config)
         try:
-            await log.start()
+            try:
+                await log.start()
+            except EventLogError as e:
+                raise MetadataLogUnavailableError(
+                    f"cannot read the remote log metadata from {log!r}"
+                    f" ({eventlog_source(config)}): {e}"
+                ) from e
             if holding is not None:
                 chosen = [metadata_partition_for(holding, log.partition_count)]
             elif partitions is None:

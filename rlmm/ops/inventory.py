@@ -218,13 +218,18 @@ def stored_objects(layout: RemoteLayout, m: RemoteLogSegmentMetadata) -> list[St
 
 
 def describe_segment(
-    config: RlmmConfig, view: MetadataView, layout: RemoteLayout, segment_id: str
+    config: RlmmConfig,
+    view: MetadataView,
+    layout: RemoteLayout,
+    segment_id: str,
+    *,
+    history: bool = True,
 ) -> SegmentDetail:
-    """One segment in full: its metadata, stored objects and metadata events."""
+    """One segment in full: its metadata, stored objects and metadata events (none
+    without ``history``: a view of the store alone has no metadata log to read)."""
     m = find_segment(view, segment_id)
-    return SegmentDetail(
-        m, stored_objects(layout, m), segment_history(config, m.remote_log_segment_id)
-    )
+    events = segment_history(config, m.remote_log_segment_id) if history else []
+    return SegmentDetail(m, stored_objects(layout, m), events)
 
 
 # --- partitions -------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """Archived records of one topic, read straight from remote storage, as plain rows.
 
-The library side of ``rlmm records``: a MetadataView, the archive's planner and its
-slice reader (the same path as the Spark source), turned into one dict per record
-with Kafka's field names. Invariant: reads only; records come partition by
-partition in offset order, and at most ``limit`` of them are decoded (slices are
-read lazily, so a small limit reads little). A read that could only come back empty
-because of what was asked (a topic not in the metadata, a start offset past the
-end of every chosen partition) is an error naming what the archive holds.
+The library side of ``rlmm records``: a MetadataView (the metadata log's, or the
+remote store's alone), the archive's planner and its slice reader (the same path as
+the Spark source), turned into one dict per record with Kafka's field names.
+Invariant: reads only; records come partition by partition in offset order, and at
+most ``limit`` of them are decoded (slices are read lazily, so a small limit reads
+little). A read that could only come back empty because of what was asked (a topic
+not in the metadata, a start offset past the end of every chosen partition) is an
+error naming what the archive holds.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rlmm.archive import (
     MetadataView,
     ReadRequest,
     close_remote_storage,
-    open_metadata_view,
+    open_archive_view,
     plan_slices,
 )
 from rlmm.config import RlmmConfig
@@ -66,9 +67,13 @@ def record_fields(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_records(config: RlmmConfig, query: RecordQuery) -> Iterator[dict[str, Any]]:
-    """Arrow rows (``kafka_schema(True)`` field names) of the query's records."""
-    with open_metadata_view(config) as view:
+def read_records(
+    config: RlmmConfig, query: RecordQuery, *, from_store: bool = False
+) -> Iterator[dict[str, Any]]:
+    """Arrow rows (``kafka_schema(True)`` field names) of the query's records; with
+    ``from_store``, of the segments the remote store alone holds (no metadata log)."""
+    view = open_archive_view(config, from_store=from_store, topics=[query.topic])
+    with view:
         check_topic_known(view, query.topic)
         partitions = {tp.partition: tp for tp in view.topic_partitions() if tp.topic == query.topic}
         known = sorted(partitions)
