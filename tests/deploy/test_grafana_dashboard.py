@@ -31,7 +31,7 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "rlmm.json"
 PANELS = {
     "Ready", "Since last round", "Rounds", "Segments copied and deleted", "Bytes",
     "Copy errors", "Delete errors", "Copy lag", "Copy lag (segments)", "Metadata lag",
-    "Remote log size",
+    "Remote log size", "Newest archived record age", "Not archived",
 }  # fmt: skip
 KNOWN_LINT = (
     'rlmm_remote_log_metadata_count non-histogram and non-summary metrics should not have "_count"'
@@ -89,7 +89,8 @@ def test_dashboard_reads_only_exported_metrics() -> None:
     assert used <= exported_names(), sorted(used - exported_names())
     for name in ("rlmm_remote_copy_errors_total", "rlmm_remote_delete_errors_total",
                  "rlmm_remote_copy_lag_bytes", "rlmm_metadata_event_log_lag",
-                 "rlmm_offload_rounds_total", "rlmm_remote_copy_bytes_total"):  # fmt: skip
+                 "rlmm_offload_rounds_total", "rlmm_remote_copy_bytes_total",
+                 "rlmm_archive_newest_record_age_seconds", "rlmm_unarchived_bytes"):  # fmt: skip
         assert name in used, name
 
 

@@ -120,6 +120,25 @@ def test_copy_lag_is_watched_against_the_topic_s_local_retention() -> None:
         assert name in rule["expr"], name
 
 
+def test_the_archives_recovery_point_is_watched() -> None:
+    """The tail no copy holds: each partition's active segment, never copied (issue 46,
+    item 1): an age on the newest archived record, and a partition with nothing
+    archived at all (it has no age)."""
+    yaml = pytest.importorskip("yaml")
+    rules = {
+        r["alert"]: r
+        for g in yaml.safe_load(RULES.read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
+    old = rules["RlmmArchiveTailOld"]["expr"]
+    assert "rlmm_archive_newest_record_age_seconds" in old and "rlmm_unarchived_offsets" in old
+    nothing = rules["RlmmNothingArchived"]["expr"]
+    assert "unless" in nothing and "rlmm_archive_newest_record_age_seconds" in nothing
+    for name in ("RlmmArchiveTailOld", "RlmmNothingArchived"):
+        assert "segment.ms" in rules[name]["annotations"]["description"], name
+
+
 def promtool(tools: PrometheusTools, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(tools.promtool), *args], capture_output=True, text=True, timeout=120, cwd=ROOT
