@@ -254,8 +254,9 @@ async def _replay_partition(
 
 def eventlog_source(config: RlmmConfig) -> str:
     """Where the ``[eventlog]`` settings came from, for a message."""
-    where = "the defaults" if config.source == "defaults" else config.source
-    return f"[eventlog] of {where}"
+    if config.source == "defaults":
+        return "[eventlog] settings, no config file"
+    return f"[eventlog] of {config.source}"
 
 
 def _other_than(p: int, n: int) -> Callable[[TopicIdPartition], bool]:

@@ -6,8 +6,9 @@ Names and meanings follow Spark's Kafka source (``subscribe``, ``subscribePatter
 ``endingOffsetsByTimestamp``, ``includeHeaders``, ``failOnDataLoss``, ``minPartitions``,
 ``maxRecordsPerPartition``); ours are ``isolationLevel``, ``maxBytesPerPartition``
 and ``openCostInBytes`` (how slices are cut and grouped into input partitions),
-``filterPushdown`` (whether pushed filters prune), ``config`` (the rlmm TOML) and
-``rlmm.<section>.<key>`` overrides of it. The same settings may come from the Spark conf
+``filterPushdown`` (whether pushed filters prune), ``fromStore`` (the segment list
+from the remote store alone, for when the metadata log is lost), ``config`` (the rlmm
+TOML) and ``rlmm.<section>.<key>`` overrides of it. The same settings may come from the Spark conf
 as ``spark.rlmm.<section>.<key>`` (read by ``rlmm.spark.register``); a setting's
 precedence is option > Spark conf > config file. Options only meaningful to a live consumer
 (``kafka.*``, streaming rate limits) are accepted and ignored, so switching
@@ -65,6 +66,7 @@ _OURS = (
     "maxBytesPerPartition",
     "openCostInBytes",
     "filterPushdown",
+    "fromStore",
     "config",
 )
 SPELLING = {name.lower(): name for name in _OURS}
@@ -111,6 +113,8 @@ class KafkaArchiveOptions:
     # None: "auto", on only where Spark keeps a scan's pushdown to that scan (see
     # rlmm.spark.source.pushdown_is_scan_scoped).
     filter_pushdown: bool | None = None
+    # True: the segment list from the remote store alone (no metadata log)
+    from_store: bool = False
     ignored: tuple[str, ...] = field(default=())
 
     @property
@@ -434,6 +438,7 @@ def parse_options(
         or DEFAULT_MAX_BYTES_PER_PARTITION,
         open_cost_in_bytes=_int_at_least(options, "openCostInBytes", 0, "a non-negative integer"),
         filter_pushdown=_auto_bool(options, "filterPushdown"),
+        from_store=_bool(options, "fromStore", False),
         ignored=tuple(sorted(ignored)),
         **_subscription(options),
     )

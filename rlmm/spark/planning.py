@@ -1,7 +1,8 @@
 """Driver-side planning of a kafka-archive read: options -> archive slices -> input partitions.
 
-Job: load the rlmm configuration the options name, check the subscription against
-the archive (at ``load()``), and plan through ``rlmm.archive.plan_slices``, with
+Job: load the rlmm configuration the options name, open the metadata view (the
+metadata log's, or with ``fromStore`` the remote store's alone), check the subscription
+against the archive (at ``load()``), and plan through ``rlmm.archive.plan_slices``, with
 ``minPartitions`` and ``maxRecordsPerPartition`` met first by planning smaller slices
 (cut at offset-index positions, so no byte is fetched twice) and, where one index
 interval is still too many records, by cutting a slice's offset range (those pieces
@@ -94,15 +95,48 @@ def read_request(
         raise KafkaArchiveOptionError(options.subscription, str(e)) from e
 
 
+# How a Spark user reads the archive from the store alone.
+FROM_STORE_REMEDY = '.option("fromStore", "true")'
+
+
+def metadata_option(options: KafkaArchiveOptions) -> str:
+    """The option that names the metadata log: ``config``, or the ``rlmm.*`` (or
+    ``spark.rlmm.*``) setting of it given without a config file."""
+    if options.config_path is None:
+        settings = options.settings()
+        placing = ("eventlog.dir", "eventlog.bootstrap_servers", "data_dir", "eventlog.type")
+        for key in [*placing, *sorted(settings)]:
+            if key in settings and (key == "data_dir" or key.startswith("eventlog.")):
+                return options.setting_name(key)
+    return "config"
+
+
+def open_view(options: KafkaArchiveOptions, config: RlmmConfig) -> MetadataView:
+    """The read's metadata view: the metadata log's, or with ``fromStore`` the remote
+    store's alone (of the topics named, or all with a pattern). A metadata log that
+    cannot be read, or lists nothing beside a store of segments, is a
+    KafkaArchiveOptionError naming the option of the config and ``fromStore``."""
+    from rlmm.archive import StoreRemedyError, open_archive_view
+
+    topics = options.requested_topics() or None
+    try:
+        return open_archive_view(config, from_store=options.from_store, topics=topics)
+    except StoreRemedyError as e:
+        option = "fromStore" if options.from_store else metadata_option(options)
+        raise KafkaArchiveOptionError(option, e.with_remedy(FROM_STORE_REMEDY)) from e
+
+
 def check_subscription(options: KafkaArchiveOptions) -> None:
     """At ``load()``: the topics (and partitions) named are in the archive."""
-    from rlmm.archive import ArchiveError, open_metadata_view, select_partitions
+    from rlmm.archive import ArchiveError, select_partitions
 
     config = rlmm_config(options)
     request = read_request(options, options.max_bytes_per_partition)
     try:
-        with open_metadata_view(config) as view:
+        with open_view(options, config) as view:
             selected = select_partitions(view, request)
+    except KafkaArchiveOptionError:
+        raise  # open_view's: it names its option
     except ArchiveError as e:
         raise KafkaArchiveOptionError(options.subscription, str(e)) from e
     except ConfigError as e:
@@ -118,13 +152,13 @@ def check_subscription(options: KafkaArchiveOptions) -> None:
 def plan(options: KafkaArchiveOptions, where: RowBounds | None = None) -> list[Slice]:
     """The slices of one read, split as minPartitions / maxRecordsPerPartition ask;
     ``where`` (the query's pushed filters) prunes what the query would drop anyway."""
-    from rlmm.archive import open_metadata_view, plan_slices
+    from rlmm.archive import plan_slices
 
     config = rlmm_config(options)
     remote = remote_options(config)
     side_index = config.side_index_location()
     limit = options.max_bytes_per_partition
-    with open_metadata_view(config) as view:
+    with open_view(options, config) as view:
         request = read_request(options, limit, where)
         slices = plan_slices(view, request, remote, side_index=side_index)
         smaller = _smaller_limit(slices, options)
@@ -213,7 +247,10 @@ def split_by_offsets(slices: list[Slice], options: KafkaArchiveOptions) -> list[
 
 
 __all__ = [
+    "FROM_STORE_REMEDY",
     "check_subscription",
+    "metadata_option",
+    "open_view",
     "plan",
     "plan_groups",
     "remote_options",

@@ -36,6 +36,14 @@ def test_defaults_are_spark_s(toml: str) -> None:
     assert pickle.loads(pickle.dumps(parsed)) == parsed
 
 
+def test_from_store_is_a_boolean_off_by_default(toml: str) -> None:
+    base = {"config": toml, "subscribe": "a"}
+    assert parse_options(base).from_store is False
+    assert parse_options({**base, "fromstore": "TRUE"}).from_store is True  # as Spark passes it
+    with pytest.raises(KafkaArchiveOptionError, match="option 'fromStore': must be true or false"):
+        parse_options({**base, "fromStore": "yes"})
+
+
 def test_every_option(toml: str) -> None:
     parsed = parse_options(
         {
