@@ -3,7 +3,8 @@ transcripts is run on a fresh `python -m rlmm.cli.demo` store and its output and
 must match the document's.
 
 What legitimately differs between two runs is normalised, nothing else: wall-clock
-times (the demo's records are from 2023; anything later is "now"), checksums (a gzip
+times (the demo's records are from 2023; anything later is "now"), ages of those
+records (`rlmm partitions`' newest_age, days and hours, right-aligned), checksums (a gzip
 stream records the time it was written, so a gzip segment's bytes and its CRC-32C
 change from run to run; custom metadata holds those checksums) and segment ids,
 which the offloader draws at random. Ids are matched as a bijection learned from
@@ -35,6 +36,8 @@ ID = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z0-9_-]{22}(?![A-Za-z0-9_-])")
 # 2024 and later is wall-clock time; the demo's record timestamps are from 2023
 NOW_TIME = re.compile(r"20(?:2[4-9]|[3-9]\d)-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?Z")
 NOW_MS = re.compile(r"(?<!\d)1[7-9]\d{11}(?!\d)")
+# an age in days (and hours) with the blanks that right-align it in its column
+AGE = re.compile(r"\s+\d+d(?: \d{1,2}h)?(?=\s|$)")
 CHECKSUM = re.compile(r"(?<![0-9a-zA-Z])(?:0x)?[0-9a-f]{8}(?![0-9a-zA-Z])")
 CUSTOM_METADATA = re.compile(r"^(custom_metadata\s+)\S+$")
 EXIT = re.compile(r"\[exit (\d+)\]")
@@ -123,7 +126,7 @@ def _is_id(*tokens: str) -> bool:
 
 
 def normalise(line: str) -> str:
-    line = NOW_MS.sub("<ms>", NOW_TIME.sub("<time>", line))
+    line = AGE.sub(" <age>", NOW_MS.sub("<ms>", NOW_TIME.sub("<time>", line)))
     return CUSTOM_METADATA.sub(r"\1<custom>", CHECKSUM.sub("<crc>", line))
 
 
