@@ -204,7 +204,8 @@ def open_archive_view(
             check_view_not_empty(config, view, layout, listing, wanted)
         return view
     view = open_metadata_view(config)
-    if not view.topic_partitions():
+    nothing_there = missing_local_root(config, config.remote_options()) is not None
+    if not view.topic_partitions() and not nothing_there:  # (opening it would create it)
         with open_remote_layout(config) as layout:
             check_view_not_empty(config, view, layout)
     return view
