@@ -122,9 +122,8 @@ class PartitionAgeGauge(PartitionGauge):
         now = time.time()
         # list(): one C call under the GIL, safe while the loop sets or drops a series
         series = list(self._series.values())
-        return self._header + "".join(
-            f"{line} {floatToGoString(now - ms / 1000)}\n" for line, ms in series
-        )
+        # to the millisecond the timestamps have (floatToGoString takes 3x as long)
+        return self._header + "".join(f"{line} {now - ms / 1000:.3f}\n" for line, ms in series)
 
 
 class MetricsServer:
