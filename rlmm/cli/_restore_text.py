@@ -3,8 +3,9 @@
 Invariant: the table has one row per source partition, with the same numbers as the
 JSON document (``RestoreReport.to_dict``); the lines after it say what was or would be
 done, naming the target, the progress topic and anything the operator must know
-(gaps, where the archive ends and what it therefore lacks, batches re-encoded and why,
-LogAppendTime timestamps).
+(gaps, where the archive ends and what it therefore lacks, the target's configs and
+offset map (``rlmm.cli._restore_changes``), batches re-encoded and why, LogAppendTime
+timestamps).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from rlmm.cli._restore_changes import change_lines
 from rlmm.cli.output import human_bytes, human_time
 
 if TYPE_CHECKING:
@@ -96,6 +98,7 @@ def restore_lines(
             " archived (each partition's active segment at the time of the loss, and"
             " anything later)"
         )
+    lines += change_lines(report, data)
     if report.dry_run:
         lines.append(
             f"dry run: {plan['segments']} segments, {human_bytes(plan['bytes'])}, at most"

@@ -32,7 +32,7 @@ from rlmm.ops.snapshot_report import SnapshotReport
 from rlmm.ops.verification import VerifyReport
 
 if TYPE_CHECKING:  # the restore library loads aiokafka: only `rlmm restore` needs it
-    from rlmm.restore import RestoreReport
+    from rlmm.restore import OffsetTranslations, RestoreReport
 
 
 def human_bytes(n: int | None) -> str:
@@ -124,6 +124,10 @@ class Output(abc.ABC):
     def restores(self, reports: list[RestoreReport]) -> None:
         """A run's reports, one per topic: one alone as ``restore`` shows it."""
 
+    @abc.abstractmethod
+    def offset_translations(self, result: OffsetTranslations) -> None:
+        """Source offsets of a restored topic translated through its offset map."""
+
     def event(self, item: DumpedEvent) -> None:
         """Events are a stream of JSON lines in both modes (for jq and for reading)."""
         sys.stdout.write(json_line(item.to_dict()) + "\n")
@@ -182,6 +186,9 @@ class JsonOutput(Output):
             self.restore(reports[0])
         else:
             self._print({"topics": [r.to_dict() for r in reports]})
+
+    def offset_translations(self, result: OffsetTranslations) -> None:
+        self._print(result.to_dict())
 
 
 def _render(table: Table, width: int) -> list[str]:
@@ -451,6 +458,14 @@ class ConsoleOutput(Output):
             if i:
                 self.out.print()
             self.restore(report)
+
+    def offset_translations(self, result: OffsetTranslations) -> None:
+        from rlmm.cli._offsets_text import translation_lines
+
+        table, lines = translation_lines(result, self._table)
+        self._print_table(table)
+        for line in lines:
+            self.out.print(line, markup=False)
 
 
 __all__ = ["ConsoleOutput", "JsonOutput", "Output", "human_bytes", "human_time"]

@@ -1,9 +1,11 @@
-"""`rlmm restore`: topics from the remote tier back into a live cluster, exactly once.
+"""`rlmm restore`: topics from the remote tier back into a live cluster, exactly once;
+`rlmm restore-offsets`: consumer groups' offsets moved to the restored topic.
 
-Invariant: a thin layer: parse, call ``rlmm.restore.restore_topics`` once (the loop
-over several ``--topic`` is the library's), hand the reports to the run's Output; bad
-input is the library's RestoreInputError, rendered as one line with exit 2 like every
-error. Progress goes to stderr (a rich bar on a terminal only).
+Invariant: a thin layer: parse, call ``rlmm.restore.restore_topics`` (or
+``translate_restored_offsets``) once (the loop over several ``--topic`` is the
+library's), hand the result to the run's Output; bad input is the library's
+RestoreInputError, rendered as one line with exit 2 like every error. Progress goes to
+stderr (a rich bar on a terminal only).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING
 import click
 
 from rlmm.cli.session import common_options, session
-from rlmm.topics import RESTORE_PROGRESS_TOPIC
+from rlmm.topics import RESTORE_OFFSETS_TOPIC, RESTORE_PROGRESS_TOPIC
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -196,6 +198,12 @@ def _partition_bars() -> Iterator[Callable[[str], ProgressCallback | None] | Non
     help="compacted topic of the target holding the restore's progress",
 )
 @click.option(
+    "--offsets-topic",
+    default=RESTORE_OFFSETS_TOPIC,
+    show_default=True,
+    help="compacted topic of the target holding the offset map (rlmm restore-offsets)",
+)
+@click.option(
     "--transaction-records",
     type=click.IntRange(min=1),
     default=10_000,
@@ -217,7 +225,8 @@ def restore(
     bootstrap_server: str, command_config: Path | None, properties: tuple[str, ...],
     from_store: bool, partitioner: str, resume: bool, dry_run: bool, skip_missing: bool,
     topic_configs: tuple[str, ...], no_topic_configs: bool,
-    progress_topic: str, transaction_records: int, partitions_in_flight: int,
+    progress_topic: str, offsets_topic: str, transaction_records: int,
+    partitions_in_flight: int,
 ) -> None:  # fmt: skip
     """Restore topics from the archive into topics of a live cluster, exactly once."""
     from rlmm.restore import RestoreOptions, client_settings, restore_topics, select_topics
@@ -237,6 +246,7 @@ def restore(
     client = client_settings(bootstrap_server, _properties(command_config, properties))
     options = RestoreOptions(
         resume=resume, dry_run=dry_run, progress_topic=progress_topic,
+        offsets_topic=offsets_topic,
         transaction_records=transaction_records, partitions_in_flight=partitions_in_flight,
         topic_configs=not no_topic_configs,
         topic_config_overrides=_pairs(topic_configs, "--topic-config"),
@@ -250,5 +260,91 @@ def restore(
     s.output.restores(reports)
 
 
+def _offset_pairs(values: tuple[str, ...]) -> list[tuple[int, int]]:
+    out = []
+    for value in values:
+        partition, sep, offset = value.partition(":")
+        if not sep or not partition.strip().isdigit() or not offset.strip().isdigit():
+            raise click.BadParameter(
+                f"{value!r}: expected PARTITION:OFFSET, e.g. 0:3000", param_hint="'--offset'"
+            )
+        out.append((int(partition), int(offset)))
+    return out
+
+
+@click.command("restore-offsets")
+@click.option("--bootstrap-server", required=True,
+              help="the target cluster: the restored topic and its offset map")  # fmt: skip
+@click.option("--target-topic", required=True, help="the restored topic")
+@click.option("--topic", "source_topic", help="the source topic (default: the map's)")
+@click.option("--group", help="translate this consumer group's committed offsets of the source")
+@click.option("--group-bootstrap-server",
+              help="the cluster holding --group's offsets (default: the target)")  # fmt: skip
+@click.option("--offset", "offsets", multiple=True, metavar="PARTITION:OFFSET",
+              help="a committed source offset to translate (repeat)")  # fmt: skip
+@click.option(
+    "--from-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="source offsets in Kafka's CSV (topic,partition,offset; kafka-consumer-groups"
+    " --reset-offsets --export)",
+)
+@click.option(
+    "--csv",
+    "csv_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="write the target's offsets to this file for kafka-consumer-groups --reset-offsets"
+    " --from-file",
+)
+@click.option(
+    "--command-config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Kafka client properties for the clusters (security.protocol, sasl.*, ssl.*)",
+)
+@click.option("-X", "properties", multiple=True, metavar="KEY=VALUE",
+              help="one Kafka client property (over --command-config)")  # fmt: skip
+@click.option("--offsets-topic", default=RESTORE_OFFSETS_TOPIC, show_default=True,
+              help="the topic of the target holding the restore's offset map")  # fmt: skip
+@click.option("--progress-topic", default=RESTORE_PROGRESS_TOPIC, show_default=True,
+              help="the topic of the target holding the restore's progress")  # fmt: skip
+@common_options
+def restore_offsets(
+    bootstrap_server: str, target_topic: str, source_topic: str | None, group: str | None,
+    group_bootstrap_server: str | None, offsets: tuple[str, ...], from_file: Path | None,
+    csv_out: Path | None, command_config: Path | None, properties: tuple[str, ...],
+    offsets_topic: str, progress_topic: str,
+) -> None:  # fmt: skip
+    """Translate committed offsets of a restored topic's source (a consumer group's) to
+    the restored topic's, through the offset map `rlmm restore` wrote, for
+    kafka-consumer-groups --reset-offsets --from-file."""
+    from rlmm.restore import client_settings, translate_restored_offsets
+
+    given = [name for name, v in (("--group", group), ("--offset", offsets),
+                                  ("--from-file", from_file)) if v]  # fmt: skip
+    if len(given) != 1:
+        raise click.UsageError(
+            "give the source offsets one way: --group, --offset or --from-file"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
+    props = _properties(command_config, properties)
+    client = client_settings(bootstrap_server, props)
+    result = translate_restored_offsets(
+        client,
+        target_topic,
+        offsets=_offset_pairs(offsets) or None,
+        offsets_csv=(from_file.read_text(), str(from_file)) if from_file else None,
+        group=group,
+        group_client=client_settings(group_bootstrap_server, props)
+        if group_bootstrap_server
+        else None,
+        source_topic=source_topic,
+        offsets_topic=offsets_topic,
+        progress_topic=progress_topic,
+    )
+    if csv_out is not None:
+        csv_out.write_text(result.csv())
+    session().output.offset_translations(result)
+
+
 def register(main: click.Group) -> None:
     main.add_command(restore)
+    main.add_command(restore_offsets)

@@ -7,7 +7,9 @@ after a disaster, rebuilt from the store alone (``from_store``: its objects, and
 snapshots in the configured ``[snapshot]`` store where they hold a copy). The target
 is any Kafka cluster; data and progress commit in one transaction there. A target the
 restore creates gets the source topic's configs that `rlmm offload` kept in the store
-(``rlmm.restore.topic_configs`` says which, and why not the others).
+(``rlmm.restore.topic_configs`` says which, and why not the others); where each source
+offset went is kept in the target cluster (``rlmm.restore.offset_map``), and
+``translate_restored_offsets`` moves a consumer group's offsets through it.
 
 Invariant: :func:`restore` and :func:`restore_topics` (several topics, one after
 another) write nothing before every check of every topic has passed, and close every
@@ -49,6 +51,8 @@ from rlmm.restore.errors import (
     TopicConfigError,
     UnknownSourceError,
 )
+from rlmm.restore.offset_map import OFFSETS_TOPIC, OffsetMap, Translation
+from rlmm.restore.offsets import OffsetTranslations, read_offset_map, translate_offsets
 from rlmm.restore.partitioner import murmur2, murmur2_partition
 from rlmm.restore.plan import (
     IDENTITY,
@@ -180,6 +184,15 @@ def restore_topics(
         close_remote_storage()
 
 
+def translate_restored_offsets(
+    client: Mapping[str, Any], target_topic: str, **kwargs: Any
+) -> OffsetTranslations:
+    """Source offsets of a restored topic translated through its offset map (a
+    consumer group's, given, or from Kafka's offsets CSV); see
+    rlmm.restore.offsets.translate_offsets for the arguments."""
+    return asyncio.run(translate_offsets(client, target_topic, **kwargs))
+
+
 def _config_lookup(
     store: TopicConfigStore | None, remote_options: Mapping[str, Any]
 ) -> ConfigLookup:
@@ -207,9 +220,12 @@ def _config_lookup(
 __all__ = [
     "IDENTITY",
     "MURMUR2",
+    "OFFSETS_TOPIC",
     "PARTITIONERS",
     "PROGRESS_TOPIC",
     "MissingSegmentsError",
+    "OffsetMap",
+    "OffsetTranslations",
     "PartitionCountMismatchError",
     "PartitionPlan",
     "PartitionResult",
@@ -230,6 +246,7 @@ __all__ = [
     "TargetNotEmptyError",
     "TopicConfigChoice",
     "TopicConfigError",
+    "Translation",
     "UnknownSourceError",
     "build_plan",
     "choose_configs",
@@ -237,6 +254,7 @@ __all__ = [
     "list_store_segments",
     "murmur2",
     "murmur2_partition",
+    "read_offset_map",
     "read_progress",
     "restore",
     "restore_topics",
@@ -245,4 +263,6 @@ __all__ = [
     "select_topics",
     "store_metadata_view",
     "transactional_id",
+    "translate_offsets",
+    "translate_restored_offsets",
 ]

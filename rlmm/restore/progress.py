@@ -113,7 +113,33 @@ async def read_progress(
     """Source partition -> the newest committed progress into ``target_topic``, from
     the ``partitions`` partitions of the progress topic (0: it does not exist)."""
     prefix = f"{target_topic}:".encode()
+    found = await read_committed_keys(
+        client, topic, partitions, prefix, what="the restore progress", timeout_s=timeout_s
+    )
     out: dict[int, Progress] = {}
+    for key, value in found.items():
+        try:
+            p = int(key[len(prefix) :])
+        except ValueError:
+            continue  # another kind of record of this target
+        out[p] = Progress.decode(value)
+    return out
+
+
+async def read_committed_keys(
+    client: Mapping[str, Any],
+    topic: str,
+    partitions: int,
+    prefix: bytes,
+    *,
+    what: str,
+    timeout_s: float = READ_TIMEOUT_S,
+) -> dict[bytes, bytes]:
+    """Key -> newest committed value of every key starting with ``prefix`` in the
+    ``partitions`` partitions of ``topic`` (0: it does not exist), a tombstone dropping
+    its key; read_committed up to the last stable offsets. TargetClusterError naming
+    ``what`` when it cannot be read whole."""
+    out: dict[bytes, bytes] = {}
     if partitions == 0:
         return out
     consumer = committed_reader(client, "rlmm-restore-progress")
@@ -136,20 +162,16 @@ async def read_progress(
                             continue
                         if record.key is None or not record.key.startswith(prefix):
                             continue
-                        try:
-                            p = int(record.key[len(prefix) :])
-                        except ValueError:
-                            continue
-                        if record.value is None:  # a tombstone: that progress was dropped
-                            out.pop(p, None)
+                        if record.value is None:  # a tombstone: that key was dropped
+                            out.pop(record.key, None)
                         else:
-                            out[p] = Progress.decode(record.value)
+                            out[record.key] = record.value
     except TimeoutError as e:
         raise TargetClusterError(
-            f"reading the restore progress in {topic!r} took longer than {timeout_s}s"
+            f"reading {what} in {topic!r} took longer than {timeout_s}s"
         ) from e
     except KafkaError as e:
-        raise TargetClusterError(f"cannot read the restore progress in {topic!r}: {e}") from e
+        raise TargetClusterError(f"cannot read {what} in {topic!r}: {e}") from e
     finally:
         await consumer.stop()
     return out
@@ -161,5 +183,6 @@ __all__ = [
     "committed_reader",
     "now_ms",
     "progress_key",
+    "read_committed_keys",
     "read_progress",
 ]

@@ -12,10 +12,11 @@ batch of their target partition (``rlmm.restore.source`` says which is which). U
 ``partitions_in_flight`` source partitions are read at once.
 
 Invariants:
-- every transaction holds records of one or more source partitions and, last, one
+- every transaction holds records of one or more source partitions, then the offset
+  map of where they went (``rlmm.restore.offset_map``, identity only) and, last, one
   progress record (the next source offset to read) for each source partition whose
-  position it moves: data and position commit together or not at all, so a run
-  killed at any instant and resumed writes each record once;
+  position it moves: data, map and position commit together or not at all, so a run
+  killed at any instant and resumed writes each record once, and its map once;
 - before progress is read, a start of the restore's transactional producer fences
   any earlier run of the same restore (same transactional id) and aborts its open
   transaction, so no earlier run can commit past the position read (a dry run
@@ -59,6 +60,7 @@ from rlmm.restore.errors import (
     TargetClusterError,
     TargetNotEmptyError,
 )
+from rlmm.restore.offset_map import OFFSETS_TOPIC, MapBuilder, map_prefix
 from rlmm.restore.partitioner import murmur2_partition
 from rlmm.restore.plan import IDENTITY, PartitionPlan, RestorePlan
 from rlmm.restore.progress import (
@@ -66,6 +68,7 @@ from rlmm.restore.progress import (
     Progress,
     now_ms,
     progress_key,
+    read_committed_keys,
     read_progress,
 )
 from rlmm.restore.raw_batch import RawBatch
@@ -96,6 +99,7 @@ class RestoreOptions:
     resume: bool = False
     dry_run: bool = False
     progress_topic: str = PROGRESS_TOPIC
+    offsets_topic: str = OFFSETS_TOPIC  # the offset map (rlmm.restore.offset_map)
     # Records per transaction: it commits once it holds this many (an archived
     # batch passed through whole may take it past).
     transaction_records: int = 10_000
@@ -155,6 +159,7 @@ class RestoreReport:
     target_exists: bool
     transactional_id: str
     progress_topic: str
+    offsets_topic: str = OFFSETS_TOPIC  # "": no offset map (murmur2 re-spreads records)
     dry_run: bool = False
     resumed: bool = False
     created_target: bool = False
@@ -194,6 +199,7 @@ class RestoreReport:
             "target_exists": self.target_exists,
             "transactional_id": self.transactional_id,
             "progress_topic": self.progress_topic,
+            "offsets_topic": self.offsets_topic or None,
             "topic_configs": None if self.topic_configs is None else {
                 **self.topic_configs.to_dict(),
                 "set_after_command": self.topic_configs.after_command(
@@ -354,6 +360,7 @@ async def _prepare(
         target_exists=target_count is not None,
         transactional_id=transactional_id(plan),
         progress_topic=options.progress_topic,
+        offsets_topic=options.offsets_topic if plan.selection.partitioner == IDENTITY else "",
         dry_run=options.dry_run,
         resumed=bool(saved),
         cleared_progress=sorted(stale),
@@ -474,8 +481,13 @@ async def _write(
             report.created_target = await cluster.create_topic(
                 plan.target_topic, plan.source_partition_count, configs
             )
-        if options.progress_topic not in await cluster.partition_counts():
+        counts = await cluster.partition_counts()
+        if options.progress_topic not in counts:
             await cluster.create_topic(options.progress_topic, 1, _PROGRESS_CONFIGS)
+        if report.offsets_topic and report.offsets_topic not in counts:
+            await cluster.create_topic(report.offsets_topic, 1, _PROGRESS_CONFIGS)
+            counts[report.offsets_topic] = 1
+        map_partitions = counts.get(report.offsets_topic, 0)
         try:
             max_bytes = await cluster.max_message_bytes(plan.target_topic)
         except TargetClusterError as e:
@@ -483,6 +495,7 @@ async def _write(
             max_bytes = _DEFAULT_MAX_MESSAGE_BYTES
         max_bytes = min(max_bytes, _MAX_BATCH_BYTES)
     writer = _Writer(report, dict(client), options, saved, on_progress, max_bytes)
+    writer.map_partitions = map_partitions
     try:
         await writer.run()
     finally:
@@ -527,6 +540,7 @@ class _Writer:
     ) -> None:
         self.report = report
         self.plan = report.plan
+        self.client = client
         self.options = options
         self.saved = saved
         self.on_progress = on_progress
@@ -537,6 +551,15 @@ class _Writer:
         self._in_txn = 0  # records in the open transaction
         # Source partitions whose position moved in the open transaction.
         self._touched: dict[int, tuple[PartitionPlan, PartitionResult]] = {}
+        plan = report.plan
+        # Where each source offset goes (identity only: murmur2 spreads a partition's
+        # records over every target partition, no offset of one stands for them).
+        self._map = (
+            MapBuilder(plan.target_topic, plan.source_topic, plan.topic_id)
+            if report.offsets_topic
+            else None
+        )
+        self.map_partitions = 0  # of the offsets topic (to clear a map that is void)
         self.producer = AIOKafkaProducer(
             **client,
             client_id="rlmm-restore",
@@ -561,8 +584,11 @@ class _Writer:
                 f"cannot start the transactional producer {self.report.transactional_id!r}: {e}"
             ) from e
         try:
-            if self.report.cleared_progress:
-                await self._clear(self.report.cleared_progress)
+            # A restore that starts over (no progress of its own): a map of the target
+            # left by an earlier one (into a topic deleted since) is void.
+            void = [] if self.report.resumed or self._map is None else await self._void_map()
+            if self.report.cleared_progress or void:
+                await self._clear(self.report.cleared_progress, void)
             await self._partitions()
         except KafkaError as e:
             raise TargetClusterError(f"restoring into {self.plan.target_topic!r}: {e}") from e
@@ -661,12 +687,15 @@ class _Writer:
             source = p.source.partition
             self._touched[source] = (p, result)
             await self._flush(source)  # records re-encoded before it go first
-            self._pending.append(
-                await self.producer.send_batch(
-                    RawBatch(step.header, step.data), self.plan.target_topic, partition=source
-                )
+            sent = await self.producer.send_batch(
+                RawBatch(step.header, step.data), self.plan.target_topic, partition=source
             )
+            self._pending.append(sent)
             count = step.header.record_count
+            if self._map is not None:
+                self._map.batch(
+                    source, sent, step.header.base_offset, step.header.last_offset, count
+                )
             result.records += count
             result.records_total += count
             result.batches_passed_through += 1
@@ -691,8 +720,16 @@ class _Writer:
         await self.producer.begin_transaction()
         self._open = True
 
-    async def _clear(self, partitions: list[int]) -> None:
-        """Tombstones for void progress, committed before any record is written."""
+    async def _void_map(self) -> list[bytes]:
+        """The keys of the target's committed map (read before this run writes one)."""
+        found = await read_committed_keys(
+            self.client, self.report.offsets_topic, self.map_partitions,
+            map_prefix(self.plan.target_topic), what="the offset map",
+        )  # fmt: skip
+        return sorted(found)
+
+    async def _clear(self, partitions: list[int], map_keys: list[bytes]) -> None:
+        """Tombstones for void progress and a void map, committed before any record."""
         await self.producer.begin_transaction()
         pending = [
             await self.producer.send(
@@ -702,6 +739,10 @@ class _Writer:
                 partition=0,
             )
             for partition in partitions
+        ]
+        pending += [
+            await self.producer.send(self.report.offsets_topic, None, key=key, partition=0)
+            for key in map_keys
         ]
         await asyncio.gather(*pending)
         await self.producer.commit_transaction()
@@ -733,6 +774,8 @@ class _Writer:
                         f"{self.plan.source_topic}-{source} offset {offset}: the record does"
                         " not fit in one batch of the producer (max_batch_size)"
                     )
+            if self._map is not None:
+                self._map.row(partition, offset)
             self._in_txn += 1
             result.records += 1
             result.records_total += 1
@@ -744,14 +787,27 @@ class _Writer:
     async def _flush(self, partition: int) -> None:
         builder = self._builders.pop(partition, None)
         if builder is not None and builder.record_count():
-            self._pending.append(
-                await self.producer.send_batch(builder, self.plan.target_topic, partition=partition)
+            sent = await self.producer.send_batch(
+                builder, self.plan.target_topic, partition=partition
             )
+            self._pending.append(sent)
+            if self._map is not None:
+                self._map.sent(partition, sent)
 
     async def _commit(self) -> None:
-        """Every open batch, then each touched partition's progress; commit."""
+        """Every open batch, then the map of where they went, then each touched
+        partition's progress; commit."""
         for partition in list(self._builders):
             await self._flush(partition)
+        if self._map is not None:
+            # The target offsets are the sends' base offsets: known once acknowledged.
+            await asyncio.gather(*self._pending)
+            for record in self._map.records():
+                self._pending.append(
+                    await self.producer.send(
+                        self.report.offsets_topic, record.value(), key=record.key, partition=0
+                    )
+                )
         for p, result in self._touched.values():
             progress = Progress(
                 target_topic=self.plan.target_topic,
