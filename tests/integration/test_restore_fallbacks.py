@@ -7,12 +7,15 @@ committed records, per partition and in order, with keys, values, headers and
 timestamps (a LogAppendTime record's is its batch's time, now as CreateTime); the
 report counts each batch re-encoded with its reason and the rest as passed through;
 without passthrough (every record re-encoded), and into a target whose
-max.message.bytes is below most archived batches, the target holds the same records.
+max.message.bytes is below most archived batches, the target holds the same records;
+in each, every source offset translated through the offset map lands a consumer on the
+record a source consumer at that offset would read first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,10 +24,10 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from remote import PartitionDir, PartitionDirWriter, ProducerRecord, generate_records
-from rlmm.restore import RestoreOptions, RestoreSelection, restore
+from rlmm.restore import RestoreOptions, RestoreSelection, read_offset_map, restore
 from rlmm.restore.target import TargetCluster
 from tests.fixtures.apache_kafka import ApacheKafkaBroker
-from tests.integration.test_restore_apache_kafka import consume
+from tests.integration.test_restore_apache_kafka import consume, consume_with_offsets
 from tests.rlmm.archive.archive_data import make_config, offload
 from tests.rlmm.archive.test_read_edges import _log_append_time
 
@@ -34,9 +37,10 @@ Row = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], in
 TXN = {"producer_epoch": 0, "transactional": True}
 
 
-def write(logs: Path, topic: str) -> dict[int, list[Row]]:
+def write(logs: Path, topic: str) -> tuple[dict[int, list[Row]], dict[int, list[int]]]:
     """Partition 0 (lz4): plain batches, two compacted ones, a committed and an aborted
-    transaction; partition 1: LogAppendTime batches. The committed records archived."""
+    transaction; partition 1: LogAppendTime batches. The committed records archived,
+    and their source offsets."""
     topic_id = uuid.uuid4()
     kept: list[tuple[int, ProducerRecord]] = []  # partition 0's committed, with offsets
 
@@ -63,6 +67,7 @@ def write(logs: Path, topic: str) -> dict[int, list[Row]]:
     # Everything but the active segment is archived.
     active = PartitionDir(logs / f"{topic}-0").segments()[-1].base_offset
     want = {0: [(r.key, r.value, r.headers, r.timestamp or 0, 0) for o, r in kept if o < active]}
+    offsets = {0: [o for o, _ in kept if o < active]}
     with PartitionDirWriter(logs, topic, 1, topic_id=topic_id, segment_records=30) as w:
         stamped = generate_records(70, start=200)
         w.append_records(stamped, batch_records=7)
@@ -74,7 +79,8 @@ def write(logs: Path, topic: str) -> dict[int, list[Row]]:
     archived = pdir.segments()[-1].base_offset
     rows = [(r.key, r.value, r.headers, t, 0) for r, t in zip(stamped, times, strict=True)]
     want[1] = rows[:archived]
-    return want
+    offsets[1] = list(range(archived))
+    return want, offsets
 
 
 @pytest.mark.timeout(300)
@@ -82,7 +88,7 @@ def test_compacted_and_log_append_time_batches_are_reencoded_exactly(
     apache_kafka_broker: ApacheKafkaBroker, tmp_path: Path
 ) -> None:
     topic = f"fb-{uuid.uuid4().hex[:6]}"
-    want = write(tmp_path / "logs", topic)
+    want, offsets = write(tmp_path / "logs", topic)
     config = make_config(tmp_path / "rlmm")
     dirs = [PartitionDir(d) for d in sorted((tmp_path / "logs").iterdir())]
     asyncio.run(offload(config, dirs))
@@ -106,6 +112,7 @@ def test_compacted_and_log_append_time_batches_are_reencoded_exactly(
         got = asyncio.run(consume(apache_kafka_broker.bootstrap, target))
         assert got == want, how
         reports[how] = report
+        _lands_on_the_same_records(client, target, want, offsets, how)
     raw, records = reports["raw"], reports["records"]
     small = reports["small"].reencoded
     assert small["too large"] >= 5 and small["offset gaps"] == 2
@@ -122,6 +129,26 @@ def test_compacted_and_log_append_time_batches_are_reencoded_exactly(
     assert shown["batches_passed_through"] == raw.batches_passed_through
     assert shown["reencoded"] == {"LogAppendTime": by_partition[1].batches_reencoded,
                                   "offset gaps": 2}  # fmt: skip
+
+
+def _lands_on_the_same_records(
+    client: dict[str, Any],
+    target: str,
+    want: dict[int, list[Row]],
+    offsets: dict[int, list[int]],
+    how: str,
+) -> None:
+    """Every source offset, through the offset map, is where a consumer reads the record
+    a source consumer at that offset would read first (re-encoded batches included: the
+    compacted ones' holes, the transaction's markers, LogAppendTime batches)."""
+    mapped = asyncio.run(read_offset_map(client, target))
+    placed = asyncio.run(consume_with_offsets(client["bootstrap_servers"], target))
+    for p, rows in want.items():
+        for offset in range(offsets[p][-1] + 1):
+            moved = mapped.translate(p, offset)
+            i = bisect.bisect_left(offsets[p], offset)
+            first = next((row for o, row in placed[p] if o >= (moved.target_offset or 0)), None)
+            assert moved.exact and first == rows[i], (how, p, offset, moved)
 
 
 async def _create(bootstrap: str, topic: str, max_message_bytes: int | None) -> None:
