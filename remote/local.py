@@ -31,6 +31,7 @@ from remote.errors import (
     InvalidSegmentDataError,
     RemoteIntegrityError,
     RemoteObjectExistsError,
+    RemoteResourceNotFoundError,
     RemoteStorageError,
 )
 from remote.manifest import ObjectChecksum, SegmentManifest, crc32c_of, verify_object
@@ -228,6 +229,16 @@ class LocalRemoteStorageManager(RemoteStorageManager):
     @staticmethod
     def _translate(e: Exception) -> Exception:
         return RemoteStorageError(f"reading remote segment failed: {e}")
+
+    def log_segment_file(self, metadata: RemoteLogSegmentMetadata) -> Path:
+        """The log object itself: this store keeps each object as a plain file."""
+        self._check_open()
+        path = self.path_of(metadata, None)
+        if not path.is_file():
+            raise RemoteResourceNotFoundError(
+                f"log segment of {metadata.remote_log_segment_id} not found: {path}"
+            )
+        return path
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         self._check_open()

@@ -154,6 +154,13 @@ class RemoteReader(abc.ABC):
         """The stored bytes of object ``name`` as they are, unverified (the caller checks
         them); RemoteResourceNotFoundError if absent. The caller closes the stream."""
 
+    def log_segment_file(self, metadata: RemoteLogSegmentMetadata) -> Path | None:
+        """The file on this host holding the segment's log byte for byte, when the store
+        keeps it so (a process on this host may then read a range of it directly: the
+        broker plugin's bridge does); None for stores that do not (the default).
+        RemoteResourceNotFoundError if the store keeps files and this one is absent."""
+        return None
+
     def list_multipart_uploads(self) -> list[MultipartUpload]:
         """Open multipart uploads under the prefix (object stores only; none by default)."""
         return []

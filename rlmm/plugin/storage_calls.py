@@ -6,7 +6,11 @@ there) and the leader-epoch checkpoint's bytes; the copy goes through the config
 rlmm store (its layout, CRC-32C manifest and write-once checks), and the manifest
 comes back as the segment's custom metadata, which Kafka stores in the
 COPY_SEGMENT_FINISHED event. Fetches are ranged: the bridge asks for one chunk at a
-time as Kafka's reader consumes the stream.
+time as Kafka's reader consumes the stream. When the bridge says it can read files
+(``file``) and the store keeps the segment's log as a plain file on this host (the
+local store), the first fetch is answered with that file's path and size instead, and
+the bridge reads the range itself (no bytes through the socket); it then reports the
+bytes it read (``rsm.fetched``), so the fetch metrics count them too.
 
 Invariant: the store's blocking calls run on this side's thread pool, never on the
 event loop; a call before ``configure`` is a not-ready error; a chunk never holds
@@ -62,6 +66,7 @@ class StorageCalls:
             "rsm.copy_log_segment_data": self.copy_log_segment_data,
             "rsm.fetch_log_segment": self.fetch_log_segment,
             "rsm.fetch_index": self.fetch_index,
+            "rsm.fetched": self.fetched,
             "rsm.delete_log_segment_data": self.delete_log_segment_data,
         }
 
@@ -117,7 +122,7 @@ class StorageCalls:
         )
         return {"custom_metadata": custom}
 
-    async def fetch_log_segment(self, args: Mapping[str, Any]) -> bytes:
+    async def fetch_log_segment(self, args: Mapping[str, Any]) -> bytes | dict[str, Any]:
         store = self._ready_store()
         metadata = metadata_arg(args, "metadata", RemoteLogSegmentMetadata)
         position, length = arg(args, "position", int), arg(args, "length", int)
@@ -126,6 +131,11 @@ class StorageCalls:
                 f"rsm.fetch_log_segment of {metadata.remote_log_segment_id}: position"
                 f" {position}, length {length} (at most {MAX_CHUNK_BYTES})"
             )
+        if args.get("file") is True:
+            located = await self._run(_segment_file, store, metadata)
+            if located is not None:
+                self._metrics.fetch_requests.labels(metadata.topic_id_partition.topic).inc()
+                return located
         size = metadata.segment_size_in_bytes
         if position >= size:
             return b""
@@ -138,6 +148,13 @@ class StorageCalls:
             raise
         self._metrics.fetched(topic, len(chunk))
         return chunk
+
+    async def fetched(self, args: Mapping[str, Any]) -> None:
+        """The bridge read ``bytes`` of ``topic``'s segment file itself."""
+        nbytes = arg(args, "bytes", int)
+        if nbytes < 0:
+            raise ProtocolError(f"rsm.fetched: bytes {nbytes} is negative")
+        self._metrics.fetch_bytes.labels(arg(args, "topic", str)).inc(nbytes)
 
     async def fetch_index(self, args: Mapping[str, Any]) -> bytes:
         store = self._ready_store()
@@ -170,6 +187,13 @@ class StorageCalls:
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._store is not None:
             self._store.close()
+
+
+def _segment_file(
+    store: RemoteStorageManager, metadata: RemoteLogSegmentMetadata
+) -> dict[str, Any] | None:
+    path = store.log_segment_file(metadata)
+    return None if path is None else {"path": str(path), "size": path.stat().st_size}
 
 
 def _read_range(

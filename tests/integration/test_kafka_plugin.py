@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -599,10 +600,14 @@ def test_an_interrupted_kafka_thread_fails_its_call_not_the_connection(tmp_path:
 
 async def test_a_kafka_style_remote_read_moves_about_what_kafka_takes(tmp_path: Path) -> None:
     """Kafka's remote read opens the stream at the offset index's position, skips to the
-    fetch offset's batch (up to index.interval.bytes) and takes max.partition.fetch.bytes
-    (1 MiB): the bridge answers it with one chunk call and about that many bytes (its
-    first chunk was exactly 1 MiB, so every read took a second 1 MiB chunk for the few
-    bytes past it: two calls and twice the bytes)."""
+    fetch offset's batch (up to index.interval.bytes) and takes its consumer's fetch size
+    (1 MiB by default; 1.25 MiB as Kafka's ConsumerPerformance fetches). Over rlmm's
+    local store the bridge reads the range from the store's file itself: one call per
+    read, no bytes through the socket, the bytes read reported to rlmm serve's metrics.
+    Through the socket (fetch.file.reads=false; any other store) each read is one chunk
+    call of about that many bytes, once it has seen one read of that size. Its first
+    chunk was exactly 1 MiB, so every read took a second 1 MiB chunk for the bytes past
+    it: two calls and about twice the bytes."""
     import zlib
 
     from rlmm.plugin.server import PluginServer
@@ -624,28 +629,70 @@ async def test_a_kafka_style_remote_read_moves_about_what_kafka_takes(tmp_path: 
         finally:
             await client.close()
         (tmp_path / "metadata").write_bytes(wire(md))
+        log, registry = contents["log_segment"], server.metrics.registry
+        topic = {"topic": md.topic_id_partition.topic}
+
+        async def kafka_reads(
+            reads: list[tuple[int, int, int]], file_reads: bool = False, hide: Path | None = None
+        ) -> tuple[float, float]:
+            """The reads in one JVM (one RSM instance): chunk calls and bytes they moved;
+            with ``hide``, the JVM runs in a mount namespace of its own with an empty
+            directory over ``hide`` (as a broker in another container sees rlmm's files)."""
+            calls0 = registry.get_sample_value("rlmm_remote_fetch_requests_total", topic) or 0
+            bytes0 = registry.get_sample_value("rlmm_remote_fetch_bytes_total", topic) or 0
+            harness = Path(__file__).with_name("java") / "KafkaStyleReads.java"
+            hiding = [] if hide is None else [
+                "unshare", "-m", "sh", "-c", 'mount -t tmpfs none "$0" && exec "$@"', str(hide)
+            ]  # fmt: skip
+            proc = await asyncio.create_subprocess_exec(
+                *hiding, java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness),
+                str(server.socket_path), str(file_reads).lower(), str(tmp_path / "metadata"),
+                *(f"{s}:{k}:{n}" for s, k, n in reads),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(proc.communicate(), 180)
+            assert proc.returncode == 0, (out + err).decode()
+            for line, (start, skip, length) in zip(out.decode().splitlines(), reads, strict=True):
+                want = log[start + skip : start + skip + length]
+                expected = [str(start), str(skip), str(len(want)), str(zlib.crc32(want))]
+                assert line.split() == expected
+            calls = registry.get_sample_value("rlmm_remote_fetch_requests_total", topic)
+            moved = registry.get_sample_value("rlmm_remote_fetch_bytes_total", topic)
+            return calls - calls0, moved - bytes0
+
         mib = 1 << 20
         reads = [(0, 0, mib), (8192, 3000, mib), (1_500_000, 4095, mib), (3_000_000, 100, mib)]
-        harness = Path(__file__).with_name("java") / "KafkaStyleReads.java"
-        proc = await asyncio.create_subprocess_exec(
-            java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness), str(server.socket_path),
-            str(tmp_path / "metadata"), *(f"{s}:{k}:{n}" for s, k, n in reads),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            stdin=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), 180)
-        assert proc.returncode == 0, (out + err).decode()
-        log = contents["log_segment"]
-        for line, (start, skip, length) in zip(out.decode().splitlines(), reads, strict=True):
-            want = log[start + skip : start + skip + length]
-            assert line.split() == [str(start), str(skip), str(len(want)), str(zlib.crc32(want))]
-        registry = server.metrics.registry
-        topic = {"topic": md.topic_id_partition.topic}
-        calls = registry.get_sample_value("rlmm_remote_fetch_requests_total", topic)
-        moved = registry.get_sample_value("rlmm_remote_fetch_bytes_total", topic)
+        calls, moved = await kafka_reads(reads)
         assert calls == len(reads), f"{calls} chunk calls for {len(reads)} reads"
         taken = sum(min(skip + length, len(log) - start) for start, skip, length in reads)
-        assert moved is not None and moved <= taken + len(reads) * (64 << 10), (moved, taken)
+        assert moved <= taken + len(reads) * (64 << 10), (moved, taken)
+
+        # ConsumerPerformance's reads take 1,310,163 bytes each: the first read learns it
+        # (three calls: 1 MiB and slack, then 64 and 128 KiB), the next take one call
+        big = 1_310_163
+        reads = [(0, 0, big), (big, 0, big), (2_000_000, 0, big), (100_000, 0, big)]
+        calls, moved = await kafka_reads(reads)
+        assert calls == 3 + len(reads) - 1, f"{calls} chunk calls for {len(reads)} reads"
+        assert moved <= len(reads) * big + 4 * (64 << 10), (moved, len(reads) * big)
+
+        # straight from the local store's file: one call per read, the bytes read reported
+        # (the class's close is answered after the reports sent before it)
+        calls, moved = await kafka_reads(reads, file_reads=True)
+        assert calls == len(reads), f"{calls} calls for {len(reads)} reads"
+        assert moved == len(reads) * big
+
+        # a JVM that cannot see the store's files (another container) reads through the
+        # socket: the first read asks for the file, then chunks (learning the read's size:
+        # three, as above), the next take one chunk each
+        can_hide = subprocess.run(
+            ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {tmp_path / 'data'}"],
+            capture_output=True, stdin=subprocess.DEVNULL,
+        ).returncode == 0 if shutil.which("unshare") else False  # fmt: skip
+        if not can_hide:
+            pytest.skip("unshare -m (a mount namespace) is not permitted here: the fallback")
+        calls, moved = await kafka_reads(reads, file_reads=True, hide=tmp_path / "data")
+        assert calls == 1 + 3 + len(reads) - 1, f"{calls} calls for {len(reads)} reads"
     finally:
         server.stop()
         await asyncio.wait_for(task, 30)

@@ -2,8 +2,9 @@
 // segment's stream at the offset index's position, skip to the batch holding the fetch
 // offset, read max.partition.fetch.bytes, close. Run with java's single-file launcher,
 // the plugin jar and Kafka's jars on the class path, against a running rlmm serve:
-//   java -cp <jar>:<kafka libs>/* KafkaStyleReads.java <socket> <metadata file> <start:skip:length>...
-// <metadata file> holds the segment's metadata in Kafka's serde form. For each read it
+//   java -cp <jar>:<kafka libs>/* KafkaStyleReads.java <socket> <file reads: true|false> <metadata file> <start:skip:length>...
+// <metadata file> holds the segment's metadata in Kafka's serde form; <file reads> is the
+// class's fetch.file.reads. For each read it
 // prints "<start> <skip> <bytes read> <crc32 of them>" and exits 0.
 import io.rlmm.kafka.RlmmRemoteStorageManager;
 import java.io.InputStream;
@@ -17,10 +18,10 @@ import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 public class KafkaStyleReads {
   public static void main(String[] args) throws Exception {
     RlmmRemoteStorageManager rsm = new RlmmRemoteStorageManager();
-    rsm.configure(Map.of("socket", args[0], "broker.id", "1"));
+    rsm.configure(Map.of("socket", args[0], "broker.id", "1", "fetch.file.reads", args[1]));
     RemoteLogSegmentMetadata md = (RemoteLogSegmentMetadata)
-        new RemoteLogMetadataSerde().deserialize(Files.readAllBytes(Path.of(args[1])));
-    for (int i = 2; i < args.length; i++) {
+        new RemoteLogMetadataSerde().deserialize(Files.readAllBytes(Path.of(args[2])));
+    for (int i = 3; i < args.length; i++) {
       String[] read = args[i].split(":");
       int start = Integer.parseInt(read[0]);
       int skip = Integer.parseInt(read[1]);

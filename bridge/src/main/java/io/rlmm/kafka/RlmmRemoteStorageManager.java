@@ -3,17 +3,21 @@ package io.rlmm.kafka;
 import static io.rlmm.kafka.ServeConnection.args;
 
 import java.io.ByteArrayInputStream;
+import java.io.IOException;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.Map;
 import java.util.Optional;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.server.log.remote.metadata.storage.serialization.RemoteLogMetadataSerde;
 import org.apache.kafka.server.log.remote.storage.LogSegmentData;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata.CustomMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Kafka's RemoteStorageManager, answered by {@code rlmm serve} (the broker's
@@ -23,18 +27,33 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
  * fails with RemoteStorageException (RemoteResourceNotFoundException for {@code not_found}) when that call does.
  */
 public class RlmmRemoteStorageManager implements RemoteStorageManager {
+  private static final Logger LOG = LoggerFactory.getLogger(RlmmRemoteStorageManager.class);
   private static final RemoteLogMetadataSerde SERDE = new RemoteLogMetadataSerde();
   private final ServeConnection serve = new ServeConnection("rsm", null);
   /** Slack on a fetch's first chunk for Kafka's skip from the offset index's entry to the fetch offset. */
   private static final int FIRST_CHUNK_SLACK = 64 << 10;
 
+  /** The most rlmm serve answers per chunk (its MAX_CHUNK_BYTES). */
+  private static final int MAX_CHUNK = 16 << 20;
+
   private int chunkBytes = 1 << 20;
+  /** Whether fetches may be answered with a file of rlmm's local store (read here, no bytes through the socket). */
+  private volatile boolean fileReads = true;
+  /**
+   * Bytes one of Kafka's remote reads takes from a stream (it depends on the consumers' fetch sizes): the largest
+   * seen lately, each read decaying it by a sixteenth, so a fetch's first chunk holds the whole read.
+   */
+  private final AtomicInteger readBytes = new AtomicInteger();
 
   @Override
   public void configure(Map<String, ?> configs) {
     // rlmm serve answers at most 16 MiB per chunk (MAX_CHUNK_BYTES), the first one's slack included
     chunkBytes = (int) Math.max(1, Math.min(ServeConnection.number(configs, "fetch.chunk.bytes", 1 << 20),
-        (16 << 20) - FIRST_CHUNK_SLACK));
+        MAX_CHUNK - FIRST_CHUNK_SLACK));
+    // by default only when this class starts rlmm serve itself (same host, same user); a serve it attaches to may
+    // run in another container, whose files this JVM does not see
+    Object files = configs.get("fetch.file.reads");
+    fileReads = files == null ? configs.get("file") != null : Boolean.parseBoolean(String.valueOf(files).trim());
     serve.configure(configs);
   }
 
@@ -72,9 +91,59 @@ public class RlmmRemoteStorageManager implements RemoteStorageManager {
       throw new IllegalArgumentException("bad segment range: start " + start + ", end " + (end - 1));
     }
     byte[] md = SERDE.serialize(metadata);
+    String topic = metadata.topicIdPartition().topic();
+    int first = Math.min(Math.max(chunkBytes, readBytes.get()) + FIRST_CHUNK_SLACK, MAX_CHUNK);
+    boolean file = fileReads;
+    Object answer = serve.call("rsm.fetch_log_segment",
+        args("metadata", md, "position", start, "length", first, "file", file));
+    if (answer instanceof Map<?, ?> located) {
+      InputStream direct = openFile(located, start, end, topic);
+      if (direct != null) return direct;
+      answer = serve.call("rsm.fetch_log_segment", args("metadata", md, "position", start, "length", first));
+    }
     return new SegmentInputStream((position, length) -> bytes("rsm.fetch_log_segment",
         serve.call("rsm.fetch_log_segment", args("metadata", md, "position", position, "length", length))),
-        start, end, chunkBytes + FIRST_CHUNK_SLACK, chunkBytes);
+        bytes("rsm.fetch_log_segment", answer), first, start, end, chunkBytes, this::learn);
+  }
+
+  /**
+   * The range read straight from the file rlmm serve named, or null when this JVM cannot open it (rlmm serve in
+   * another container, another user): then file reads stop for this class, logged once, and chunks go on.
+   */
+  private InputStream openFile(Map<?, ?> located, long start, long end, String topic) throws RemoteStorageException {
+    if (!(located.get("path") instanceof String path) || !(located.get("size") instanceof Long size)) {
+      throw new RemoteStorageException("rlmm serve answered rsm.fetch_log_segment with " + located);
+    }
+    try {
+      return new SegmentFileStream(Path.of(path), size, start, end, (taken, atEnd) -> {
+        learn(taken, atEnd);
+        report(topic, taken);
+      });
+    } catch (IOException | SecurityException e) { // rlmm serve saw the file: this JVM does not
+      if (fileReads) {
+        fileReads = false;
+        LOG.warn("cannot read rlmm's segment files here ({}: {}); fetching through rlmm serve from now on",
+            path, e.toString());
+      }
+      return null;
+    }
+  }
+
+  /** Tell rlmm serve how many bytes a file read took (its fetch metrics), without waiting. */
+  private void report(String topic, long taken) {
+    try {
+      serve.callAsync("rsm.fetched", args("topic", topic, "bytes", taken), serve.callTimeoutMs)
+          .exceptionally(e -> null);
+    } catch (RemoteStorageException e) {
+      LOG.debug("rsm.fetched not delivered: {}", e.getMessage());
+    }
+  }
+
+  /** A stream closed: a read the segment's end did not cut short tells how much Kafka's reads take. */
+  private void learn(long taken, boolean atEnd) {
+    if (atEnd) return;
+    int seen = (int) Math.min(taken, MAX_CHUNK - FIRST_CHUNK_SLACK);
+    readBytes.updateAndGet(before -> Math.max(seen, before - before / 16));
   }
 
   @Override
