@@ -43,7 +43,7 @@ def translation_lines(
     group = result.group or "<group>"
     lines.append(
         "to move the group (stopped), write these offsets with --csv FILE, then: "
-        f"kafka-consumer-groups.sh --bootstrap-server <target> --group {group}"
+        f"kafka-consumer-groups.sh --bootstrap-server {result.bootstrap_servers} --group {group}"
         " --reset-offsets --from-file FILE --execute"
     )
     return table, lines

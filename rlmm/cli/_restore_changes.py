@@ -32,7 +32,7 @@ def change_lines(report: RestoreReport, data: dict[str, Any]) -> list[str]:
         given = (
             f"; --topic-config: {', '.join(configs['overrides'])}" if configs["overrides"] else ""
         )
-        lines.append(f"configs: {target} {verb} {applied} (source's: {configs['from']}{given})")
+        lines.append(f"configs: {target} {verb} {applied} (the source's: {configs['from']}{given})")
         why: dict[str, list[str]] = {}
         for name, reason in configs["not_copied"].items():
             why.setdefault(reason, []).append(f"{name}={configs['stored'][name]}")

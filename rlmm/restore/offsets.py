@@ -45,6 +45,7 @@ class OffsetTranslations:
     translations: list[Translation] = field(default_factory=list)
     group: str | None = None  # whose committed offsets these were
     done: bool = True  # every partition's restore is complete
+    bootstrap_servers: str = ""  # the target cluster's
 
     def csv(self) -> str:
         """``kafka-consumer-groups --reset-offsets --from-file``'s input (target topic)."""
@@ -151,7 +152,10 @@ async def translate_offsets(
     async with TargetCluster(client) as cluster:
         size = (await cluster.partition_counts()).get(progress_topic, 0)
     progress = await read_progress(client, target_topic, size, topic=progress_topic)
-    out = OffsetTranslations(target_topic, source, found.topic_id, offsets_topic, group=group)
+    out = OffsetTranslations(
+        target_topic, source, found.topic_id, offsets_topic, group=group,
+        bootstrap_servers=str(client.get("bootstrap_servers", "")),
+    )  # fmt: skip
     for partition, offset in sorted(offsets):
         saved = progress.get(partition)
         out.translations.append(

@@ -305,6 +305,19 @@ async def test_configs_come_back_and_a_group_moves_to_the_same_record(
         "--from-file", str(csv), "--execute",
     )  # fmt: skip
     assert reset.returncode == 0, reset.stdout + reset.stderr
+    # The same offsets from Kafka's own export (after the reset: take the source's).
+    exported = run_java(
+        cluster._libs, "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        "--bootstrap-server", cluster.bootstrap, "--group", group, "--reset-offsets",
+        "--topic", topic, "--to-current", "--export", "--dry-run",
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    old_csv = tmp_path / "old.csv"
+    old_csv.write_text(exported.stdout)
+    from_file = rlmm(reader, "restore-offsets", "--bootstrap-server", cluster.bootstrap,
+                     "--target-topic", target, "--from-file", str(old_csv), "--json")  # fmt: skip
+    assert from_file.returncode == 0, from_file.stderr
+    assert json.loads(from_file.stdout)["csv"] == csv.read_text()
     for p, offset in committed.items():
         want = first_at_or_after(source[p], offset)
         got = await first_in_group(cluster.bootstrap, group, target, p)
