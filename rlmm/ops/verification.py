@@ -46,6 +46,7 @@ from remote.manifest import crc32c_of
 from remote.registry import check_layout_matches
 from remote.segments.batch import RecordBatchReader
 from remote.storage import RemoteObject
+from remote.topic_configs import SUBDIR as _TOPIC_CONFIGS_SUBDIR
 from rlmm.archive import MetadataView
 from rlmm.errors import RemoteResourceNotFoundError, RemoteStorageError
 from rlmm.model import RemoteLogSegmentMetadata, RemoteLogSegmentState, kafka_uuid_to_str
@@ -376,6 +377,8 @@ class _Verifier:
 
     def orphans(self, listing: dict[str, RemoteObject], live: set[str], expected: set[str]) -> None:
         for obj in listing.values():
+            if obj.name.startswith(f"{_TOPIC_CONFIGS_SUBDIR}/"):
+                continue  # rlmm's own, beside the segments: a topic's configs, for restore
             parsed = self.layout.parse_object_name(obj.name)
             if parsed is None:
                 # Not ours to judge: a name outside the layout is left alone.

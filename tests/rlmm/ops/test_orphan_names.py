@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 from remote.layouts.rlmm import RlmmLayout
+from remote.topic_configs import TopicConfigs, TopicConfigStore
 from rlmm.archive import open_metadata_view
+from rlmm.model import kafka_uuid_to_str
 from rlmm.ops.repair import apply_repairs, plan_repairs
 from rlmm.ops.verification import ProblemKind, verify
 from tests.rlmm.cli.store import HOUR_MS, build_store
@@ -39,5 +41,22 @@ def test_a_live_ids_object_under_another_name_is_an_orphan(tmp_path: Path) -> No
         assert {o.name for o in rsm.list_objects()} == before - {stray}
         with open_metadata_view(store.config) as view:
             assert verify(view, layout, now_ms=later).ok
+    finally:
+        rsm.close()
+
+
+def test_a_topic_s_kept_configs_are_rlmm_s_own_not_outside_the_layout(tmp_path: Path) -> None:
+    """The sidecar keeps each topic's configs beside the segments (for restore):
+    verify neither calls them orphans nor counts them among names it leaves alone."""
+    store = build_store(tmp_path)
+    rsm = store.rsm()
+    try:
+        with open_metadata_view(store.config) as view:
+            tp = next(iter(view.topic_partitions()))
+            kept = TopicConfigStore(Path(store.config.remote_options()["root"]))
+            kept.write(TopicConfigs(tp.topic, kafka_uuid_to_str(tp.topic_id), {"a": "b"}))
+            later = int(time.time() * 1000) + 2 * HOUR_MS
+            report = verify(view, RlmmLayout(rsm), now_ms=later)
+        assert report.ok and report.skipped_outside_layout == 0
     finally:
         rsm.close()
