@@ -2,11 +2,13 @@
 
 Writes a Kafka log dir (two topics, five partitions, four codecs where installed, two
 leader epochs, a committed and an aborted transaction), runs the `rlmm offload`
-sidecar once into local remote storage (file event log, snapshots), prints the
-remote segment table, checks byte for byte that every copied object equals its local
-file, restarts the metadata manager from its snapshot, and runs an expiration round
-that deletes what ``retention.bytes`` says. Leaves ``demo-data/demo.toml`` (the
-config every other tool can open the same metadata and store with) and
+sidecar once into local remote storage (file event log, snapshots), checks byte for
+byte that every copied object equals its local file, restarts the metadata manager
+from its snapshot, and runs an expiration round that deletes what ``retention.bytes``
+says. Then it says which segments retention expired and lists what remote storage
+holds through ``rlmm segments list``'s own code (``show_segments``): the demo's table
+is the command's, formats and count. Leaves ``demo-data/demo.toml`` (the config
+every other tool can open the same metadata and store with) and
 ``demo-data/expected.json`` (what a reader of the archived segments must get).
 Exits non-zero if any check fails.
 """
@@ -20,6 +22,7 @@ import shutil
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +39,12 @@ from remote import (
 )
 from remote.segment_data import log_segment_data
 from remote.storage import OBJECT_KINDS, kind_label
+from rlmm.cli.output import ConsoleOutput, human_bytes
+from rlmm.cli.segments import show_segments
 from rlmm.config import load_config
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
-from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition, kafka_uuid_to_str
-from rlmm.offload import OffloadSettings, RemoteLogManager, scan_log_dirs
+from rlmm.offload import OffloadSettings, RemoteLogManager, Victim, scan_log_dirs
 from rlmm.offload.display import Display
 from rlmm.offload.sidecar import run_sidecar
 
@@ -203,28 +207,54 @@ def expected_reads(
     }
 
 
-def segment_table(
-    manager: TopicBasedRemoteLogMetadataManager, tps: list[TopicIdPartition]
-) -> Table:
-    table = Table(title="remote segments")
-    for col in ("partition", "start", "end", "epochs", "bytes", "state", "txn index"):
-        table.add_column(col)
-    for tp in tps:
-        for m in manager.list_remote_log_segments(tp):
-            table.add_row(
-                f"{tp.topic}-{tp.partition}",
-                str(m.start_offset),
-                str(m.end_offset),
-                str(dict(m.segment_leader_epochs)),
-                str(m.segment_size_in_bytes),
-                m.state.name.replace("_SEGMENT", ""),
-                "-" if m.txn_index_empty else "aborted txns",
+@dataclass
+class DemoRun:
+    """What the demo's pipeline did: its summary, and what retention expired."""
+
+    summary: dict[str, Any]
+    copied: int
+    expired: dict[TopicIdPartition, list[Victim]] = field(default_factory=dict)
+    settings: OffloadSettings = field(default_factory=OffloadSettings)
+
+    def expiry_line(self) -> str:
+        """Which segments retention deleted after they were copied, and by which setting:
+        the listing after it shows fewer segments than were copied."""
+        deleted = sum(len(v) for v in self.expired.values())
+        if not deleted:
+            return f"retention expired none of the {self.copied} segments copied"
+        spans: list[str] = []
+        settings: dict[str, None] = {}
+        for tp, victims in self.expired.items():
+            if not victims:
+                continue
+            first = min(v.segment.start_offset for v in victims)
+            last = max(v.segment.end_offset for v in victims)
+            n = len(victims)
+            spans.append(
+                f"{tp.topic}-{tp.partition} offsets {first}..{last}"
+                f" ({n} segment{'s' if n > 1 else ''})"
             )
-    return table
+            for reason in dict.fromkeys(v.reason for v in victims):
+                settings[f"{tp.topic}: {self._setting(tp.topic, reason)}"] = None
+        return (
+            f"retention expired {deleted} of the {self.copied} segments copied"
+            f" ({'; '.join(settings)}): " + ", ".join(spans)
+        )
+
+    def _setting(self, topic: str, reason: str) -> str:
+        retention = self.settings.retention_for(topic)
+        if reason == "retention.bytes":
+            return (
+                f"retention.bytes={retention.retention_bytes},"
+                f" {human_bytes(retention.retention_bytes)} over local + remote"
+            )
+        if reason == "retention.ms":
+            return f"retention.ms={retention.retention_ms}"
+        return reason
 
 
-async def offload(config_path: Path, logs: Path, pdirs: list[PartitionDir]) -> dict[str, Any]:
-    """The demo's pipeline; returns the summary (and writes expected.json)."""
+async def offload(config_path: Path, logs: Path, pdirs: list[PartitionDir]) -> DemoRun:
+    """The demo's pipeline; returns what it did (and writes expected.json)."""
     # 1. the sidecar, once, with retention off: every rolled segment is copied
     no_expiry = {f"offload.topics.{t}.retention.bytes": -1 for t in RETENTION_BYTES}
     config = load_config(config_path, env={}, overrides=no_expiry)
@@ -249,7 +279,6 @@ async def offload(config_path: Path, logs: Path, pdirs: list[PartitionDir]) -> d
     try:
         check(manager.stats.restored_from_snapshot, "the restart did not use the snapshot")
         replayed = manager.stats.applied_events
-        console.print(segment_table(manager, tps))
         objects = sum(
             compare_objects(rsm, pdir, m)
             for pdir, tp in zip(pdirs, tps, strict=True)
@@ -262,6 +291,7 @@ async def offload(config_path: Path, logs: Path, pdirs: list[PartitionDir]) -> d
         expired = {tp: await rlm.expire_round(tp) for tp in tps}
         await rlm.close()
         deleted = sum(len(r.deleted) for r in expired.values())
+        remaining_count = sum(len(manager.list_remote_log_segments(tp)) for tp in tps)
         for tp, result in expired.items():
             wanted = tp.topic in RETENTION_BYTES
             check(bool(result.deleted) == wanted, f"expiry of {tp}: {len(result.deleted)} deleted")
@@ -282,16 +312,53 @@ async def offload(config_path: Path, logs: Path, pdirs: list[PartitionDir]) -> d
     finally:
         await manager.close()
         rsm.close()
-    return {
+    summary = {
         "partitions offloaded": len(tps),
         "segments copied": report.tally.copied,
-        "bytes copied": report.tally.copied_bytes,
+        "bytes copied": human_bytes(report.tally.copied_bytes),
         "copy time": f"{copy_s:.2f}s",
         "objects identical to local files": objects,
         "restart from snapshot": f"{restart_ms:.0f} ms, {replayed} events replayed",
-        "segments deleted by retention.bytes": deleted,
+        "segments expired by retention": deleted,
+        "segments in remote storage": remaining_count,
         "expected reads": str(config.data_dir / "expected.json"),
     }
+    return DemoRun(
+        summary,
+        copied=report.tally.copied,
+        expired={tp: r.deleted for tp, r in expired.items()},
+        settings=settings,
+    )
+
+
+def show_archive(config_path: Path, run: DemoRun) -> list[RemoteLogSegmentMetadata]:
+    """What retention expired, then what remote storage holds now, printed by
+    `rlmm segments list`'s own code (the same Output and formats); the listed segments."""
+    config = load_config(config_path, env={})
+    output = ConsoleOutput()
+    output.out.print(run.expiry_line(), markup=False)
+    output.out.print(
+        f"remote storage now, as `rlmm --config {config_path} segments list` prints it:",
+        markup=False,
+    )
+    listed = show_segments(config, output)
+    check(
+        len(listed) == run.summary["segments in remote storage"],
+        f"`segments list` shows {len(listed)} segments, the manager held"
+        f" {run.summary['segments in remote storage']}",
+    )
+    with_txns = [m for m in listed if not m.txn_index_empty]
+    if with_txns:
+        output.out.print(
+            "aborted transactions (a transaction index) in: "
+            + ", ".join(
+                f"{m.topic_id_partition.topic}-{m.topic_id_partition.partition}"
+                f" {m.start_offset}..{m.end_offset}"
+                for m in with_txns
+            ),
+            markup=False,
+        )
+    return listed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,11 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     pdirs = write_logs(logs)
     config_path = write_config(data_dir)
     console.print(f"[bold]Kafka log dir[/] {logs}: {len(pdirs)} partitions")
-    result = asyncio.run(offload(config_path, logs, pdirs))
+    run = asyncio.run(offload(config_path, logs, pdirs))
     summary = Table(title="rlmm demo", show_header=False)
-    for key, value in result.items():
+    for key, value in run.summary.items():
         summary.add_row(key, str(value))
     console.print(summary)
+    show_archive(config_path, run)
     console.print(f"config for the other tools: {config_path}")
     return 0
 

@@ -1,7 +1,8 @@
 """`rlmm segments list|show` and `rlmm partitions`: what the remote log holds.
 
 Invariant: read-only (a MetadataView and the RSM's listing); each command calls one
-library function of rlmm.ops.inventory and hands the result to the Output. The view
+library function of rlmm.ops.inventory and hands the result to the Output (the
+listing through ``show_segments``, which the demo prints with too). The view
 is the metadata log's, or with ``--from-store`` the remote store's alone
 (``rlmm.archive.open_archive_view``). A listing is refused (exit 2) when it names a
 topic the metadata does not know, when the configured remote storage holds none of
@@ -11,10 +12,18 @@ the store holds segment objects.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from rlmm.cli.session import common_options, from_store_option, session
 from rlmm.model import RemoteLogSegmentState
+
+if TYPE_CHECKING:
+    from rlmm.cli.output import Output
+    from rlmm.config import RlmmConfig
+    from rlmm.model import RemoteLogSegmentMetadata
+    from rlmm.ops.inventory import SegmentFilter
 
 _STATES = [s.name for s in RemoteLogSegmentState]
 
@@ -36,6 +45,24 @@ def list_segments(
     from_store: bool,
 ) -> None:  # fmt: skip
     """List segments (every state), by topic, partition and start offset."""
+    from rlmm.ops.inventory import SegmentFilter
+
+    where = SegmentFilter(
+        topic, partition, None if state is None else RemoteLogSegmentState[state.upper()], epoch
+    )
+    show_segments(session().config, session().output, where, from_store=from_store)
+
+
+def show_segments(
+    config: RlmmConfig,
+    output: Output,
+    where: SegmentFilter | None = None,
+    *,
+    from_store: bool = False,
+) -> list[RemoteLogSegmentMetadata]:
+    """What `rlmm segments list` prints, for the command and the demo alike (so the two
+    cannot differ): the segments ``where`` selects, checked against the remote store
+    and handed to ``output.segments`` with the offsets each serves. Returns them."""
     from rlmm.archive import open_archive_view
     from rlmm.factory import open_remote_layout
     from rlmm.ops.inventory import (
@@ -46,16 +73,14 @@ def list_segments(
         served_offsets,
     )
 
-    where = SegmentFilter(
-        topic, partition, None if state is None else RemoteLogSegmentState[state.upper()], epoch
-    )
-    config = session().config
-    view = open_archive_view(config, from_store=from_store, topics=_topics(topic))
+    where = where or SegmentFilter()
+    view = open_archive_view(config, from_store=from_store, topics=_topics(where.topic))
     with view, open_remote_layout(config) as layout:
-        check_topic_known(view, topic)
+        check_topic_known(view, where.topic)
         listed = list_segments(view, where)
         check_remote_holds(layout, listed)
-        session().output.segments(listed, served_offsets(view, listed))
+        output.segments(listed, served_offsets(view, listed))
+    return listed
 
 
 # Kafka's base64url ids may start with "-" ("-b0w86WETV-..."): an unknown option-like
