@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import struct
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,10 +256,6 @@ def leader_epochs_in_range(
     return out
 
 
-def epochs_as_entries(epochs: Mapping[int, int]) -> list[EpochEntry]:
-    return [EpochEntry(k, v) for k, v in sorted(epochs.items())]
-
-
 __all__ = [
     "EpochEntry",
     "PartitionMetadata",
@@ -267,7 +263,6 @@ __all__ = [
     "encode_leader_epoch_checkpoint",
     "encode_partition_metadata",
     "encode_producer_snapshot",
-    "epochs_as_entries",
     "leader_epochs_in_range",
     "read_leader_epoch_checkpoint",
     "read_partition_metadata",

@@ -139,13 +139,6 @@ def split_block(data: bytes) -> tuple[list[Any], bytes]:
     return msgpack.unpackb(data[_PREFIX.size : end], raw=False), data[end + _pad(end) :]
 
 
-def join_block(header: list[Any], columns: bytes) -> bytes:
-    """Inverse of :func:`split_block` (with the header changed or not)."""
-    head = msgpack.packb(header, use_bin_type=True)
-    end = _PREFIX.size + len(head)
-    return _PREFIX.pack(MAGIC, len(head)) + head + bytes(_pad(end)) + columns
-
-
 def decode_v4(owner: SegmentSource, data: bytes, check: bool = True) -> CacheState:
     """The state of version-4 ``data``, as views of it; ValueError-family if bad.
 

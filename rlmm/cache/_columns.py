@@ -631,8 +631,3 @@ def _wanted(states: frozenset[RemoteLogSegmentState] | None) -> bytes:
     return bytes(
         int(not v & DEAD and (codes is None or v & STATE_MASK in codes)) for v in range(256)
     )
-
-
-def packed_rows(values: Iterable[int]) -> array[int]:
-    """Row numbers as a packed column."""
-    return array("i", values)

@@ -190,8 +190,3 @@ def _fast_uuid_factory() -> tuple[Callable[[int], uuid.UUID], bool]:
 
 uuid_from_int, FAST_UUID = _fast_uuid_factory()
 """``uuid_from_int(value)`` builds a uuid.UUID from its 128-bit int (fast path when available)."""
-
-
-def uuid_from_bytes(raw: bytes) -> uuid.UUID:
-    """Build a uuid.UUID from 16 bytes, most significant first (Kafka's wire order)."""
-    return uuid_from_int(int.from_bytes(raw, "big"))

@@ -6,6 +6,7 @@ import contextlib
 import random
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 import pytest
@@ -218,6 +219,15 @@ def test_format_1_state_still_loads() -> None:
     assert [x[:3] for x in store.fingerprint()] == [x[:3] for x in head.fingerprint()]
 
 
+def join_block(header: list[Any], columns: bytes) -> bytes:
+    """A version-4 block of ``header`` (changed or not) and the columns that
+    ``split_block`` returned: the inverse of ``split_block``."""
+    head = msgpack.packb(header, use_bin_type=True)
+    prefix = _cache_block._PREFIX
+    end = prefix.size + len(head)
+    return prefix.pack(_cache_block.MAGIC, len(head)) + head + bytes(-end % 8) + columns
+
+
 def corrupted(data: bytes, how: str) -> bytes:
     if how == "truncated":
         return data[: len(data) // 2]
@@ -236,7 +246,7 @@ def corrupted(data: bytes, how: str) -> bytes:
         header[7] = [[1 << 40, b"manifest"]]  # refused before anything is sized by it
     elif how == "custom not bytes":
         header[7] = [[0, "manifest"]]
-    return _cache_block.join_block(header, columns)
+    return join_block(header, columns)
 
 
 @pytest.mark.parametrize(
