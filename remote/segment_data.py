@@ -15,8 +15,8 @@ import logging
 from remote.errors import SegmentFormatError
 from remote.segments import (
     LogSegmentFiles,
+    LogSegmentSummary,
     RecordBatchReader,
-    SegmentSummary,
     encode_leader_epoch_checkpoint,
 )
 from remote.segments.timestamps import SmallestTimestamp
@@ -25,7 +25,7 @@ from remote.storage import LogSegmentData
 log = logging.getLogger(__name__)
 
 
-def log_segment_data(segment: LogSegmentFiles, summary: SegmentSummary) -> LogSegmentData:
+def log_segment_data(segment: LogSegmentFiles, summary: LogSegmentSummary) -> LogSegmentData:
     """The LogSegmentData of a rolled segment described by ``summary``."""
     if summary.producer_snapshot_path is None:
         raise SegmentFormatError(

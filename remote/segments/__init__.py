@@ -34,8 +34,8 @@ from remote.segments.indexes import (
 )
 from remote.segments.partition_dir import (
     LogSegmentFiles,
+    LogSegmentSummary,
     PartitionDir,
-    SegmentSummary,
     offset_file_name,
     parse_partition_dir_name,
 )
@@ -61,6 +61,7 @@ __all__ = [
     "AbortedTxn",
     "EpochEntry",
     "LogSegmentFiles",
+    "LogSegmentSummary",
     "OffsetIndexEntry",
     "PartitionDir",
     "PartitionDirWriter",
@@ -70,7 +71,6 @@ __all__ = [
     "Record",
     "RecordBatchHeader",
     "RecordBatchReader",
-    "SegmentSummary",
     "TimeIndexEntry",
     "available_codecs",
     "decode_batch",

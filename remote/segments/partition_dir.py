@@ -71,8 +71,10 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
 
 
 @dataclass(frozen=True, slots=True)
-class SegmentSummary:
-    """What Kafka's RemoteLogManager needs to describe a segment (offsets inclusive)."""
+class LogSegmentSummary:
+    """A local log segment's facts, read from its files (``LogSegmentFiles.summary``):
+    what Kafka's RemoteLogManager needs to describe it (offsets inclusive). Not the
+    cache's ``rlmm.cache.SegmentSummary``, a remote segment's row in the metadata cache."""
 
     base_offset: int
     end_offset: int
@@ -141,7 +143,7 @@ class LogSegmentFiles:
         *,
         full_scan: bool = False,
         verify_crc: bool = False,
-    ) -> SegmentSummary:
+    ) -> LogSegmentSummary:
         """Describe this segment; ``full_scan`` reads every batch instead of trusting the indexes.
 
         The quick path scans only the batches after the last offset index entry and
@@ -186,7 +188,7 @@ class LogSegmentFiles:
                 0,
             )
         txn_empty = self.txn_index_empty() or not read_txn_index(self.txn_index_path)
-        return SegmentSummary(
+        return LogSegmentSummary(
             base_offset=self.base_offset,
             end_offset=end_offset,
             max_timestamp_ms=max_ts,
@@ -305,8 +307,8 @@ class PartitionDir:
 
 __all__ = [
     "LogSegmentFiles",
+    "LogSegmentSummary",
     "PartitionDir",
-    "SegmentSummary",
     "offset_file_name",
     "parse_partition_dir_name",
 ]
