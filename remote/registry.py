@@ -83,14 +83,14 @@ REMOTE_TYPES: Mapping[str, RemoteType] = {
     for t in (
         RemoteType(
             "local",
-            "remote.layouts.rlmm:RlmmLayout",
+            "remote.layouts.rlmm_layout:RlmmLayout",
             "remote.local:LocalRemoteStorageManager",
             ".leader-epoch-checkpoint",
             paths=("root",),
         ),
         RemoteType(
             "s3",
-            "remote.layouts.rlmm:RlmmLayout",
+            "remote.layouts.rlmm_layout:RlmmLayout",
             "remote.s3:S3RemoteStorageManager",
             ".leader-epoch-checkpoint",
         ),

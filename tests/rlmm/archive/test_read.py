@@ -202,7 +202,7 @@ def test_a_slice_boundary_inside_a_transaction(history: Any) -> None:
 def test_bounds_prune_segments_before_any_fetch(history: Any) -> None:
     config, written = history
     from remote import LocalRemoteStorageManager
-    from remote.layouts.rlmm import RlmmLayout
+    from remote.layouts.rlmm_layout import RlmmLayout
 
     class Counting(LocalRemoteStorageManager):
         def __init__(self, root: Path) -> None:
@@ -398,7 +398,7 @@ def test_what_readers_learn_equals_what_the_offloader_recorded(
     read_committed): a read's side index entries give each segment the smallest
     timestamp the offloader found over all its records."""
     from remote.layouts import load_remote_layout
-    from remote.layouts.rlmm import RlmmLayout
+    from remote.layouts.rlmm_layout import RlmmLayout
     from remote.side_index import SideIndex, smallest_of
 
     config, _ = history

@@ -16,7 +16,7 @@ import pytest
 
 from remote import IndexType
 from remote.layouts import load_remote_layout
-from remote.layouts.rlmm import RlmmLayout
+from remote.layouts.rlmm_layout import RlmmLayout
 from remote.naming import partition_prefix
 from remote.side_index import Entry, entry_name
 from rlmm.archive import ReadRequest, RowBounds, Slice, open_metadata_view, plan_slices, read_slice

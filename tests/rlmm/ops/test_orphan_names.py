@@ -8,7 +8,7 @@ import shutil
 import time
 from pathlib import Path
 
-from remote.layouts.rlmm import RlmmLayout
+from remote.layouts.rlmm_layout import RlmmLayout
 from remote.topic_configs import TopicConfigs, TopicConfigStore
 from rlmm.archive import open_metadata_view
 from rlmm.model import kafka_uuid_to_str

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from eventlog._batch import encode_batch
-from remote.layouts.rlmm import RlmmLayout
+from remote.layouts.rlmm_layout import RlmmLayout
 from remote.storage import IndexType
 from rlmm.archive import open_metadata_view
 from rlmm.codec import encode
