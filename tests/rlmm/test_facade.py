@@ -19,14 +19,14 @@ TP0 = tp(0)
 
 
 async def test_not_ready_fails_every_call_retriably() -> None:
-    rlmm = NotReadyRlmm()
+    manager = NotReadyRlmm()
     for call in (
-        lambda: rlmm.remote_log_segment_metadata(TP0, 0, 0),
-        lambda: rlmm.highest_offset_for_epoch(TP0, 0),
-        lambda: rlmm.list_remote_log_segments(TP0),
-        lambda: rlmm.remote_log_size(TP0, 0),
-        lambda: rlmm.next_segment_with_txn_index(TP0, 0, 0),
-        lambda: rlmm.remote_partition_delete_state(TP0),
+        lambda: manager.remote_log_segment_metadata(TP0, 0, 0),
+        lambda: manager.highest_offset_for_epoch(TP0, 0),
+        lambda: manager.list_remote_log_segments(TP0),
+        lambda: manager.remote_log_size(TP0, 0),
+        lambda: manager.next_segment_with_txn_index(TP0, 0, 0),
+        lambda: manager.remote_partition_delete_state(TP0),
     ):
         with pytest.raises(RemoteStorageNotReadyError) as err:
             call()
@@ -36,18 +36,18 @@ async def test_not_ready_fails_every_call_retriably() -> None:
         TP0, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 1, 0
     )
     for write in (
-        lambda: rlmm.add_remote_log_segment_metadata(m),
-        lambda: rlmm.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED)),
-        lambda: rlmm.put_remote_partition_delete_metadata(delete),
-        lambda: rlmm.on_partition_leadership_changes([TP0], []),
-        lambda: rlmm.on_stop_partitions([TP0]),
+        lambda: manager.add_remote_log_segment_metadata(m),
+        lambda: manager.update_remote_log_segment_metadata(update(m, S.COPY_SEGMENT_FINISHED)),
+        lambda: manager.put_remote_partition_delete_metadata(delete),
+        lambda: manager.on_partition_leadership_changes([TP0], []),
+        lambda: manager.on_stop_partitions([TP0]),
     ):
         with pytest.raises(RemoteStorageNotReadyError) as err:
             await write()
         assert err.value.retriable
-    assert rlmm.is_ready(TP0) is False
+    assert manager.is_ready(TP0) is False
     with pytest.raises(AttributeError):
-        rlmm.no_such_method  # noqa: B018
+        manager.no_such_method  # noqa: B018
 
 
 async def test_swappable_starts_closed_then_serves_the_real_manager() -> None:
