@@ -9,8 +9,9 @@ COPY_SEGMENT_FINISHED event. Fetches are ranged: the bridge asks for one chunk a
 time as Kafka's reader consumes the stream. When the bridge says it can read files
 (``file``) and the store keeps the segment's log as a plain file on this host (the
 local store), the first fetch is answered with that file's path and size instead, and
-the bridge reads the range itself (no bytes through the socket); it then reports the
-bytes it read (``rsm.fetched``), so the fetch metrics count them too.
+the bridge reads the range itself (no bytes through the socket, and the next reads of
+that segment do not ask again); it reports each read and its bytes (``rsm.fetched``),
+so the fetch metrics count them too.
 
 Invariant: the store's blocking calls run on this side's thread pool, never on the
 event loop; a call before ``configure`` is a not-ready error; a chunk never holds
@@ -134,8 +135,7 @@ class StorageCalls:
         if args.get("file") is True:
             located = await self._run(_segment_file, store, metadata)
             if located is not None:
-                self._metrics.fetch_requests.labels(metadata.topic_id_partition.topic).inc()
-                return located
+                return located  # counted when the bridge reports the read (rsm.fetched)
         size = metadata.segment_size_in_bytes
         if position >= size:
             return b""
@@ -150,11 +150,11 @@ class StorageCalls:
         return chunk
 
     async def fetched(self, args: Mapping[str, Any]) -> None:
-        """The bridge read ``bytes`` of ``topic``'s segment file itself."""
+        """The bridge read ``bytes`` of ``topic``'s segment file itself: one read."""
         nbytes = arg(args, "bytes", int)
         if nbytes < 0:
             raise ProtocolError(f"rsm.fetched: bytes {nbytes} is negative")
-        self._metrics.fetch_bytes.labels(arg(args, "topic", str)).inc(nbytes)
+        self._metrics.fetched(arg(args, "topic", str), nbytes)
 
     async def fetch_index(self, args: Mapping[str, Any]) -> bytes:
         store = self._ready_store()

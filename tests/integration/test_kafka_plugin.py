@@ -634,12 +634,16 @@ async def test_a_kafka_style_remote_read_moves_about_what_kafka_takes(tmp_path: 
 
         async def kafka_reads(
             reads: list[tuple[int, int, int]], file_reads: bool = False, hide: Path | None = None
-        ) -> tuple[float, float]:
-            """The reads in one JVM (one RSM instance): chunk calls and bytes they moved;
+        ) -> tuple[float, float, float]:
+            """The reads in one JVM (one RSM instance): reads rlmm serve counted (chunk
+            calls, or reads the bridge made from the file), their bytes, and how often the
+            bridge asked rlmm serve;
             with ``hide``, the JVM runs in a mount namespace of its own with an empty
             directory over ``hide`` (as a broker in another container sees rlmm's files)."""
+            asked = {"method": "rsm.fetch_log_segment"}
             calls0 = registry.get_sample_value("rlmm_remote_fetch_requests_total", topic) or 0
             bytes0 = registry.get_sample_value("rlmm_remote_fetch_bytes_total", topic) or 0
+            asked0 = registry.get_sample_value("rlmm_serve_calls_total", asked) or 0
             harness = Path(__file__).with_name("java") / "KafkaStyleReads.java"
             hiding = [] if hide is None else [
                 "unshare", "-m", "sh", "-c", 'mount -t tmpfs none "$0" && exec "$@"', str(hide)
@@ -659,11 +663,12 @@ async def test_a_kafka_style_remote_read_moves_about_what_kafka_takes(tmp_path: 
                 assert line.split() == expected
             calls = registry.get_sample_value("rlmm_remote_fetch_requests_total", topic)
             moved = registry.get_sample_value("rlmm_remote_fetch_bytes_total", topic)
-            return calls - calls0, moved - bytes0
+            asks = registry.get_sample_value("rlmm_serve_calls_total", asked)
+            return calls - calls0, moved - bytes0, asks - asked0
 
         mib = 1 << 20
         reads = [(0, 0, mib), (8192, 3000, mib), (1_500_000, 4095, mib), (3_000_000, 100, mib)]
-        calls, moved = await kafka_reads(reads)
+        calls, moved, _ = await kafka_reads(reads)
         assert calls == len(reads), f"{calls} chunk calls for {len(reads)} reads"
         taken = sum(min(skip + length, len(log) - start) for start, skip, length in reads)
         assert moved <= taken + len(reads) * (64 << 10), (moved, taken)
@@ -672,27 +677,29 @@ async def test_a_kafka_style_remote_read_moves_about_what_kafka_takes(tmp_path: 
         # (three calls: 1 MiB and slack, then 64 and 128 KiB), the next take one call
         big = 1_310_163
         reads = [(0, 0, big), (big, 0, big), (2_000_000, 0, big), (100_000, 0, big)]
-        calls, moved = await kafka_reads(reads)
+        calls, moved, _ = await kafka_reads(reads)
         assert calls == 3 + len(reads) - 1, f"{calls} chunk calls for {len(reads)} reads"
         assert moved <= len(reads) * big + 4 * (64 << 10), (moved, len(reads) * big)
 
-        # straight from the local store's file: one call per read, the bytes read reported
-        # (the class's close is answered after the reports sent before it)
-        calls, moved = await kafka_reads(reads, file_reads=True)
-        assert calls == len(reads), f"{calls} calls for {len(reads)} reads"
+        # straight from the local store's file, which rlmm serve names once per segment:
+        # each read reported with its bytes (the class's close is answered after the
+        # reports sent before it)
+        calls, moved, asks = await kafka_reads(reads, file_reads=True)
+        assert calls == len(reads), f"{calls} reads counted for {len(reads)} reads"
         assert moved == len(reads) * big
+        assert asks == 1
 
         # a JVM that cannot see the store's files (another container) reads through the
-        # socket: the first read asks for the file, then chunks (learning the read's size:
-        # three, as above), the next take one chunk each
+        # socket: the first read asks for the file (not a read), then chunks (learning the
+        # read's size: three, as above), the next take one chunk each
         can_hide = subprocess.run(
             ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {tmp_path / 'data'}"],
             capture_output=True, stdin=subprocess.DEVNULL,
         ).returncode == 0 if shutil.which("unshare") else False  # fmt: skip
         if not can_hide:
             pytest.skip("unshare -m (a mount namespace) is not permitted here: the fallback")
-        calls, moved = await kafka_reads(reads, file_reads=True, hide=tmp_path / "data")
-        assert calls == 1 + 3 + len(reads) - 1, f"{calls} calls for {len(reads)} reads"
+        calls, moved, _ = await kafka_reads(reads, file_reads=True, hide=tmp_path / "data")
+        assert calls == 3 + len(reads) - 1, f"{calls} calls for {len(reads)} reads"
     finally:
         server.stop()
         await asyncio.wait_for(task, 30)

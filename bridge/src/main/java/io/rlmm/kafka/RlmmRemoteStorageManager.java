@@ -7,11 +7,14 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
+import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.server.log.remote.metadata.storage.serialization.RemoteLogMetadataSerde;
 import org.apache.kafka.server.log.remote.storage.LogSegmentData;
+import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentId;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteLogSegmentMetadata.CustomMetadata;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
@@ -33,12 +36,24 @@ public class RlmmRemoteStorageManager implements RemoteStorageManager {
   /** Slack on a fetch's first chunk for Kafka's skip from the offset index's entry to the fetch offset. */
   private static final int FIRST_CHUNK_SLACK = 64 << 10;
 
+  private static final int KNOWN_FILES = 4096;
   /** The most rlmm serve answers per chunk (its MAX_CHUNK_BYTES). */
   private static final int MAX_CHUNK = 16 << 20;
 
   private int chunkBytes = 1 << 20;
   /** Whether fetches may be answered with a file of rlmm's local store (read here, no bytes through the socket). */
   private volatile boolean fileReads = true;
+  /**
+   * The files rlmm serve named, by segment (a segment's objects are written once, so its file stays until deleted):
+   * Kafka reads a segment in many fetches, and only the first asks rlmm serve. The least recently used go first.
+   */
+  private final Map<RemoteLogSegmentId, Map<?, ?>> files = Collections.synchronizedMap(
+      new LinkedHashMap<>(64, 0.75f, true) {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<RemoteLogSegmentId, Map<?, ?>> eldest) {
+          return size() > KNOWN_FILES;
+        }
+      });
   /**
    * Bytes one of Kafka's remote reads takes from a stream (it depends on the consumers' fetch sizes): the largest
    * seen lately, each read decaying it by a sixteenth, so a fetch's first chunk holds the whole read.
@@ -93,12 +108,21 @@ public class RlmmRemoteStorageManager implements RemoteStorageManager {
     byte[] md = SERDE.serialize(metadata);
     String topic = metadata.topicIdPartition().topic();
     int first = Math.min(Math.max(chunkBytes, readBytes.get()) + FIRST_CHUNK_SLACK, MAX_CHUNK);
-    boolean file = fileReads;
-    Object answer = serve.call("rsm.fetch_log_segment",
-        args("metadata", md, "position", start, "length", first, "file", file));
-    if (answer instanceof Map<?, ?> located) {
-      InputStream direct = openFile(located, start, end, topic);
+    RemoteLogSegmentId id = metadata.remoteLogSegmentId();
+    Map<?, ?> known = fileReads ? files.get(id) : null;
+    if (known != null) {
+      InputStream direct = openFile(known, start, end, topic, false);
       if (direct != null) return direct;
+      files.remove(id); // gone since, or unreadable: rlmm serve says which
+    }
+    Object answer = serve.call("rsm.fetch_log_segment",
+        args("metadata", md, "position", start, "length", first, "file", fileReads));
+    if (answer instanceof Map<?, ?> located) {
+      InputStream direct = openFile(located, start, end, topic, true);
+      if (direct != null) {
+        files.put(id, located);
+        return direct;
+      }
       answer = serve.call("rsm.fetch_log_segment", args("metadata", md, "position", start, "length", first));
     }
     return new SegmentInputStream((position, length) -> bytes("rsm.fetch_log_segment",
@@ -107,10 +131,12 @@ public class RlmmRemoteStorageManager implements RemoteStorageManager {
   }
 
   /**
-   * The range read straight from the file rlmm serve named, or null when this JVM cannot open it (rlmm serve in
-   * another container, another user): then file reads stop for this class, logged once, and chunks go on.
+   * The range read straight from the file rlmm serve named, or null when this JVM cannot open it. A file rlmm serve
+   * has just named ({@code fresh}) that this JVM cannot open means rlmm serve sees other files (another container,
+   * another user): file reads stop for this class, logged once, and chunks go on.
    */
-  private InputStream openFile(Map<?, ?> located, long start, long end, String topic) throws RemoteStorageException {
+  private InputStream openFile(Map<?, ?> located, long start, long end, String topic, boolean fresh)
+      throws RemoteStorageException {
     if (!(located.get("path") instanceof String path) || !(located.get("size") instanceof Long size)) {
       throw new RemoteStorageException("rlmm serve answered rsm.fetch_log_segment with " + located);
     }
@@ -120,7 +146,7 @@ public class RlmmRemoteStorageManager implements RemoteStorageManager {
         report(topic, taken);
       });
     } catch (IOException | SecurityException e) { // rlmm serve saw the file: this JVM does not
-      if (fileReads) {
+      if (fresh && fileReads) {
         fileReads = false;
         LOG.warn("cannot read rlmm's segment files here ({}: {}); fetching through rlmm serve from now on",
             path, e.toString());
@@ -155,6 +181,7 @@ public class RlmmRemoteStorageManager implements RemoteStorageManager {
 
   @Override
   public void deleteLogSegmentData(RemoteLogSegmentMetadata metadata) throws RemoteStorageException {
+    files.remove(metadata.remoteLogSegmentId());
     serve.call("rsm.delete_log_segment_data", args("metadata", SERDE.serialize(metadata)));
   }
 
