@@ -27,6 +27,13 @@ returns data; the sidecar's RSS and open fds (its last incarnation) stay flat; n
 process outlives the run. Prints ONE JSON document; exit
 0 when every check passed, 1 otherwise.
 
+The RSS and fd samples (every 2 s) are written to the work dir as they are taken
+(``samples/<sidecar>.jsonl``, one JSON line each, flushed; ``run.json`` says when the
+run started and for how long), and the report reads them back from there. A run that
+fails with an exception keeps its work dir (as ``--keep`` does), and ``--report-from
+WORK`` reports the samples of such a run (or of one killed outright) without running
+anything.
+
 With ``--brokers 3`` the broker is a three-node Apache Kafka cluster (every node broker
 and controller): the topics have 3 replicas and min.insync.replicas=2, and one ``rlmm
 offload`` runs beside each node's log dir (all on ``__remote_log_metadata`` with 3
@@ -42,6 +49,7 @@ leadership change the soak caused, to the new leader's first FINISHED copy of th
 partition; target <= 2 task intervals), and the sidecars' own leadership metrics.
 
 Usage: python bench/soak.py [--duration 600] [--rate 200] [--seed N] [--brokers 1|3] [--keep]
+       python bench/soak.py --report-from WORK
 """
 
 from __future__ import annotations
@@ -202,6 +210,88 @@ class Tally:
 
 def log(message: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- samples, on disk as they are taken ---------------------------------------------
+
+SAMPLES_DIR = "samples"  # under the work dir: <sidecar>.jsonl
+RUN_FILE = "run.json"  # under the work dir: when the run started, for how long, its files
+Sample = tuple[float, int, int, int]  # monotonic time, incarnation, RSS bytes, open fds
+
+
+class SampleLog:
+    """One sidecar's samples, a JSON line each, appended and flushed as each is taken:
+    a run that dies before its report leaves every sample it took in its work dir."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[str] | None = None
+
+    def append(self, sample: Sample) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        t, incarnation, rss, fds = sample
+        line = {"t": t, "incarnation": incarnation, "rss": rss, "fds": fds}
+        self._file.write(json.dumps(line) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_samples(path: Path) -> list[Sample]:
+    """The samples a SampleLog wrote (none: no file). A last line cut short by a crash
+    mid-write is left out; any other line that is not a sample is an error."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out: list[Sample] = []
+    for n, line in enumerate(lines, 1):
+        try:
+            d = json.loads(line)
+            out.append((float(d["t"]), int(d["incarnation"]), int(d["rss"]), int(d["fds"])))
+        except (ValueError, KeyError, TypeError) as e:
+            if n == len(lines):
+                break
+            raise ValueError(f"{path}:{n}: not a sample: {line[:80]!r}") from e
+    return out
+
+
+def write_run(work: Path, s: Settings, started: float, logs: dict[str, SampleLog]) -> None:
+    """``run.json``: what a report needs besides the samples (``logs``: by node)."""
+    (work / RUN_FILE).write_text(json.dumps({
+        "started_monotonic": started, "started_unix_s": time.time(),
+        "duration_s": s.duration_s, "brokers": s.brokers, "seed": s.seed,
+        "samples": {node: str(log.path.relative_to(work)) for node, log in logs.items()},
+    }, indent=2) + "\n")  # fmt: skip
+
+
+def resources_from(work: Path) -> dict[str, Any]:
+    """The report's ``resources``, from the work dir's files alone: the sidecar's (one
+    broker), or each node's (a cluster)."""
+    run = json.loads((work / RUN_FILE).read_text())
+    started, duration = float(run["started_monotonic"]), float(run["duration_s"])
+    per_node = {
+        node: _resources(read_samples(work / rel), started + 0.5 * duration,
+                         started + 0.75 * duration)
+        for node, rel in run["samples"].items()
+    }  # fmt: skip
+    return next(iter(per_node.values())) if int(run["brokers"]) == 1 else per_node
+
+
+def saved_report(work: Path) -> dict[str, Any]:
+    """``--report-from``: what a previous run's work dir holds, reported."""
+    run = json.loads((work / RUN_FILE).read_text())
+    return {
+        "report_from": str(work),
+        "run": run,
+        "resources": resources_from(work),
+        "note": "from the samples alone: the end checks (records, verify, retention, alert)"
+        " are the live run's only",
+    }
 
 
 def digest(
@@ -480,7 +570,9 @@ class Sidecar:
         self.storm = (math.inf, math.inf)  # set by killer()
         self.stopping = asyncio.Event()
         self.starts = 0  # this sidecar's incarnations
-        self.samples: list[tuple[float, int, int, int]] = []  # t, incarnation, rss, fds
+        stem = "sidecar" if node is None else f"sidecar-{node}"
+        # on disk as they are taken (the work dir is the logs' parent): the report reads them
+        self.sample_log = SampleLog(logs.parent / SAMPLES_DIR / f"{stem}.jsonl")
 
     @property
     def name(self) -> str:
@@ -559,16 +651,19 @@ class Sidecar:
             self.kill_point = None  # killed from outside, not at its step
 
     async def sample(self) -> None:
-        """RSS and open fds of the running incarnation, every 2 s."""
-        while not self.stopping.is_set():
-            proc = self.proc
-            if proc is not None and proc.poll() is None:
-                with contextlib.suppress(psutil.Error):
-                    p = psutil.Process(proc.pid)
-                    self.samples.append(
-                        (time.monotonic(), self.starts, p.memory_info().rss, p.num_fds())
-                    )
-            await asyncio.sleep(2)
+        """RSS and open fds of the running incarnation, every 2 s, to the sample log."""
+        try:
+            while not self.stopping.is_set():
+                proc = self.proc
+                if proc is not None and proc.poll() is None:
+                    with contextlib.suppress(psutil.Error):
+                        p = psutil.Process(proc.pid)
+                        self.sample_log.append(
+                            (time.monotonic(), self.starts, p.memory_info().rss, p.num_fds())
+                        )
+                await asyncio.sleep(2)
+        finally:
+            self.sample_log.close()
 
     def terminate(self, timeout: float = 60) -> int | None:
         """SIGTERM the running incarnation; its exit code (None: it had to be killed)."""
@@ -830,9 +925,7 @@ def events_summary(config: Path) -> dict[str, Any]:
     }
 
 
-def growth_per_hour(
-    samples: list[tuple[float, int, int, int]], column: int, since: float | None = None
-) -> float | None:
+def growth_per_hour(samples: list[Sample], column: int, since: float | None = None) -> float | None:
     """Least-squares slope of ``column`` per hour over the last incarnation's samples
     after its first 60 s (start-up allocations are not growth), and from ``since`` (a
     monotonic time) when given."""
@@ -984,6 +1077,8 @@ scrape_configs:
         load, truth = Load(bootstrap, s, tally), Truth(bootstrap, topics, tally)
         started = time.monotonic()
         at = lambda f: started + f * s.duration_s  # noqa: E731
+        sample_logs = {"1" if sc.node is None else str(sc.node): sc.sample_log for sc in sidecars}
+        write_run(work, s, started, sample_logs)
         consumers = [asyncio.create_task(truth.consume(lv)) for lv in truth.records]
         producers = load.tasks()
         await asyncio.to_thread(s3.faults, rate=s.fault_rate)
@@ -1230,12 +1325,8 @@ scrape_configs:
             "faults_injected": (await asyncio.to_thread(s3.faults))["counts"],
             "s3_requests": (await asyncio.to_thread(s3.faults))["requests"],
         })  # fmt: skip
-        if rep is None:
-            report["resources"] = _resources(sidecars[0].samples, at(0.5), at(0.75))
-        else:
-            report["resources"] = {
-                str(sc.node): _resources(sc.samples, at(0.5), at(0.75)) for sc in sidecars
-            }
+        report["resources"] = resources_from(work)  # the samples, read back from disk
+        if rep is not None:
             report.update(await asyncio.to_thread(
                 replicated_figures, rep, events, (wall["storm_start"], wall["storm_end"]),
                 configs, failures,
@@ -1314,9 +1405,7 @@ def _bucket_names(moto_url: str) -> list[str]:
     return names
 
 
-def _resources(
-    samples: list[tuple[float, int, int, int]], half: float, last_quarter: float
-) -> dict[str, Any]:
+def _resources(samples: list[Sample], half: float, last_quarter: float) -> dict[str, Any]:
     """The sidecar's RSS and fds; ``half`` is the run's midpoint (monotonic): issue 27's
     target is the RSS growth over the last half of the run. The last quarter's fit is
     beside it: the half starts with the storm's copy backlog, whose working set the
@@ -1381,11 +1470,18 @@ def _alert_report(
 
 @contextlib.contextmanager
 def workdir(s: Settings) -> Iterator[Path]:
+    """The run's work dir, removed at the end unless ``--keep``, or the run failed with
+    an exception: then its samples and logs are kept for ``--report-from``."""
     work = s.work or Path(tempfile.mkdtemp(prefix="rlmm-soak-"))
+    failed = True
     try:
         yield work
+        failed = False
     finally:
-        if not s.keep:
+        if failed:
+            log(f"the run failed: its work dir is kept, {work}"
+                f" (python bench/soak.py --report-from {work} reports its samples)")  # fmt: skip
+        elif not s.keep:
             shutil.rmtree(work, ignore_errors=True)
 
 
@@ -1417,7 +1513,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--work", type=Path, default=None, help="work dir (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    parser.add_argument(
+        "--report-from", type=Path, metavar="WORK", default=None,
+        help="run nothing: report the RSS and fd samples a previous run left in its work"
+        " dir WORK (kept by --keep, by a run that failed, or by one that was killed)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.report_from is not None:
+        if not (args.report_from / RUN_FILE).exists():
+            parser.error(f"--report-from {args.report_from}: no {RUN_FILE} (not a soak's work dir)")
+        print(json.dumps(saved_report(args.report_from), indent=2, default=str))
+        return 0
     start, _, end = args.storm.partition(",")
     storm = (float(start), float(end))
     if not 0 <= storm[0] < storm[1] <= 1:
