@@ -91,6 +91,27 @@ async def probe_reachable(servers: str | list[str], *, timeout_ms: int) -> None:
     raise EventLogTransportError("; ".join(reasons), retriable=True)
 
 
+LISTEN_POLL_S = 0.05
+
+
+async def wait_listening(servers: str | list[str], most_s: float) -> bool:
+    """Whether a bootstrap server accepted a TCP connection within ``most_s``, polled
+    every LISTEN_POLL_S: a retry after refusals starts as soon as a broker listens (a
+    broker's own plugin starts before its listener opens), not a backoff later."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + most_s
+    while True:
+        try:
+            await probe_reachable(servers, timeout_ms=1000)
+            return True
+        except (EventLogConfigError, EventLogTransportError):
+            pass
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(LISTEN_POLL_S, left))
+
+
 async def _connect(infos: list[Any], timeout_ms: int) -> str | None:
     """None when one of the resolved addresses accepts a connection, else why not."""
     reason = "has no address"

@@ -34,7 +34,7 @@ from eventlog._kafka_brokers import BrokerReachability as BrokerReachability
 from eventlog._kafka_brokers import address_of as address_of
 from eventlog._kafka_config import ClientSecurity, map_properties
 from eventlog._kafka_fanout import KafkaFanout
-from eventlog._kafka_probe import probe_credentials, probe_reachable
+from eventlog._kafka_probe import probe_credentials, probe_reachable, wait_listening
 from eventlog.errors import (
     EventLogClosedError,
     EventLogConfigError,
@@ -334,7 +334,10 @@ class KafkaEventLog(EventLog):
                             retriable=True,
                         ) from exc
                     log.info("kafka log %s not ready, retrying: %s", self.topic, err)
-                    await asyncio.sleep(pause)
+                    if isinstance(err, EventLogRefusedError):
+                        await wait_listening(self._bootstrap_servers, pause)
+                    else:
+                        await asyncio.sleep(pause)
                     backoff = min(backoff * 2, self._retry_backoff_max_ms / 1000)
             self._started = True
             self._guard = asyncio.create_task(self._close_at_shutdown(), name=f"{self.topic}-guard")

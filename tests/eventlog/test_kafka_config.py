@@ -8,6 +8,7 @@ surface as a typed error within a bounded time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ssl
 import time
@@ -321,6 +322,49 @@ async def test_a_broker_that_accepts_while_starting_is_waited_for_past_the_refus
         await server.wait_closed()
     assert "not reachable within 4000 ms" in str(info.value), info.value
     assert 3.5 < elapsed < 10, f"{elapsed:.1f}s"
+
+
+async def test_a_retry_after_refusals_starts_once_a_broker_listens_not_a_backoff_later() -> None:
+    """A broker's own plugin (rlmm serve) starts its event log before the broker's
+    listener opens: refused, it retries with a growing backoff. Once something listens
+    the next attempt starts within a poll (50 ms), not at the end of the backoff: it was
+    half a second on average at 1 s, and so the broker's restart waited on it."""
+    port = free_port()
+    log = KafkaEventLog(
+        f"127.0.0.1:{port}", 1, init_timeout_ms=8_000, init_retry_backoff_ms=3_000,
+        retry_backoff_max_ms=3_000, request_timeout_ms=500,
+    )  # fmt: skip
+    spoke: list[float] = []  # when a connection sent its first bytes (a Kafka request)
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        with contextlib.suppress(ConnectionError):
+            if await reader.read(1):
+                spoke.append(time.monotonic())
+
+    async def listen_later() -> tuple[asyncio.Server, float]:
+        await asyncio.sleep(1.2)  # the first refusal's backoff runs until 3.0 s
+        return await asyncio.start_server(accept, "127.0.0.1", port), time.monotonic()
+
+    later = asyncio.create_task(listen_later())
+    starting = asyncio.create_task(log.start())
+    try:
+        server, listening = await later
+        deadline = time.monotonic() + 5
+        while not spoke and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    finally:
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, EventLogTransportError):
+            await starting
+        await log.close()
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert spoke, "no Kafka request reached the listener"
+    assert spoke[0] - listening < 1.0, f"{spoke[0] - listening:.2f} s after it listened"
 
 
 async def test_a_bootstrap_name_that_does_not_resolve_fails_at_once() -> None:
