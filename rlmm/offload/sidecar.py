@@ -6,13 +6,18 @@ cluster says this broker leads (``rlmm.offload.leadership``), run a copy and an
 expiration round, keep the led topics' configs in the store for ``rlmm restore``
 (``rlmm.offload.topic_configs``, not every round), and sleep
 ``remote.log.manager.task.interval.ms``, asking the cluster for leadership every
-``leadership.poll.ms`` meanwhile.
+``leadership.poll.ms`` meanwhile. A partition the poll finds this broker now leads is
+led at once and gets a round of its own (as Kafka schedules a new leader's copy task
+at once), beside the round in progress or between rounds.
 
 Invariants: the broker id is the log dirs' node id (meta.properties); with a cluster
 (the Kafka event log's, or ``[offload] bootstrap.servers``) only led partitions are
 copied and expired, a leadership lost mid-round abandons that partition's copy at
 once, and leadership that cannot be learned stops all copying and expiring (never
-"lead everything"); without a cluster every partition found is led (one broker);
+"lead everything"); a partition gained is copied as soon as the poll learns of it,
+never runs two rounds at once (a round leaves out the partitions whose own round is
+still running) and never makes the others run a round out of turn; without a cluster
+every partition found is led (one broker);
 topics the cluster tiers itself, or whose metadata holds segments rlmm did not
 write, are never touched; a replicated partition over a metadata log other brokers
 cannot share stops the sidecar. The sidecar never writes into a log dir; the first
@@ -151,10 +156,11 @@ class Sidecar:
         self._keeper: TopicConfigKeeper | None = None  # the led topics' configs, for restore
         # led partition -> the cluster's leader epoch (-1: no cluster)
         self._led: dict[TopicIdPartition, int] = {}
-        self._wake = asyncio.Event()  # the poll found a partition to lead: start a round now
-        # Partitions gained during a round do not wait for it: the poll leads them and
-        # starts a round of their own at once (Kafka's RLM runs each partition on its
-        # own); the round ends when these have ended too.
+        # Partitions gained do not wait for a round: the poll leads them and starts a
+        # round of their own at once, during a round or between two (Kafka's RLM
+        # schedules a new leader's task at once). A round takes the results of those
+        # that ended; one still running goes on beside the next round, which leaves its
+        # partitions out (``_gaining``).
         self._side: list[asyncio.Task[dict[TopicIdPartition, tuple[CopyResult, Any]]]] = []
         self._gaining: set[TopicIdPartition] = set()
         self._sources: dict[TopicIdPartition, LogDirSource] = {}
@@ -237,9 +243,12 @@ class Sidecar:
         if self._signals == 1:
             # A normal stop (SIGTERM from systemd or Kubernetes): not a warning.
             log.info("stopping: finishing the segments being copied (signal again to abandon)")
-        elif self._round is not None:
+        else:
             log.warning("stopping now: abandoning the segments being copied")
-            self._round.cancel()
+            if self._round is not None:
+                self._round.cancel()
+            for task in self._side:  # gains' rounds between two rounds
+                task.cancel()
 
     async def run(self) -> SidecarReport:
         report = SidecarReport(tally=self.display.tally)
@@ -381,7 +390,6 @@ class Sidecar:
                     self._led.pop(tp, None)
             found = now_found
             report.partitions = len(found)
-            self._wake.clear()
             view = await self._view([*sources, *disabled], report)
             assignment = None
             if not isinstance(view, _Unknown):
@@ -402,10 +410,8 @@ class Sidecar:
                 # Before the round too: a first round over a backlog can take minutes, and
                 # a restarted sidecar must not publish its lag only after it.
                 await self._record_event_log_lag(rlm)
-                self._round = asyncio.create_task(self._run_round(rlm, report))
-                poll = asyncio.create_task(
-                    self._poll(rlm, report, in_round=True), name="rlmm-leadership-poll"
-                )
+                self._round = asyncio.create_task(self._run_round(rlm))
+                poll = asyncio.create_task(self._poll(rlm, report), name="rlmm-leadership-poll")
                 try:
                     results = await self._round
                 except asyncio.CancelledError:
@@ -431,33 +437,52 @@ class Sidecar:
             self.native_memory.trim()
             self.display.round_done(len(found), len(self._led))
             if self.once:
-                return
+                break
             # Unknown leadership is asked again sooner than a round's interval.
             interval = self.settings.task_interval_ms / 1000
             if report.leadership_unknown is not None:
                 interval = min(interval, self.settings.leadership_poll_ms / 1000)
+            # Meanwhile the poll leads what this broker gains, each with a round of its
+            # own at once: the other partitions keep their interval.
             poll = asyncio.create_task(self._poll(rlm, report), name="rlmm-leadership-poll")
             try:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(_first(self._stop.wait(), self._wake.wait()), interval)
+                    await asyncio.wait_for(self._stop.wait(), interval)
             finally:
                 await _cancel(poll)
+        # Gains' rounds still running: a first signal lets their copies in flight
+        # finish (no new segment starts), a second one cancelled them.
+        await self._harvest(wait=True)
 
     async def _run_round(
-        self, rlm: RemoteLogManager, report: SidecarReport
+        self, rlm: RemoteLogManager
     ) -> dict[TopicIdPartition, tuple[CopyResult, Any]]:
-        """A round of the partitions led, and of those the poll gains meanwhile: it ends
-        when all have ended. Cancelled (a second signal), it abandons them all."""
-        results: dict[TopicIdPartition, tuple[CopyResult, Any]] = {}
-        self._side = [asyncio.create_task(rlm.run_round(list(self._led)), name="rlmm-round")]
+        """A round of the partitions led but those a gain's own round runs now, with the
+        results of the gains' rounds that ended by its end (``--once``, or stopping: of
+        all of them, once they end). Cancelled (a second signal), it abandons them all."""
+        chosen = [tp for tp in self._led if tp not in self._gaining]
+        main = asyncio.create_task(rlm.run_round(chosen), name="rlmm-round")
         try:
-            while self._side:
-                results.update(await self._side[0])
-                self._side.pop(0)
-        finally:
+            results = await main
+            results.update(await self._harvest(wait=self.once or self._stop.is_set()))
+        except BaseException:
+            await _cancel(main)
             for task in self._side:
                 await _cancel(task)
             self._side = []
+            raise
+        return results
+
+    async def _harvest(self, *, wait: bool) -> dict[TopicIdPartition, tuple[CopyResult, Any]]:
+        """The results of the gains' own rounds that have ended, taken off ``_side``
+        (``wait``: of every one, once all have ended; the poll may add more meanwhile)."""
+        while wait and (running := [t for t in self._side if not t.done()]):
+            await asyncio.wait(running)
+        results: dict[TopicIdPartition, tuple[CopyResult, Any]] = {}
+        for task in [t for t in self._side if t.done()]:
+            self._side.remove(task)
+            if not task.cancelled():
+                results.update(task.result())
         return results
 
     async def _gain(
@@ -467,7 +492,7 @@ class Sidecar:
         view: ClusterView,
         gained: Sequence[TopicIdPartition],
     ) -> dict[TopicIdPartition, tuple[CopyResult, Any]]:
-        """Lead ``gained`` (found by the poll during a round) and run their round now."""
+        """Lead ``gained`` (found by the poll) and run their round now."""
         try:
             sources = [self._sources[tp] for tp in gained if tp in self._sources]
             assignment = assign(sources, view, self.config.broker_id)
@@ -727,13 +752,11 @@ class Sidecar:
         said = set(waiting.items())
         self._said_waiting = self._said_waiting | said if keep else said
 
-    async def _poll(
-        self, rlm: RemoteLogManager, report: SidecarReport, *, in_round: bool = False
-    ) -> None:
+    async def _poll(self, rlm: RemoteLogManager, report: SidecarReport) -> None:
         """Ask the cluster for leadership every leadership.poll.ms: a partition led by
         another broker now is abandoned at once (its copy in flight deleted); one this
-        broker now leads is led at once and gets its own round when ``in_round`` (else it
-        wakes the sidecar for a round); unknown leadership stops all."""
+        broker now leads is led at once and gets a round of its own, in a task of its
+        own (``_side``); unknown leadership stops all."""
         if self._cluster is None:
             return
         interval = self.settings.leadership_poll_ms / 1000
@@ -771,15 +794,13 @@ class Sidecar:
                 and tp not in self._gaining
                 and tp in self._sources
             ]
-            if gained and in_round and not self._stop.is_set() and self._side:
-                # Its own task, never the poll's: cancelling the poll at the round's end
-                # must not cut a gain in half; the round awaits it.
+            if gained and not self._stop.is_set():
+                # Its own task, never the poll's: cancelling the poll at a round's end
+                # must not cut a gain in half; a round takes its results once it ended.
                 self._gaining |= set(gained)
                 self._side.append(
                     asyncio.create_task(self._gain(rlm, report, view, gained), name="rlmm-gain")
                 )
-            elif gained:
-                self._wake.set()
 
     def _count_failures(
         self, results: Mapping[TopicIdPartition, tuple[CopyResult, Any]]
@@ -933,16 +954,6 @@ async def _cancel(task: asyncio.Task[Any], timeout_s: float = 60.0) -> None:
         task.print_stack(file=where)
         log.error("task %s did not end within %gs of its cancellation; it waits at:\n%s",
                   task.get_name(), timeout_s, where.getvalue())  # fmt: skip
-
-
-async def _first(*aws: Any) -> None:
-    """Wait until the first of ``aws`` is done; cancel the others."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            await _cancel(t)
 
 
 def _refusal(error: BaseException) -> str | None:

@@ -40,7 +40,10 @@ TOPIC_CONFIGS = {"segment.ms": str(SEGMENT_MS), "min.insync.replicas": "2"}
 TASK_INTERVAL_MS = 1000
 
 
-def config_text(work: Path, data_dir: Path, bootstrap: str, offload: str = "") -> str:
+def config_text(
+    work: Path, data_dir: Path, bootstrap: str, offload: str = "",
+    task_interval_ms: int = TASK_INTERVAL_MS,
+) -> str:  # fmt: skip
     return f"""
 data_dir = "{data_dir}"
 [eventlog]
@@ -53,7 +56,7 @@ type = "local"
 root = "{work / "remote"}"
 [offload]
 "retention.ms" = -1
-"remote.log.manager.task.interval.ms" = {TASK_INTERVAL_MS}
+"remote.log.manager.task.interval.ms" = {task_interval_ms}
 "leadership.poll.ms" = 500
 "verify.crc" = true
 {offload}"""
@@ -62,10 +65,14 @@ root = "{work / "remote"}"
 class Sidecars:
     """One `rlmm offload` process per node of ``cluster``, over ``work``."""
 
-    def __init__(self, cluster: ApacheKafkaCluster, work: Path, offload: str = "") -> None:
+    def __init__(
+        self, cluster: ApacheKafkaCluster, work: Path, offload: str = "",
+        task_interval_ms: int = TASK_INTERVAL_MS,
+    ) -> None:  # fmt: skip
         self.cluster = cluster
         self.work = work
         self.offload = offload  # more [offload] settings of the sidecars (TOML lines)
+        self.task_interval_ms = task_interval_ms
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         # Each sidecar's guard: it dies with the test process, even a SIGKILLed one.
         self.guards: dict[int, subprocess.Popen[bytes]] = {}
@@ -82,7 +89,8 @@ class Sidecars:
     def config(self, node: int) -> Path:
         path = self.work / f"sidecar-{node}.toml"
         data_dir = self.work / f"sidecar-{node}"
-        path.write_text(config_text(self.work, data_dir, self.cluster.bootstrap, self.offload))
+        path.write_text(config_text(self.work, data_dir, self.cluster.bootstrap, self.offload,
+                                    self.task_interval_ms))  # fmt: skip
         return path
 
     def log(self, node: int) -> Path:

@@ -225,6 +225,76 @@ async def test_a_partition_gained_mid_round_is_copied_before_that_round_ends(
     assert group.errors()[a] == []
 
 
+async def test_a_partition_gained_between_rounds_is_copied_at_once_in_a_round_of_its_own(
+    kafka_cluster: ApacheKafkaCluster, tmp_path: Path
+) -> None:
+    """Kafka schedules a new leader's copy task at once. Node 2's sidecar runs a round
+    every 20 s; between two, node 2 gains a partition whose rolled segments nobody
+    copied (node 1, its leader, runs no sidecar). They are copied within seconds of the
+    change, by a round of that partition alone: the sidecar's next round still comes an
+    interval after the last one (a gain once woke a round of every partition)."""
+    cluster, old, new = kafka_cluster, 1, 2
+    topic = f"gained-{uuid4().hex[:6]}"
+    cluster.create_topic(topic, configs=TOPIC_CONFIGS, assignments={0: [old, new, 3]})
+    await produce_waves(cluster, topic, 3, tag="g")
+    _, ends = await served(cluster, topic)
+    produced = time.time()
+    group = Sidecars(cluster, tmp_path, task_interval_ms=INTERVAL_MS)
+    try:
+        group.start(new)
+        first_round = await logged(group, new, "round 1 over")
+        # node 2's high-watermark checkpoint (every 5 s) covers the rolled segments then
+        await asyncio.sleep(max(0.0, produced + 6 - time.time()))
+        changed_at = await moved(cluster, topic, old, new)
+        await wait_archived(group, topic, ends, timeout=60)
+        copies = segments(group.observer, topic)[0]
+        assert {m.broker_id for m in copies} == {new}
+        first_copy = min(m.event_timestamp_ms for m in copies) / 1000
+        # learned by the poll (500 ms), then copied at once: not at the next round
+        assert first_copy - changed_at <= 8, (first_copy - changed_at, group.text(new)[-3000:])
+        text = group.text(new)
+        assert time.time() < first_round + INTERVAL_MS / 1000 - 2, "too slow to tell"
+        assert "round 2 over" not in text, text[-3000:]
+        second_round = await logged(group, new, "round 2 over", timeout=INTERVAL_MS / 1000 + 30)
+        assert second_round - first_round >= INTERVAL_MS / 1000 - 1, text[-3000:]
+    finally:
+        group.close()
+    assert group.errors()[new] == []
+
+
+INTERVAL_MS = 20_000
+
+
+async def logged(group: Sidecars, node: int, needle: str, timeout: float = 60) -> float:
+    """When the sidecar of ``node`` logged the first line holding ``needle`` (epoch s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in group.text(node).splitlines():
+            if needle in line:
+                stamp = time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+                return time.mktime(stamp) + int(line[20:23]) / 1000
+        assert time.monotonic() < deadline, f"{needle!r} not logged: {group.text(node)[-3000:]}"
+        await asyncio.sleep(0.2)
+
+
+async def moved(cluster: ApacheKafkaCluster, topic: str, old: int, new: int) -> float:
+    """Stop node ``old`` (a controlled shutdown moves its leadership); when node ``new``
+    first said it leads ``topic``-0 (epoch s)."""
+
+    def watch() -> float:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, LookupError):
+                if cluster.describe(topic, via=new)[0].leader == new:
+                    return time.time()
+            time.sleep(0.05)
+        raise TimeoutError(f"node {new} did not lead {topic}-0 within 60 s")
+
+    watching = asyncio.create_task(asyncio.to_thread(watch))
+    await asyncio.to_thread(cluster.stop, old)
+    return await watching
+
+
 def test_a_file_event_log_on_a_replicated_cluster_stops_the_sidecar(
     kafka_cluster: ApacheKafkaCluster, tmp_path: Path
 ) -> None:
