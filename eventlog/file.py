@@ -38,10 +38,10 @@ import os
 import time
 import warnings
 from bisect import bisect_right
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from eventlog._partition import (
     Partition,
@@ -185,6 +185,16 @@ class FileEventLog(EventLog):
         self._refresh_locks: list[asyncio.Lock] = []
         self._failure: EventLogStorageError | None = None
         self.retention = RetentionRegistry(self.dir)
+
+    @classmethod
+    def read_only_options(cls, options: Mapping[str, Any], *, wait_ms: int) -> dict[str, Any]:
+        """Read only: no writer lock, nothing created or deleted."""
+        return {**options, "read_only": True}
+
+    @classmethod
+    def log_start_offsets(cls, options: Mapping[str, Any]) -> dict[int, int]:
+        """From the log directory's listing (``stored_start_offsets``)."""
+        return stored_start_offsets(options["dir"], int(options["partitions"]))
 
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else f"fsync={self._options.fsync}"

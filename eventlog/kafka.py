@@ -226,6 +226,12 @@ class KafkaEventLog(EventLog):
         bootstrap = kwargs.pop("bootstrap_servers")
         return cls(bootstrap, **kwargs)
 
+    @classmethod
+    def read_only_options(cls, options: Mapping[str, Any], *, wait_ms: int) -> dict[str, Any]:
+        """A missing topic is an error, not created; a broker that does not answer
+        fails after ``wait_ms`` unless the settings give their own wait."""
+        return {"init_timeout_ms": wait_ms, **options, "create_topic": False}
+
     @property
     def partition_count(self) -> int:
         return self._partitions

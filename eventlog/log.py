@@ -32,6 +32,22 @@ class EventLog(ABC):
         constructor's keyword arguments."""
         return cls(**options)
 
+    @classmethod
+    def read_only_options(
+        cls, options: Mapping[str, Any], *, wait_ms: int
+    ) -> dict[str, Any] | None:
+        """The settings that open this log in another process to read it, changing
+        nothing (``wait_ms``: how long to wait for a server that does not answer); None
+        when no other process can read it (the default: a log in this process only)."""
+        return None
+
+    @classmethod
+    def log_start_offsets(cls, options: Mapping[str, Any]) -> dict[int, int]:
+        """Each partition's first retained offset, read without opening the log
+        (readers check a snapshot covers the partitions that no longer start at 0);
+        empty when the log cannot tell without opening it."""
+        return {}
+
     @property
     @abstractmethod
     def partition_count(self) -> int:

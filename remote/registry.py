@@ -1,27 +1,36 @@
 """The remote storage registry: every ``remote.type``, its classes and its settings.
 
-``REMOTE_TYPES`` maps each type name to the RemoteLayout that reads it, the
+``REMOTE_TYPES`` maps each built-in type name to the RemoteLayout that reads it, the
 RemoteStorageManager that writes it (rlmm's own layout only; a Kafka cluster's own
-tier is read as it is) and the object-name ending that only that layout writes. The
-factories (``load_remote_storage_manager``, ``load_remote_layout``), the config check
+tier is read as it is) and the object-name ending that only that layout writes. Other
+packages add types as entry points of the group ``rlmm.remote_stores`` (the entry
+point's name is the type; its value a RemoteStorageManager subclass, which writes
+rlmm's layout, or a ``RemoteType``), as fsspec's ``fsspec.specs`` do. The factories
+(``load_remote_storage_manager``, ``load_remote_layout``), the config check
 (``check_remote_options``, ``known_options``) and the layout detection
-(``check_layout_matches``) all read this table: a new backend is one module plus one
-entry here.
+(``check_layout_matches``) all read this module: a new built-in backend is one module
+plus one entry here, a third-party one an entry point.
 
 Invariants:
 - this module imports no backend at import time: classes are named ``module:Class``
-  and imported when their type is used, so boto3 loads only for an S3 type;
+  and imported when their type is used, so boto3 loads only for an S3 type; an
+  installed type's package is imported only when its type is asked for;
+- a built-in name wins over an installed one;
 - no other module switches on a type name;
 - a configuration error is one ConfigError line naming the setting and, for an
-  unknown type or key, listing the known ones.
+  unknown type or key, listing the known ones (an unknown type: the built-in ones
+  and those installed in the entry point group; one that does not load: its
+  distribution and the error).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
 from rlmm.errors import ConfigError
@@ -29,6 +38,13 @@ from rlmm.errors import ConfigError
 if TYPE_CHECKING:
     from remote.layouts import RemoteLayout
     from remote.storage import RemoteStorageManager
+
+# The entry point group through which other packages install remote types.
+ENTRY_POINT_GROUP = "rlmm.remote_stores"
+# rlmm's own layout, which every type rlmm writes is read back through, and the
+# object-name ending only it writes.
+_RLMM_LAYOUT = "remote.layouts.rlmm_layout:RlmmLayout"
+_RLMM_SIGNATURE = ".leader-epoch-checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +62,14 @@ class RemoteType:
     # Settings that are local filesystem paths (made absolute before they travel to
     # another process, such as a Spark executor).
     paths: tuple[str, ...] = ()
+
+    @classmethod
+    def writing_rlmm_layout(
+        cls, name: str, storage_manager: str, *, paths: tuple[str, ...] = ()
+    ) -> RemoteType:
+        """A type whose RemoteStorageManager (``module:Class``) writes rlmm's own layout,
+        read back through it."""
+        return cls(name, _RLMM_LAYOUT, storage_manager, _RLMM_SIGNATURE, paths)
 
     @property
     def read_only(self) -> bool:
@@ -71,7 +95,7 @@ class RemoteType:
     def _load(self, path: str) -> Any:
         module, _, name = path.partition(":")
         try:
-            return getattr(importlib.import_module(module), name)
+            return functools.reduce(getattr, name.split("."), importlib.import_module(module))
         except ImportError as e:  # pragma: no cover - every backend's dependency is core
             raise ConfigError(
                 f"remote.type = {self.name!r} needs {module}, which cannot be imported: {e}"
@@ -81,19 +105,10 @@ class RemoteType:
 REMOTE_TYPES: Mapping[str, RemoteType] = {
     t.name: t
     for t in (
-        RemoteType(
-            "local",
-            "remote.layouts.rlmm_layout:RlmmLayout",
-            "remote.local:LocalRemoteStorageManager",
-            ".leader-epoch-checkpoint",
-            paths=("root",),
+        RemoteType.writing_rlmm_layout(
+            "local", "remote.local:LocalRemoteStorageManager", paths=("root",)
         ),
-        RemoteType(
-            "s3",
-            "remote.layouts.rlmm_layout:RlmmLayout",
-            "remote.s3:S3RemoteStorageManager",
-            ".leader-epoch-checkpoint",
-        ),
+        RemoteType.writing_rlmm_layout("s3", "remote.s3:S3RemoteStorageManager"),
         RemoteType(
             "local-tiered-storage",
             "remote.layouts.local_tiered_storage:LocalTieredStorageLayout",
@@ -113,11 +128,47 @@ _WRITABLE_TYPES = tuple(t.name for t in REMOTE_TYPES.values() if not t.read_only
 
 
 def remote_type(kind: str) -> RemoteType:
-    """The registry entry of ``remote.type = kind``; ConfigError listing the known ones."""
-    entry = REMOTE_TYPES.get(kind)
-    if entry is None:
-        raise ConfigError(f"unknown remote.type {kind!r} (expected one of {LAYOUT_TYPES})")
-    return entry
+    """The registry entry of ``remote.type = kind``: a built-in one, else the entry point
+    of that name in ``ENTRY_POINT_GROUP``; ConfigError listing the known ones."""
+    entry = REMOTE_TYPES.get(kind) if isinstance(kind, str) else None
+    if entry is not None:
+        return entry
+    found = entry_points(group=ENTRY_POINT_GROUP, name=kind)
+    if not found:
+        installed = sorted(installed_types()) or ["none"]
+        raise ConfigError(
+            f"unknown remote.type {kind!r} (expected one of {LAYOUT_TYPES};"
+            f" installed as entry points of {ENTRY_POINT_GROUP}: {', '.join(installed)})"
+        )
+    return _installed_type(next(iter(found)))
+
+
+def installed_types() -> tuple[str, ...]:
+    """The remote types other packages install (entry points of ``ENTRY_POINT_GROUP``;
+    a built-in name among them stays the built-in)."""
+    return tuple(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _installed_type(ep: EntryPoint) -> RemoteType:
+    """The RemoteType an entry point gives: its own, or for a RemoteStorageManager
+    subclass, that class writing rlmm's layout under the entry point's name."""
+    from remote.storage import RemoteStorageManager
+
+    where = f"remote.type = {ep.name!r} ({ep.value}, entry point of {ep.group}"
+    if ep.dist is not None:
+        where += f" in {ep.dist.name} {ep.dist.version}"
+    try:
+        loaded = ep.load()
+    except Exception as e:  # whatever the package's import raises
+        raise ConfigError(f"{where}) failed to load: {type(e).__name__}: {e}") from e
+    if isinstance(loaded, type) and issubclass(loaded, RemoteStorageManager):
+        return RemoteType.writing_rlmm_layout(ep.name, ep.value)
+    if isinstance(loaded, RemoteType) and loaded.name == ep.name:
+        return loaded
+    raise ConfigError(
+        f"{where}) is {loaded!r}: neither a RemoteStorageManager subclass nor a"
+        f" remote.registry.RemoteType named {ep.name!r}"
+    )
 
 
 def known_options(kind: str) -> frozenset[str] | None:
@@ -151,15 +202,12 @@ def check_remote_options(options: Mapping[str, Any]) -> None:
 
 def load_remote_storage_manager(config: Mapping[str, Any]) -> RemoteStorageManager:
     """Build the configured RemoteStorageManager: ``config["type"]`` is ``local``
-    (default) or ``s3``; the other keys are its constructor's arguments (``root`` for
-    local; ``bucket``, ``prefix``, ``endpoint_url``, ... for s3)."""
+    (default), ``s3`` or an installed type that writes; the other keys are its
+    constructor's arguments (``root`` for local; ``bucket``, ``prefix``,
+    ``endpoint_url``, ... for s3)."""
     options = dict(config)
     kind = options.pop("type", "local")
-    entry = REMOTE_TYPES.get(kind)
-    if entry is None:
-        raise ConfigError(
-            f"unknown remote storage type {kind!r} (expected {' or '.join(_WRITABLE_TYPES)})"
-        )
+    entry = remote_type(kind)
     if entry.read_only:
         raise ConfigError(
             f"remote.type = {kind!r} is a Kafka cluster's own remote tier, read as it is:"
@@ -185,12 +233,19 @@ def load_remote_layout(config: Mapping[str, Any]) -> RemoteLayout:
     return entry.layout_class().over(rsm, entry.name)
 
 
-def detect_layouts(names: Iterable[str]) -> dict[tuple[str, ...], str]:
+def detect_layouts(
+    names: Iterable[str], also: RemoteType | None = None
+) -> dict[tuple[str, ...], str]:
     """The layouts (by the types that write them) whose signature some name carries,
-    each with the first such name."""
+    each with the first such name: the built-in types', and ``also``'s (an installed
+    type)."""
+    types = [*REMOTE_TYPES.values()]
+    if also is not None and also.name not in REMOTE_TYPES:
+        types.append(also)
     signatures: dict[str, tuple[str, ...]] = {}
-    for t in REMOTE_TYPES.values():
-        signatures[t.signature] = (*signatures.get(t.signature, ()), t.name)
+    for t in types:
+        if t.signature:
+            signatures[t.signature] = (*signatures.get(t.signature, ()), t.name)
     found: dict[tuple[str, ...], str] = {}
     for name in names:
         for ending, kinds in signatures.items():
@@ -202,7 +257,10 @@ def detect_layouts(names: Iterable[str]) -> dict[tuple[str, ...], str]:
 def check_layout_matches(layout: RemoteLayout, names: Iterable[str]) -> None:
     """Raise ConfigError (one line, naming an object) when ``names`` carry another
     layout's signature and none of ``layout``'s own (a misconfigured ``remote.type``)."""
+    names = list(names)
     found = detect_layouts(names)
+    if found and layout.type_name not in REMOTE_TYPES:  # an installed type's own layout
+        found = detect_layouts(names, remote_type(layout.type_name))
     if not found or any(layout.type_name in kinds for kinds in found):
         return
     kinds, name = next(iter(found.items()))
@@ -242,6 +300,7 @@ def _check_types(factory: Any, options: Mapping[str, Any]) -> None:
 
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "LAYOUT_TYPES",
     "READ_ONLY_TYPES",
     "REMOTE_TYPES",
@@ -249,6 +308,7 @@ __all__ = [
     "check_layout_matches",
     "check_remote_options",
     "detect_layouts",
+    "installed_types",
     "known_options",
     "load_remote_layout",
     "load_remote_storage_manager",

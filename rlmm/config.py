@@ -403,10 +403,6 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
             f"Kafka settings {sorted(kafka_properties)} need eventlog.type = 'kafka'"
             f" (it is {eventlog.get('type')!r})"
         )
-    if eventlog.get("type", "file") not in EVENT_LOG_TYPES:
-        raise ConfigError(
-            f"eventlog.type must be {_one_of(EVENT_LOG_TYPES)}, got {eventlog['type']!r}"
-        )
     _check_eventlog(eventlog, written)
     _check_positive(eventlog, "partitions", "eventlog")
     manager = dict(merged["manager"])
@@ -471,7 +467,7 @@ def _check_eventlog(eventlog: Mapping[str, Any], written: Mapping[str, str]) -> 
     kind = eventlog.get("type", "file")
     try:
         known = set(known_options(kind))
-    except EventLogConfigError as e:  # its backend cannot be loaded
+    except EventLogConfigError as e:  # an unknown type, or its backend cannot be loaded
         raise ConfigError(f"eventlog.type = {kind!r}: {e}") from e
     for key in sorted(set(eventlog) - known - {"type"}):
         name = written.get(key, f"eventlog.{key}")

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import EventLog
-from eventlog.file import FileEventLog, stored_start_offsets
+from eventlog.file import FileEventLog
+from eventlog.registry import log_start_offsets
 from rlmm.config import RlmmConfig
 from snapshot import Snapshot, SnapshotError, SnapshotStore, load_snapshot_store
 
@@ -243,12 +244,7 @@ def newest_snapshot(
     count = int(config.eventlog["partitions"])
     wanted = range(count) if partitions is None else partitions
     if log_starts is None:
-        options = config.event_log_options()
-        log_starts = (
-            stored_start_offsets(Path(options["dir"]), count)
-            if options.get("type", "file") == "file"
-            else {}
-        )
+        log_starts = log_start_offsets(config.event_log_options())
     needed = {p: start for p, start in log_starts.items() if p in wanted}
     from rlmm.factory import open_snapshot_source  # above this module: see _FACTORY_NAMES
 

@@ -25,12 +25,11 @@ import logging
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, TypeVar
 
 from eventlog import EventLog, EventLogError
-from eventlog.file import stored_start_offsets
+from eventlog.registry import backend, log_start_offsets
 from rlmm.archive.errors import ArchiveError, MetadataLogUnavailableError
 from rlmm.archive.lineage import Gap, LineageRange, gaps, lineage_ranges
 from rlmm.cache import RemotePartitionMetadataStore
@@ -79,10 +78,7 @@ class _PublishedSnapshots:
     def load_latest(self) -> Snapshot | None:
         # Partitions whose log no longer starts at 0 (retention) must be covered by the
         # snapshot; the others can be replayed from 0 if it leaves them out.
-        options = self._config.event_log_options()
-        starts: dict[int, int] = {}
-        if options.get("type", "file") == "file":
-            starts = stored_start_offsets(Path(options["dir"]), int(options["partitions"]))
+        starts = log_start_offsets(self._config.event_log_options())
         needed = [p for p, start in starts.items() if start > 0]
         found = newest_snapshot(self._config, partitions=needed, log_starts=starts)
         return None if found is None else found.snapshot
@@ -90,14 +86,9 @@ class _PublishedSnapshots:
 
 def open_read_only_event_log(config: RlmmConfig) -> EventLog:
     """The configured event log, set up to read only (not started)."""
-    options = dict(config.eventlog)
-    kind = options.get("type", "file")
-    if kind == "file":
-        options["read_only"] = True
-    elif kind == "kafka":
-        options["create_topic"] = False  # a missing topic is an error, not created
-        options.setdefault("init_timeout_ms", READ_ONLY_WAIT_MS)
-    else:
+    kind = config.eventlog.get("type", "file")
+    options = backend(kind).read_only_options(config.eventlog, wait_ms=READ_ONLY_WAIT_MS)
+    if options is None:
         raise ArchiveError(
             f"eventlog.type = {kind!r} cannot be viewed from another process"
             " (use 'file' or 'kafka')"

@@ -96,7 +96,7 @@ def test_kafka_property_names(tmp_path: Path) -> None:
         ({"nope": 1}, {}, "unknown setting 'nope'"),
         ({"snapshot.bogus": 1}, {}, "unknown setting 'snapshot.bogus'"),
         ({"manager.write_timeout_s": -1}, {}, "manager.write_timeout_s must be a positive"),
-        ({"eventlog.type": "zookeeper"}, {}, "eventlog.type must be"),
+        ({"eventlog.type": "zookeeper"}, {}, "eventlog.type = 'zookeeper': unknown event log type"),
         ({}, {"RLMM_BOGUS_X": "1"}, "RLMM_BOGUS_X"),
         ({"remote.log.metadata.consumer.x": "1"}, {}, "need eventlog.type = 'kafka'"),
         ({"archive.side_index": ""}, {}, "archive.side_index must be"),
