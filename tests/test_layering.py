@@ -117,6 +117,20 @@ CORE_MODULES = {
         "rlmm.snapshotting",
         "eventlog",
     ),
+    # the factory imports it: it imports the factory at call time
+    "snapshotting.py": ("rlmm.config", "rlmm.factory", "eventlog", "snapshot"),
+    "config.py": ("rlmm.errors", "eventlog", "remote.registry", "snapshot.registry"),
+    "secrets.py": (),
+    "factory.py": (
+        "rlmm.errors",
+        "rlmm.config",
+        "rlmm.secrets",
+        "rlmm.manager",
+        "rlmm.snapshotting",
+        "eventlog",
+        "remote",
+        "snapshot",
+    ),
 }
 
 
