@@ -63,6 +63,11 @@ DEFAULTS: dict[str, Any] = {
         # remote.storage.enable = false, delete the topic's remote data.
         "remote.log.copy.disable": False,
         "remote.log.delete.on.disable": False,
+        # KIP-1241 (Kafka 4.4): a rolled segment is copied once it is this old (by its
+        # largest timestamp) or this many bytes behind the log end, either; 0 at once,
+        # -1 the topic's local retention. Kafka's defaults: copied at once.
+        "remote.copy.lag.ms": 0,
+        "remote.copy.lag.bytes": -1,
         # KIP-956: one copy budget for the whole sidecar (Kafka's default: unlimited).
         "remote.log.manager.copy.max.bytes.per.second": (1 << 63) - 1,
         "remote.log.manager.copy.quota.window.num": 11,
@@ -82,7 +87,11 @@ OFFLOAD_TOPIC_SETTINGS = (
     "local.retention.bytes",
     "remote.log.copy.disable",
     "remote.log.delete.on.disable",
+    "remote.copy.lag.ms",
+    "remote.copy.lag.bytes",
 )
+# KIP-1241's settings take -1 (the local retention) but not -2, as in Kafka.
+COPY_LAG_SETTINGS = ("remote.copy.lag.ms", "remote.copy.lag.bytes")
 BOOLEAN_OFFLOAD_SETTINGS = (
     "remote.storage.enable",
     "verify.crc",
@@ -297,6 +306,11 @@ def _check_offload(offload: dict[str, Any]) -> None:
             if not ok:
                 kind = "true or false" if wants_bool else "an integer (-1 unlimited, -2 inherit)"
                 raise ConfigError(f"{where}.{key} must be {kind}, got {value!r}")
+            if key in COPY_LAG_SETTINGS and value < -1:
+                raise ConfigError(
+                    f"{where}.{key} must be 0 (copy at once), positive, or -1 (the topic's"
+                    f" local retention), got {value!r}"
+                )
     for key in (
         "remote.log.manager.task.interval.ms",
         "remote.log.manager.copier.thread.pool.size",

@@ -26,8 +26,8 @@ USE_RETENTION = -2
 
 @dataclass(frozen=True, slots=True)
 class RetentionSettings:
-    """A topic's tiering settings (retention and KIP-950's switches), with Kafka's names
-    and meanings (-1 unlimited, -2 inherit)."""
+    """A topic's tiering settings (retention, KIP-950's switches, KIP-1241's copy
+    delay), with Kafka's names and meanings (-1 unlimited, -2 inherit)."""
 
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = UNLIMITED
@@ -38,6 +38,11 @@ class RetentionSettings:
     # remote_storage_enable false, the remote data deleted.
     remote_log_copy_disable: bool = False
     remote_log_delete_on_disable: bool = False
+    # KIP-1241: a rolled segment waits until it is this old (by its largest timestamp)
+    # or this many bytes behind the log end; 0 at once, -1 the local retention
+    # (rlmm.offload.copy_delay). Kafka's defaults: copied at once.
+    remote_copy_lag_ms: int = 0
+    remote_copy_lag_bytes: int = UNLIMITED
 
     def effective_local_retention_ms(self) -> int:
         return (
@@ -175,6 +180,13 @@ class LogSource(abc.ABC):
     @abc.abstractmethod
     def describe(self, segment: LocalSegment) -> SegmentDescription:
         """Read and check the segment's files; raise SegmentCopyError naming a bad file."""
+
+    def largest_timestamp(self, segment: LocalSegment) -> int | None:
+        """The largest record timestamp of the rolled ``segment`` (Kafka's
+        ``LogSegment.largestTimestamp``), for KIP-1241's copy delay; None when it cannot
+        be read. By default from ``describe``; a source that reads it cheaper overrides
+        it (asked only of a segment the delay may hold back)."""
+        return self.describe(segment).max_timestamp_ms
 
     def local_size_from(self, offset: int) -> int:
         """Bytes of local segments (active included) holding offsets at or after ``offset``."""

@@ -429,6 +429,19 @@ class LogDirSource(LogSource):
         i = bisect.bisect_left(bases, base_offset)
         return self._files(bases, i) if i < len(bases) and bases[i] == base_offset else None
 
+    def largest_timestamp(self, segment: LocalSegment) -> int | None:
+        """From the time index's last entry (Kafka appends the segment's largest
+        timestamp there at the roll) and the batches after the last offset index entry:
+        a few KiB read, no CRC pass. None when the files cannot be read (the copy, which
+        reads them whole, then says which file is wrong)."""
+        files = self._find(self._last.bases, segment.base_offset)
+        if files is None:
+            return None
+        try:
+            return files.summary(full_scan=False).max_timestamp_ms
+        except (SegmentFormatError, OSError):
+            return None
+
     def describe(self, segment: LocalSegment) -> SegmentDescription:
         # As listed last (the round's view of the log); listed again if not there.
         files = self._find(self._last.bases, segment.base_offset)

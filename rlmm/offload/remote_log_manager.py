@@ -32,6 +32,9 @@ Invariants:
 - a segment holding records off the leader's epoch lineage (an unclean election cut
   them) is deleted once the local log still holds what it served on the lineage;
 - nothing started here outlives ``close()``; cancellation is never swallowed;
+- a segment the topic's copy delay holds back (KIP-1241, ``copy_delay``) is not
+  copied, nor any after it, and is not copy lag; the partition's round is skipped as
+  idle until the delay lets it go by time (or its inputs change);
 - ``run_round`` skips a partition whose last round did nothing while its inputs are
   unchanged (the source's ``change_token``, its metadata's applied offset, its settings)
   and no retention.ms deadline of its segments has passed: that round would do nothing
@@ -59,6 +62,7 @@ from rlmm.model import (
     TopicIdPartition,
 )
 from rlmm.offload.blocking import run_blocking
+from rlmm.offload.copy_delay import CopyDelay, HeldBack, hold_back
 from rlmm.offload.errors import ForeignSegmentError, OffloadError, SegmentCopyError
 from rlmm.offload.expiry import Lineage, Victim, plan_expiry
 from rlmm.offload.faults import KillPoints
@@ -100,6 +104,8 @@ class CopyResult:
     round_failure: BaseException | None = None  # the whole round of the partition failed
     abandoned: bool = False  # leadership was lost during the round: it stopped there
     offsets_missed: int = 0  # deleted from the local log before they were copied
+    held_back: int = 0  # rolled segments the copy delay (KIP-1241) keeps for later
+    held_until_ms: int | None = None  # when the first of them is old enough (None: not by time)
 
 
 @dataclass
@@ -134,6 +140,9 @@ class _Leader:
     # The highest offset this process saw archived: retention may since have expired
     # every segment, and a gap after an emptied archive is still a miss.
     archived_through: int = -1
+    # (base offset, size, largest timestamp) of the segment the copy delay held back
+    # last: a rolled segment never changes, and the next round asks of the same one.
+    held: tuple[int, int, int | None] | None = None
 
 
 class RemoteLogManager:
@@ -516,6 +525,10 @@ class RemoteLogManager:
             result.offsets_missed = self._note_missed(tp, leader, copied, view)
             start = max(copied + 1, view.log_start_offset)
             candidates = list(view.rolled_from(start))
+            held = await self._hold_back(leader, view, candidates)
+            if held.held:
+                candidates = candidates[: held.copyable]
+                result.held_back, result.held_until_ms = held.held, held.due_ms
             lag_bytes = sum(s.size_in_bytes for s in candidates)
             self.metrics.set_copy_lag(tp, lag_bytes, len(candidates))
             self._record_unarchived(tp, view)
@@ -553,6 +566,41 @@ class RemoteLogManager:
             if result.copied:
                 self._record_unarchived(tp, view)
         return result
+
+    async def _hold_back(
+        self, leader: _Leader, view: LogView, candidates: Sequence[LocalSegment]
+    ) -> HeldBack:
+        """What the topic's copy delay (KIP-1241) leaves of ``candidates``."""
+        delay = CopyDelay.of(leader.source.retention())
+        if delay.immediate or not candidates:
+            return HeldBack(len(candidates))
+        from_first = view.local_bytes_from(candidates[0].base_offset)
+
+        def largest_timestamp(segment: LocalSegment) -> int | None:
+            key = (segment.base_offset, segment.size_in_bytes)
+            if leader.held is not None and leader.held[:2] == key:
+                return leader.held[2]
+            try:
+                found = leader.source.largest_timestamp(segment)
+            except Exception as e:  # the copy reads the segment whole and says why
+                log.debug("%s: largest timestamp of %s: %r", leader.source, segment.name, e)
+                found = None
+            leader.held = (*key, found)
+            return found
+
+        now_ms = self._clock_ms()
+        held = await run_blocking(
+            self._file_slots, hold_back, candidates, from_first, delay, largest_timestamp, now_ms
+        )
+        if held.held:
+            first = candidates[held.copyable]
+            log.debug(
+                "%s: %d segments held back from %s (offsets %d..) by remote.copy.lag.ms = %d,"
+                " remote.copy.lag.bytes = %d (as resolved)",
+                leader.source.topic_id_partition, held.held, first.name, first.base_offset,
+                delay.lag_ms, delay.lag_bytes,
+            )  # fmt: skip
+        return held
 
     async def _copy_with_retries(
         self, source: LogSource, segment: LocalSegment, expired_before_ms: int | None = None
@@ -701,8 +749,9 @@ class RemoteLogManager:
     ) -> None:
         """Remember that ``tp``'s round did nothing with ``inputs`` (taken before it ran),
         and until when the same inputs keep it so: the first retention.ms deadline of its
-        segments. A segment in any state but FINISHED (a copy or delete in flight or left
-        over) always gets a round."""
+        segments, or the time the copy delay lets a held segment go. A segment in any
+        state but FINISHED (a copy or delete in flight or left over) always gets a
+        round."""
         leader = self._leaders.get(tp)
         if leader is None:
             return
@@ -714,7 +763,10 @@ class RemoteLogManager:
             return
         retention_ms = leader.source.retention().retention_ms
         oldest = self.rlmm.oldest_max_timestamp_ms(tp) if retention_ms >= 0 else None
-        leader.idle = (inputs, 2**63 if oldest is None else min(2**63, oldest + retention_ms))
+        until = 2**63 if oldest is None else min(2**63, oldest + retention_ms)
+        if copied.held_until_ms is not None:  # the copy delay lets a segment go then
+            until = min(until, copied.held_until_ms)
+        leader.idle = (inputs, until)
 
     def _still_idle(self, tp: TopicIdPartition, inputs: Hashable | None, now_ms: int) -> bool:
         leader = self._leaders.get(tp)

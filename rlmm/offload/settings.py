@@ -109,6 +109,8 @@ def _retention(values: Mapping[str, Any]) -> RetentionSettings:
         remote_storage_enable=bool(values["remote.storage.enable"]),
         remote_log_copy_disable=bool(values["remote.log.copy.disable"]),
         remote_log_delete_on_disable=bool(values["remote.log.delete.on.disable"]),
+        remote_copy_lag_ms=int(values["remote.copy.lag.ms"]),
+        remote_copy_lag_bytes=int(values["remote.copy.lag.bytes"]),
     )
 
 

@@ -62,6 +62,7 @@ from rlmm.offload.cluster import (
     quiet_abandoned_connections,
     raise_if_cancelling,
 )
+from rlmm.offload.copy_delay import never_copied_problem
 from rlmm.offload.display import Display, Tally
 from rlmm.offload.errors import ForeignSegmentError, LeadershipError, OffloadError
 from rlmm.offload.health import NOT_STARTED, round_problem
@@ -170,6 +171,7 @@ class Sidecar:
         self._skipped: dict[str, str] = {}
         self._configs_warned = False
         self._said_waiting: set[tuple[TopicIdPartition, str]] = set()
+        self._said_delay: dict[str, str] = {}  # topic -> why its copy delay copies nothing
 
     def startup_summary(self) -> str:
         """One line: config, store, event log, log dirs, metrics address, and what the
@@ -584,6 +586,13 @@ class Sidecar:
             effective, origins = self.settings.effective(topic, None)
         before = self._effective.get(topic)
         self._effective[topic] = (effective, origins)
+        problem = never_copied_problem(effective) if effective.remote_storage_enable else None
+        if problem is not None and self._said_delay.get(topic) != problem:
+            log.warning("topic %s: %s", topic, problem)
+        if problem is None:
+            self._said_delay.pop(topic, None)
+        else:
+            self._said_delay[topic] = problem
         if before is None and quiet:
             return effective
         if before is None:
