@@ -67,3 +67,8 @@ class SnapshotBlockError(RemoteStorageNotReadyError):
         super().__init__(
             partition, f"the cached metadata of {partition} in {source} is corrupt: {reason}"
         )
+
+
+class ReplayGapError(RemoteStorageError):
+    """A replay needs offsets the event log no longer holds (deleted by retention) and
+    no snapshot covers them: the state would be silently incomplete."""

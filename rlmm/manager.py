@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from eventlog import EventLog, EventLogClosedError, EventLogError, OffsetBeforeLogStartError
 from eventlog.errors import EventLogAuthError
 from rlmm.base import RemoteLogMetadataManager
-from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore, SegmentSummary
-from rlmm.codec import decode, encode
+from rlmm.cache import RemoteLogMetadataCache, SegmentSummary
+from rlmm.codec import encode
 from rlmm.errors import (
-    CodecError,
     InvalidStateTransitionError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
@@ -47,6 +46,7 @@ from rlmm.model import (
     is_rlmm_segment_uuid,
 )
 from rlmm.partitioning import metadata_partition_for
+from rlmm.replay import MetadataReplay, ReplayStats
 from rlmm.snapshotting import SnapshotPolicy, Snapshotter
 
 log = logging.getLogger(__name__)
@@ -62,18 +62,13 @@ def _unsigned(raw: bytes) -> bool:
 
 
 @dataclass
-class ManagerStats:
-    """Counters of the apply loop (exposed for operators and tests)."""
+class ManagerStats(ReplayStats):
+    """Counters of the apply loop (exposed for operators and tests); the replay's
+    (applied, skipped, full replays, restored) and the manager's own."""
 
-    applied_events: int = 0
-    skipped_undecodable: int = 0
-    skipped_invalid: int = 0
-    skipped_duplicates: int = 0  # redelivered copies of applied events (producer retries)
     read_errors: int = 0
-    full_replays: int = 0
     snapshots_written: int = 0
     snapshot_failures: int = 0
-    restored_from_snapshot: bool = False
     partitions_restored: int = 0  # restarted from a snapshot after retention (see _consume)
     last_errors: list[str] = field(default_factory=list)
 
@@ -106,8 +101,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._n = event_log.partition_count
         self._write_timeout_s = write_timeout_s
         self._close_log = close_event_log
-        self._store = RemotePartitionMetadataStore()
-        self._applied: dict[int, int] = {}
+        self.stats = ManagerStats()
+        # Records become state in the replay; its store and applied offsets, named here.
+        self._replay = MetadataReplay(self._n, self.stats, rejected=self._remember_rejection)
+        self._store = self._replay.store
+        self._applied = self._replay.applied
         # metadata partition -> why Kafka refuses to let us read it (an ACL, a credential)
         self._denied: dict[int, str] = {}
         self._denied_assignments: dict[TopicIdPartition, str] = {}
@@ -121,7 +119,6 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             if snapshot_policy is not None
             else None
         )
-        self.stats = ManagerStats()
         self._started = False
         self._closed = False
 
@@ -147,18 +144,15 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     loading.exception()  # retrieved: the log's error is the one to raise
             raise
         if self._snapshotter is not None and loading is not None:
-            restored = await loading
-            if restored is not None:
-                applied, state = restored
+            snap = await loading
+            if snap is not None:
                 # Lazy restore: this only indexes each user partition's encoded block;
                 # a block is decoded on the partition's first use (metadata_store).
                 source = (
                     f"the snapshot in {self._snapshotter.policy.directory} restored at start"
-                    f" (applied offsets {dict(sorted(applied.items()))})"
+                    f" (applied offsets {dict(sorted(snap.applied_offsets.items()))})"
                 )
-                self._store.load_state(state, source=source)
-                self._applied.update(applied)
-                self.stats.restored_from_snapshot = True
+                self._replay.restore(snap, source)
         self._started = True
 
     async def close(self) -> None:
@@ -223,17 +217,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         for tp in new:
             self._denied_assignments.pop(tp, None)
         for p in needed:
-            if self._applied.get(p, -1) > ends[p] - 1 and p not in self._consumers:
-                # The snapshot saw events the log no longer has: trust the log, replay it.
-                log.warning(
-                    "snapshot of metadata partition %d is at offset %d but the log ends at %d;"
-                    " replaying the partition from offset 0",
-                    p,
-                    self._applied[p],
-                    ends[p] - 1,
-                )
-                self._forget_partition(p)
-                self.stats.full_replays += 1
+            if p not in self._consumers:
+                self._replay.check_end(p, ends[p])  # a snapshot ahead of the log: replay it
         for tp, p in by_partition.items():
             self._assigned[tp] = _Assignment(p, ends[p] - 1)
         for p in needed:
@@ -253,22 +238,15 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            self._forget_partition(p)
+            self._replay.forget(p)
             self._fail_waiters(
                 p, RemoteResourceNotFoundError(f"metadata partition {p} was stopped")
             )
 
-    def _forget_partition(self, p: int) -> None:
-        self._applied.pop(p, None)
-        self._store.drop(lambda tp: metadata_partition_for(tp, self._n) != p)
-
     def _reset_partition(self, p: int, error: SnapshotBlockError) -> None:
         """Drop metadata partition ``p``'s restored state: it is replayed from offset 0."""
-        log.error("%s; replaying metadata partition %d from offset 0", error, p)
         self.stats.note(str(error))
-        self.stats.full_replays += 1
-        self._forget_partition(p)
-        self._applied[p] = -1
+        self._replay.reset(p, error)
 
     def _replay_from_log(self, p: int, error: SnapshotBlockError) -> None:
         """:meth:`_reset_partition` from outside the apply loop: restart its consumer.
@@ -460,45 +438,15 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     await aclose()
 
     def _apply_batch(self, p: int, batch: list[tuple[int, bytes]]) -> None:
-        applied = self._applied.get(p, -1)
-        for offset, value in batch:
-            if offset <= applied:
-                continue
-            self._apply_record(p, offset, value)
-            applied = offset
-        self._applied[p] = applied
+        self._replay.apply_batch(p, batch)
         self._wake_waiters(p)
         if self._snapshotter is not None and self._snapshotter.note_applied(len(batch)):
             self._snapshotter.schedule(self._snapshot_now)
 
-    def _apply_record(self, p: int, offset: int, value: bytes) -> None:
-        try:
-            event = decode(value)
-        except CodecError as e:
-            self._reject(p, offset, e, "undecodable record")
-            self.stats.skipped_undecodable += 1
-            return
-        if self._store.is_redelivery(event):
-            self.stats.skipped_duplicates += 1
-            return
-        try:
-            # A cold partition queues the record as read (bytes): decoded again on use.
-            self._store.apply(event, value if type(value) is bytes else None)
-        except SnapshotBlockError:
-            raise  # not the event's fault: the partition is replayed from the log
-        except RemoteStorageError as e:
-            self._reject(p, offset, e, "illegal event")
-            self.stats.skipped_invalid += 1
-            return
-        except Exception as e:  # a bug must not kill the apply loop
-            self._reject(p, offset, RemoteStorageError(f"applying event failed: {e!r}"), "error")
-            self.stats.skipped_invalid += 1
-            return
-        self.stats.applied_events += 1
-
-    def _reject(self, p: int, offset: int, error: RemoteStorageError, what: str) -> None:
-        message = f"metadata partition {p} offset {offset}: skipped {what}: {error}"
-        log.warning(message)
+    def _remember_rejection(
+        self, p: int, offset: int, error: RemoteStorageError, message: str
+    ) -> None:
+        """The replay skipped this record: its writer (if it waits) fails with ``error``."""
         self.stats.note(message)
         self._rejections[(p, offset)] = error
         if len(self._rejections) > _MAX_REMEMBERED_REJECTIONS:
@@ -507,16 +455,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     # ---- snapshots ------------------------------------------------------------------------
 
     async def _snapshot_now(self) -> None:
-        if self._snapshotter is None or not self._applied:
-            return
-        # A partition with nothing applied yet needs no snapshot entry: it replays from 0.
-        applied = {p: o for p, o in self._applied.items() if o >= 0}
-        if not applied:
-            return
-        tps = [
-            tp for tp in self._store.partitions() if metadata_partition_for(tp, self._n) in applied
-        ]
-        state = self._store.to_state(tps)
+        taken = None if self._snapshotter is None else self._replay.snapshot_state()
+        if self._snapshotter is None or taken is None:
+            return  # no snapshots, or nothing applied yet (every partition replays from 0)
+        applied, state = taken
         try:
             await self._snapshotter.write(applied, state)
             self.stats.snapshots_written += 1
@@ -537,12 +479,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         snap = await self._snapshotter.find({p: error.log_start})
         if snap is None:
             return False
-        staged = RemotePartitionMetadataStore()
-        staged.load_state(snap.state)
-        tps = [tp for tp in staged.partitions() if metadata_partition_for(tp, self._n) == p]
-        self._forget_partition(p)
-        self._store.load_state(staged.to_state(tps))
-        self._applied[p] = snap.applied_offsets[p]
+        self._replay.adopt(p, snap)
         self.stats.partitions_restored += 1
         log.warning(
             "metadata partition %d: the log starts at %d (retention), restarted from a"

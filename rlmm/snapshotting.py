@@ -97,8 +97,9 @@ class Snapshotter:
     def store(self) -> SnapshotStore:
         return self._store
 
-    async def load(self) -> tuple[dict[int, int], Any] | None:
-        """(applied offsets, state) of this owner's newest valid snapshot, or None.
+    async def load(self) -> Snapshot | None:
+        """This owner's newest valid snapshot, or None (rlmm.replay checks that it was
+        written for the log's partitioning).
 
         With none of its own (a new broker, a new data dir), a shared store's newest
         valid snapshot of any owner is the starting point instead.
@@ -112,16 +113,7 @@ class Snapshotter:
             # log is still the source of truth, so replay it rather than fail to start.
             log.warning("cannot read snapshots from %r, replaying the log: %s", self._store, e)
             return None
-        if snap is None:
-            return None
-        if snap.partition_count != self._partition_count:
-            log.warning(
-                "ignoring snapshot for %d metadata partitions (the log has %d): full replay",
-                snap.partition_count,
-                self._partition_count,
-            )
-            return None
-        return dict(snap.applied_offsets), snap.state
+        return snap
 
     async def find(self, log_starts: Mapping[int, int]) -> Snapshot | None:
         """The newest valid snapshot of any owner that the log can continue from."""

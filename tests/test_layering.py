@@ -4,6 +4,9 @@ uses only rlmm.model / rlmm.errors of the project, and nothing imports the outer
 (the `rlmm offload` sidecar command is a CLI command over it). Inside the core:
 rlmm.model and rlmm.errors are a leaf, the codec imports nothing of the cache, the
 cache only the codec's public surface, and no one else the private modules of either.
+One replay: the manager and the archive view both turn event-log records into state
+through rlmm.replay, and no other module has an apply body of its own (decoding a
+record and applying it, or asking the store whether an event is a redelivery).
 
 And the rules of section 4: the backends are the modules the registries name; no
 backend imports another, and no other module of its package (the base modules, the
@@ -108,12 +111,15 @@ CORE_MODULES = {
     "partitioning.py": LEAF,
     "_fast_paths.py": (),
     "topics.py": (),  # topic names the offloader and restore share
+    # the one replay of records into state: the manager's and the archive view's
+    "replay.py": (*LEAF, "rlmm.codec", "rlmm.cache", "rlmm.partitioning", "eventlog", "snapshot"),
     "manager.py": (
         *LEAF,
         "rlmm.base",
         "rlmm.codec",
         "rlmm.cache",
         "rlmm.partitioning",
+        "rlmm.replay",
         "rlmm.snapshotting",
         "eventlog",
     ),
@@ -138,6 +144,38 @@ CORE_MODULES = {
 def test_core_modules_import_only(name: str, allowed: tuple[str, ...]) -> None:
     bad = {m for m in names_imported_by(ROOT / "rlmm" / name) if not within(m, *allowed)}
     assert not bad, f"rlmm/{name} imports {sorted(bad)}"
+
+
+REPLAY = "rlmm.replay"
+
+
+@pytest.mark.parametrize("replayer", ["rlmm/manager.py", "rlmm/archive/view.py"])
+def test_the_manager_and_the_archive_view_replay_through_one_module(replayer: str) -> None:
+    assert any(within(m, REPLAY) for m in names_imported_by(ROOT / replayer)), replayer
+
+
+def _calls(node: ast.AST) -> set[str]:
+    return {
+        call.func.id if isinstance(call.func, ast.Name) else call.func.attr
+        for call in ast.walk(node)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name | ast.Attribute)
+    }
+
+
+def test_no_module_but_the_replay_has_an_apply_body() -> None:
+    """What turns records into a store's state is rlmm.replay's alone (the cache's own
+    lazy restore aside): elsewhere in the project no function asks the store whether an
+    event is a redelivery, or decodes a record and applies an event."""
+    for path in modules("rlmm"):
+        own = module_name(path)
+        if own == REPLAY or within(own, "rlmm.cache"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                calls = _calls(node)
+                where = f"{own}.{node.name}"
+                assert "is_redelivery" not in calls, f"{where} deduplicates events itself"
+                assert not {"decode", "apply"} <= calls, f"{where} decodes and applies itself"
 
 
 def test_the_codec_imports_nothing_of_the_cache() -> None:

@@ -305,7 +305,7 @@ def store_metadata_view(
             listing.skipped.append(f"{metadata.remote_log_segment_id}: {e}")
             log.warning("left out %s: %s", metadata.remote_log_segment_id, e)
             continue
-        stats.replayed_events += 2
+        stats.applied_events += 2
     return MetadataView(store, {}, 0, stats), listing
 
 

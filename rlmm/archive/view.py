@@ -1,8 +1,8 @@
 """MetadataView: a read-only picture of the remote log metadata, as of the moment it opened.
 
 Job: load the newest snapshot it can see, then replay each metadata partition's tail
-up to the end offset seen at open, applying events to a RemotePartitionMetadataStore
-(the manager's own store and codec), and answer listing questions from it.
+up to the end offset seen at open, through the manager's own replay (rlmm.replay: its
+codec, store and apply body), and answer listing questions from the state.
 
 Invariants: nothing is written anywhere: the file event log is opened read-only
 (the writer's LOCK is never taken, so a running sidecar keeps writing), a Kafka
@@ -12,18 +12,18 @@ command or a Spark job within seconds; the sidecar keeps the event log's longer
 wait for a broker starting beside it), the snapshot store is opened read-only. Every
 resource opened while loading (event log, its clients, the event loop) is closed
 before :func:`open_metadata_view` returns, also on error; the view itself holds only
-memory. Events are applied exactly as the manager's apply loop applies them:
-redelivered copies and illegal events are skipped (and counted), never fatal.
+memory. Events are applied as the manager's apply loop applies them, by the same code
+(rlmm.replay): redelivered copies and illegal events are skipped (and counted), never
+fatal.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, TypeVar
@@ -33,16 +33,15 @@ from eventlog.registry import backend, log_start_offsets
 from rlmm.archive.errors import ArchiveError, MetadataLogUnavailableError
 from rlmm.archive.lineage import Gap, LineageRange, gaps, lineage_ranges
 from rlmm.cache import RemotePartitionMetadataStore
-from rlmm.codec import decode
 from rlmm.config import RlmmConfig
-from rlmm.errors import CodecError, RemoteStorageError
+from rlmm.errors import ReplayGapError
 from rlmm.factory import open_event_log
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemotePartitionDeleteMetadata,
     TopicIdPartition,
 )
-from rlmm.partitioning import metadata_partition_for
+from rlmm.replay import MetadataReplay, ReplayStats
 from rlmm.snapshotting import newest_snapshot
 from snapshot import Snapshot
 
@@ -97,16 +96,16 @@ def open_read_only_event_log(config: RlmmConfig) -> EventLog:
 
 
 @dataclass
-class ViewStats:
-    """What loading the view did (for operators and tests)."""
+class ViewStats(ReplayStats):
+    """What loading the view did (for operators and tests): the replay's counters and
+    the applied offsets of the snapshot it started from."""
 
-    restored_from_snapshot: bool = False
     snapshot_applied_offsets: dict[int, int] = field(default_factory=dict)
-    replayed_events: int = 0
-    skipped_undecodable: int = 0
-    skipped_invalid: int = 0
-    skipped_duplicates: int = 0
-    full_replays: int = 0  # metadata partitions replayed from 0 despite the snapshot
+
+    @property
+    def replayed_events(self) -> int:
+        """The events applied (``applied_events``, the view's name for it)."""
+        return self.applied_events
 
 
 class MetadataView:
@@ -193,65 +192,11 @@ class MetadataView:
 # ---- loading ------------------------------------------------------------------------
 
 
-def _apply(store: RemotePartitionMetadataStore, stats: ViewStats, p: int, o: int, v: bytes) -> None:
-    try:
-        event = decode(v)
-    except CodecError as e:
-        stats.skipped_undecodable += 1
-        log.warning("metadata partition %d offset %d: skipped undecodable record: %s", p, o, e)
-        return
-    if store.is_redelivery(event):
-        stats.skipped_duplicates += 1
-        return
-    try:
-        store.apply(event)
-    except RemoteStorageError as e:
-        stats.skipped_invalid += 1
-        log.warning("metadata partition %d offset %d: skipped illegal event: %s", p, o, e)
-        return
-    stats.replayed_events += 1
-
-
-async def _replay_partition(
-    event_log: EventLog,
-    store: RemotePartitionMetadataStore,
-    stats: ViewStats,
-    p: int,
-    start: int,
-    end: int,
-) -> int:
-    """Apply offsets [start, end) of metadata partition ``p``; the last offset applied."""
-    last = start - 1
-    batches = event_log.read_batches(p, start)
-    async with contextlib.aclosing(batches):  # type: ignore[type-var]
-        async for batch in batches:
-            if last == start - 1 and batch and batch[0][0] > start:
-                # Events the replay needs are gone (log retention): the state would be
-                # silently incomplete, so refuse (a newer snapshot would cover them).
-                raise ArchiveError(
-                    f"metadata partition {p}: the event log starts at offset {batch[0][0]}"
-                    f" but the replay needs offsets from {start} (deleted by retention?);"
-                    " no snapshot covers them"
-                )
-            for offset, value in batch:
-                if offset >= end:
-                    return last
-                _apply(store, stats, p, offset, value)
-                last = offset
-            if last >= end - 1:
-                return last
-    return last
-
-
 def eventlog_source(config: RlmmConfig) -> str:
     """Where the ``[eventlog]`` settings came from, for a message."""
     if config.source == "defaults":
         return "[eventlog] settings, no config file"
     return f"[eventlog] of {config.source}"
-
-
-def _other_than(p: int, n: int) -> Callable[[TopicIdPartition], bool]:
-    return lambda tp: metadata_partition_for(tp, n) != p
 
 
 async def load_metadata_view(config: RlmmConfig) -> MetadataView:
@@ -260,48 +205,18 @@ async def load_metadata_view(config: RlmmConfig) -> MetadataView:
     snap = await asyncio.to_thread(source.load_latest) if source is not None else None
     event_log = open_read_only_event_log(config)
     n = event_log.partition_count
-    store = RemotePartitionMetadataStore()
     stats = ViewStats()
-    applied: dict[int, int] = {}
-    if snap is not None and snap.partition_count != n:
-        log.warning(
-            "ignoring snapshot for %d metadata partitions (the log has %d): full replay",
-            snap.partition_count,
-            n,
-        )
-        snap = None
-    if snap is not None:
-        store.load_state(snap.state)
-        applied.update(snap.applied_offsets)
-        stats.restored_from_snapshot = True
+    replay = MetadataReplay(n, stats)
+    if snap is not None and replay.restore(snap):
         stats.snapshot_applied_offsets = dict(snap.applied_offsets)
     timeout = float(config.manager["ready_timeout_s"])
     try:
         async with asyncio.timeout(timeout):
             await event_log.start()
             ends = await event_log.end_offsets(range(n))
-            for p in range(n):
-                if applied.get(p, -1) > ends[p] - 1:
-                    # The snapshot saw events the log no longer has: trust the log.
-                    log.warning(
-                        "snapshot of metadata partition %d is at offset %d but the log ends"
-                        " at %d: replaying the partition from offset 0",
-                        p,
-                        applied[p],
-                        ends[p] - 1,
-                    )
-                    store.drop(_other_than(p, n))
-                    applied.pop(p)
-                    stats.full_replays += 1
-            todo = [p for p in range(n) if applied.get(p, -1) + 1 < ends[p]]
-            results = await asyncio.gather(
-                *(
-                    _replay_partition(event_log, store, stats, p, applied.get(p, -1) + 1, ends[p])
-                    for p in todo
-                )
-            )
-            for p, last in zip(todo, results, strict=True):
-                applied[p] = last
+            await replay.replay_to(event_log, ends)
+    except ReplayGapError as e:
+        raise ArchiveError(str(e)) from e
     except EventLogError as e:
         raise MetadataLogUnavailableError(
             f"cannot read the remote log metadata from {event_log!r} ({eventlog_source(config)}):"
@@ -314,9 +229,7 @@ async def load_metadata_view(config: RlmmConfig) -> MetadataView:
         ) from e
     finally:
         await event_log.close()
-    for p in range(n):
-        applied.setdefault(p, -1)
-    return MetadataView(store, applied, n, stats)
+    return MetadataView(replay.store, replay.applied, n, stats)
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
