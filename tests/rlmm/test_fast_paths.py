@@ -41,7 +41,11 @@ def test_the_switch_turns_every_fast_path_off() -> None:
 # S3, Spark) or a fuzzer of other code, whose paths the others already take.
 PASSES = {
     "cache and codec": ["tests/rlmm/cache", "tests/rlmm/codec"],
-    "manager": sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("tests/rlmm/test_manager*.py")),
+    "manager": sorted(
+        str(p.relative_to(ROOT))
+        for pattern in ("tests/rlmm/test_manager*.py", "tests/rlmm/test_replay.py")
+        for p in ROOT.glob(pattern)
+    ),
     "archive": ["tests/rlmm/archive", "--ignore=tests/rlmm/archive/test_fuzz_batches.py"],
 }
 LEFT_OUT = "not kafka and not apache_kafka and not s3 and not spark and not slow"
