@@ -305,6 +305,11 @@ class Sidecar:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
                 loop.remove_signal_handler(sig)
             try:
+                # A gain's own round outlives the rounds only when they failed: stopped
+                # here, before the manager it copies through closes.
+                for task in self._side:
+                    await _cancel(task)
+                self._side = []
                 await rlm.close()
                 if self._cluster is not None:
                     await self._cluster.close()
