@@ -79,7 +79,7 @@ from rlmm.offload.logdir import LogDirCache, LogDirSource, log_dir_problem, scan
 from rlmm.offload.long_lived import LongLivedHeap
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
 from rlmm.offload.native_memory import NativeMemory
-from rlmm.offload.remote_log_manager import CopyResult, RemoteLogManager
+from rlmm.offload.remote_log_manager import CopyResult, ExpireResult, RemoteLogManager
 from rlmm.offload.runtime_costs import RuntimeCosts
 from rlmm.offload.settings import OffloadSettings
 from rlmm.offload.topic_configs import TopicConfigKeeper
@@ -162,7 +162,7 @@ class Sidecar:
         # schedules a new leader's task at once). A round takes the results of those
         # that ended; one still running goes on beside the next round, which leaves its
         # partitions out (``_gaining``).
-        self._side: list[asyncio.Task[dict[TopicIdPartition, tuple[CopyResult, Any]]]] = []
+        self._side: list[asyncio.Task[dict[TopicIdPartition, tuple[CopyResult, ExpireResult]]]] = []
         self._gaining: set[TopicIdPartition] = set()
         self._sources: dict[TopicIdPartition, LogDirSource] = {}
         # topic -> its settings and where each came from (as last resolved and logged)
@@ -405,7 +405,7 @@ class Sidecar:
                 await self._delete_disabled(rlm, disabled, view)
             # what the poll may lead before the next round: the topics still offloaded
             self._sources = {s.topic_id_partition: s for s in sources}
-            results: dict[TopicIdPartition, tuple[CopyResult, Any]] = {}
+            results: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = {}
             if assignment is None and self._led:
                 await rlm.abandon(list(self._led))
                 self.metrics.leadership_changes.inc(len(self._led))
@@ -463,7 +463,7 @@ class Sidecar:
 
     async def _run_round(
         self, rlm: RemoteLogManager
-    ) -> dict[TopicIdPartition, tuple[CopyResult, Any]]:
+    ) -> dict[TopicIdPartition, tuple[CopyResult, ExpireResult]]:
         """A round of the partitions led but those a gain's own round runs now, with the
         results of the gains' rounds that ended by its end (``--once``, or stopping: of
         all of them, once they end). Cancelled (a second signal), it abandons them all."""
@@ -480,12 +480,14 @@ class Sidecar:
             raise
         return results
 
-    async def _harvest(self, *, wait: bool) -> dict[TopicIdPartition, tuple[CopyResult, Any]]:
+    async def _harvest(
+        self, *, wait: bool
+    ) -> dict[TopicIdPartition, tuple[CopyResult, ExpireResult]]:
         """The results of the gains' own rounds that have ended, taken off ``_side``
         (``wait``: of every one, once all have ended; the poll may add more meanwhile)."""
         while wait and (running := [t for t in self._side if not t.done()]):
             await asyncio.wait(running)
-        results: dict[TopicIdPartition, tuple[CopyResult, Any]] = {}
+        results: dict[TopicIdPartition, tuple[CopyResult, ExpireResult]] = {}
         for task in [t for t in self._side if t.done()]:
             self._side.remove(task)
             if not task.cancelled():
@@ -498,7 +500,7 @@ class Sidecar:
         report: SidecarReport,
         view: ClusterView,
         gained: Sequence[TopicIdPartition],
-    ) -> dict[TopicIdPartition, tuple[CopyResult, Any]]:
+    ) -> dict[TopicIdPartition, tuple[CopyResult, ExpireResult]]:
         """Lead ``gained`` (found by the poll) and run their round now."""
         try:
             sources = [self._sources[tp] for tp in gained if tp in self._sources]
@@ -817,7 +819,7 @@ class Sidecar:
                 )
 
     def _count_failures(
-        self, results: Mapping[TopicIdPartition, tuple[CopyResult, Any]]
+        self, results: Mapping[TopicIdPartition, tuple[CopyResult, ExpireResult]]
     ) -> str | None:
         """Count partition rounds that failed whole as errors of the run; the refusal
         Kafka gave, if one of them was refused (then nothing was uploaded for it)."""
