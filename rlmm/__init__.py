@@ -30,6 +30,7 @@ from rlmm.model import (
 # must not pull the event log and snapshot stack in with it.
 _LAZY = {
     "RemoteLogMetadataManager": "rlmm.base",
+    "OffloadMetadataManager": "rlmm.offload_metadata",
     "TopicBasedRemoteLogMetadataManager": "rlmm.manager",
     "ManagerStats": "rlmm.manager",
     "NotReadyRlmm": "rlmm.facade",
@@ -58,6 +59,7 @@ __all__ = [
     "InvalidStateTransitionError",
     "ManagerStats",
     "NotReadyRlmm",
+    "OffloadMetadataManager",
     "RemoteLogMetadata",
     "RemoteLogMetadataManager",
     "RemoteLogSegmentId",

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 from eventlog import EventLog, EventLogClosedError, EventLogError, OffsetBeforeLogStartError
 from eventlog.errors import EventLogAuthError
-from rlmm.base import RemoteLogMetadataManager
 from rlmm.cache import RemoteLogMetadataCache, SegmentSummary
 from rlmm.codec import encode
 from rlmm.errors import (
@@ -45,6 +44,7 @@ from rlmm.model import (
     TopicIdPartition,
     is_rlmm_segment_uuid,
 )
+from rlmm.offload_metadata import AUTH_RETRY_S, OffloadMetadataManager
 from rlmm.partitioning import metadata_partition_for
 from rlmm.replay import MetadataReplay, ReplayStats
 from rlmm.snapshotting import SnapshotPolicy, Snapshotter
@@ -52,8 +52,6 @@ from rlmm.snapshotting import SnapshotPolicy, Snapshotter
 log = logging.getLogger(__name__)
 
 _MAX_REMEMBERED_REJECTIONS = 10_000
-# A denied read (an ACL, a credential) is retried this often, not in a tight loop.
-AUTH_RETRY_S = 30.0
 
 
 def _unsigned(raw: bytes) -> bool:
@@ -83,7 +81,7 @@ class _Assignment:
     ready_offset: int  # applied offset at which the partition is caught up
 
 
-class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
+class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
     """KIP-405 RemoteLogMetadataManager whose source of truth is an EventLog."""
 
     def __init__(
