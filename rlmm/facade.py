@@ -1,18 +1,21 @@
 """Fail-closed facade: NotReadyRlmm until the real manager is ready, then a swap.
 
 Invariant: SwappableRlmm reads its target once per call, so every call runs wholly
-against the old or wholly against the new target, never a mix, and a swap never
-makes a call fail; NotReadyRlmm raises RemoteStorageNotReadyError for everything.
-Both implement the RemoteLogMetadataManager interface method by method, so mypy checks
-every call made through them.
+against the old or wholly against the new target, never a mix (a walk too walks one
+target's segments), and a swap never makes a call fail; NotReadyRlmm raises
+RemoteStorageNotReadyError for everything that reads, writes, assigns or waits, and
+answers what it applies and serves with nothing (``is_ready`` False, no applied offset,
+no partition assigned). Both implement the OffloadMetadataManager interface (Kafka's
+RemoteLogMetadataManager and what the offloader needs beyond it) method by method, so
+mypy checks every call made through them, the offloader's included.
 """
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any
 
-from rlmm.base import RemoteLogMetadataManager
+from rlmm.cache import SegmentSummary
 from rlmm.errors import RemoteStorageNotReadyError
 from rlmm.model import (
     RemoteLogSegmentMetadata,
@@ -20,9 +23,10 @@ from rlmm.model import (
     RemotePartitionDeleteMetadata,
     TopicIdPartition,
 )
+from rlmm.offload_metadata import OffloadMetadataManager, States
 
 
-class NotReadyRlmm(RemoteLogMetadataManager):
+class NotReadyRlmm(OffloadMetadataManager):
     """The RLMM a broker starts with: every call fails closed, retriably."""
 
     def __init__(self, reason: str = "the remote log metadata manager is starting") -> None:
@@ -86,22 +90,67 @@ class NotReadyRlmm(RemoteLogMetadataManager):
     async def close(self) -> None:
         return None
 
+    async def start(self) -> None:
+        return None  # nothing to start: it serves nothing, ever
 
-class SwappableRlmm(RemoteLogMetadataManager):
-    """Delegates every call to the current target; ``swap`` replaces it atomically.
-
-    The writes are plain methods that return the target's coroutine: the target is
-    chosen when the call is made, as for the reads, not when it is first awaited.
-    """
-
-    def __init__(self, initial: RemoteLogMetadataManager | None = None) -> None:
-        self._target: RemoteLogMetadataManager = initial if initial is not None else NotReadyRlmm()
+    async def wait_until_ready(self, tps: Iterable[TopicIdPartition], timeout_s: float) -> None:
+        raise self._not_ready()
 
     @property
-    def target(self) -> RemoteLogMetadataManager:
+    def applied_offsets(self) -> dict[int, int]:
+        return {}
+
+    def applied_offset_of(self, tp: TopicIdPartition) -> int | None:
+        return None
+
+    @property
+    def assigned_partitions(self) -> set[TopicIdPartition]:
+        return set()
+
+    def walk_remote_log_segments(
+        self,
+        tp: TopicIdPartition,
+        states: States | None = None,
+        *,
+        unsigned_only: bool = False,
+    ) -> Iterator[RemoteLogSegmentMetadata]:
+        raise self._not_ready()
+
+    def walk_segment_summaries(
+        self, tp: TopicIdPartition, states: States | None = None
+    ) -> Iterator[SegmentSummary]:
+        raise self._not_ready()
+
+    def remote_log_segment_count(self, tp: TopicIdPartition, states: States | None = None) -> int:
+        raise self._not_ready()
+
+    def oldest_max_timestamp_ms(
+        self, tp: TopicIdPartition, states: States | None = None
+    ) -> int | None:
+        raise self._not_ready()
+
+    def contiguous_end_offset(
+        self, tp: TopicIdPartition, states: States | None = None
+    ) -> int | None:
+        raise self._not_ready()
+
+
+class SwappableRlmm(OffloadMetadataManager):
+    """Delegates every call to the current target; ``swap`` replaces it atomically.
+
+    The writes (and ``start``, ``wait_until_ready``) are plain methods that return the
+    target's coroutine: the target is chosen when the call is made, as for the reads,
+    not when it is first awaited.
+    """
+
+    def __init__(self, initial: OffloadMetadataManager | None = None) -> None:
+        self._target: OffloadMetadataManager = initial if initial is not None else NotReadyRlmm()
+
+    @property
+    def target(self) -> OffloadMetadataManager:
         return self._target
 
-    def swap(self, new: RemoteLogMetadataManager) -> RemoteLogMetadataManager:
+    def swap(self, new: OffloadMetadataManager) -> OffloadMetadataManager:
         """Install ``new``; returns the previous target (the caller closes it)."""
         old, self._target = self._target, new
         return old
@@ -164,6 +213,52 @@ class SwappableRlmm(RemoteLogMetadataManager):
 
     async def close(self) -> None:
         await self._target.close()
+
+    def start(self) -> Coroutine[Any, Any, None]:
+        return self._target.start()
+
+    def wait_until_ready(
+        self, tps: Iterable[TopicIdPartition], timeout_s: float
+    ) -> Coroutine[Any, Any, None]:
+        return self._target.wait_until_ready(tps, timeout_s)
+
+    @property
+    def applied_offsets(self) -> dict[int, int]:
+        return self._target.applied_offsets
+
+    def applied_offset_of(self, tp: TopicIdPartition) -> int | None:
+        return self._target.applied_offset_of(tp)
+
+    @property
+    def assigned_partitions(self) -> set[TopicIdPartition]:
+        return self._target.assigned_partitions
+
+    def walk_remote_log_segments(
+        self,
+        tp: TopicIdPartition,
+        states: States | None = None,
+        *,
+        unsigned_only: bool = False,
+    ) -> Iterator[RemoteLogSegmentMetadata]:
+        return self._target.walk_remote_log_segments(tp, states, unsigned_only=unsigned_only)
+
+    def walk_segment_summaries(
+        self, tp: TopicIdPartition, states: States | None = None
+    ) -> Iterator[SegmentSummary]:
+        return self._target.walk_segment_summaries(tp, states)
+
+    def remote_log_segment_count(self, tp: TopicIdPartition, states: States | None = None) -> int:
+        return self._target.remote_log_segment_count(tp, states)
+
+    def oldest_max_timestamp_ms(
+        self, tp: TopicIdPartition, states: States | None = None
+    ) -> int | None:
+        return self._target.oldest_max_timestamp_ms(tp, states)
+
+    def contiguous_end_offset(
+        self, tp: TopicIdPartition, states: States | None = None
+    ) -> int | None:
+        return self._target.contiguous_end_offset(tp, states)
 
 
 __all__ = ["NotReadyRlmm", "SwappableRlmm"]

@@ -109,7 +109,7 @@ CORE_MODULES = {
     "base.py": LEAF,
     # what the offloader drives a manager by, beyond Kafka's interface
     "offload_metadata.py": (*LEAF, "rlmm.base", "rlmm.cache"),
-    "facade.py": (*LEAF, "rlmm.base"),
+    "facade.py": (*LEAF, "rlmm.offload_metadata", "rlmm.cache"),
     "partitioning.py": LEAF,
     "_fast_paths.py": (),
     "topics.py": (),  # topic names the offloader and restore share

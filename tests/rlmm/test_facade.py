@@ -1,5 +1,6 @@
 """NotReadyRlmm fails closed; SwappableRlmm swaps atomically under concurrent calls; both,
-and the manager, implement the RemoteLogMetadataManager interface method by method."""
+and the manager, implement the OffloadMetadataManager interface (Kafka's
+RemoteLogMetadataManager and the offloader's calls) method by method."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import pytest
 
 from eventlog.memory import MemoryEventLog
-from rlmm import RemoteLogMetadataManager
+from rlmm import OffloadMetadataManager, RemoteLogMetadataManager
 from rlmm.errors import RemoteStorageNotReadyError
 from rlmm.facade import NotReadyRlmm, SwappableRlmm
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
@@ -27,6 +28,11 @@ async def test_not_ready_fails_every_call_retriably() -> None:
         lambda: manager.remote_log_size(TP0, 0),
         lambda: manager.next_segment_with_txn_index(TP0, 0, 0),
         lambda: manager.remote_partition_delete_state(TP0),
+        lambda: manager.walk_remote_log_segments(TP0, unsigned_only=True),
+        lambda: manager.walk_segment_summaries(TP0),
+        lambda: manager.remote_log_segment_count(TP0),
+        lambda: manager.oldest_max_timestamp_ms(TP0),
+        lambda: manager.contiguous_end_offset(TP0, frozenset({S.COPY_SEGMENT_FINISHED})),
     ):
         with pytest.raises(RemoteStorageNotReadyError) as err:
             call()
@@ -41,11 +47,15 @@ async def test_not_ready_fails_every_call_retriably() -> None:
         lambda: manager.put_remote_partition_delete_metadata(delete),
         lambda: manager.on_partition_leadership_changes([TP0], []),
         lambda: manager.on_stop_partitions([TP0]),
+        lambda: manager.wait_until_ready([TP0], 5),
     ):
         with pytest.raises(RemoteStorageNotReadyError) as err:
             await write()
         assert err.value.retriable
+    # what it applies and serves: nothing (the offloader reads these without a guard)
     assert manager.is_ready(TP0) is False
+    assert manager.applied_offsets == {} and manager.applied_offset_of(TP0) is None
+    assert manager.assigned_partitions == set()
     with pytest.raises(AttributeError):
         manager.no_such_method  # noqa: B018
 
@@ -110,11 +120,13 @@ async def test_concurrent_calls_during_swaps_never_fail_for_the_swap() -> None:
 
 
 def test_every_implementation_defines_every_call_of_the_interface() -> None:
-    """No name dispatch: each call is a typed method of the class itself."""
-    calls = RemoteLogMetadataManager.__abstractmethods__
-    assert "remote_log_segment_metadata" in calls and "close" in calls
+    """No name dispatch: each call is a typed method of the class itself, Kafka's and the
+    offloader's."""
+    calls = OffloadMetadataManager.__abstractmethods__
+    assert RemoteLogMetadataManager.__abstractmethods__ < calls
+    assert {"remote_log_segment_metadata", "close", "walk_segment_summaries"} <= calls
     for cls in (NotReadyRlmm, SwappableRlmm, TopicBasedRemoteLogMetadataManager):
-        assert issubclass(cls, RemoteLogMetadataManager)
+        assert issubclass(cls, OffloadMetadataManager)
         assert not cls.__abstractmethods__
         assert not hasattr(cls, "__getattr__")
         missing = {name for name in calls if name not in vars(cls)}
@@ -133,5 +145,45 @@ async def test_a_write_goes_to_the_target_of_when_it_was_called() -> None:
     facade.swap(managers[1])
     await write
     assert [len(m.list_remote_log_segments(TP0)) for m in managers] == [1, 0]
+    for m in managers:
+        await m.close()
+
+
+async def test_the_offloader_s_calls_go_to_the_target_of_when_they_were_made() -> None:
+    """Through the facade the offloader's calls answer as the target's own: a walk walks
+    the segments of the target it was made on, even when a swap comes mid-walk."""
+    logs = [MemoryEventLog(3), MemoryEventLog(3)]
+    managers = [TopicBasedRemoteLogMetadataManager(log) for log in logs]
+    facade = SwappableRlmm()
+    await facade.start()  # NotReadyRlmm's start does nothing; waiting on it fails closed
+    with pytest.raises(RemoteStorageNotReadyError):
+        await facade.wait_until_ready([TP0], 5)
+    for i, m in enumerate(managers):
+        facade.swap(m)
+        await facade.start()
+        await facade.on_partition_leadership_changes([TP0], [])
+        await facade.wait_until_ready([TP0], 5)
+        for start in range(0, 10 * (i + 2), 10):  # 2 segments in the first, 3 in the second
+            seg = segment(TP0, start, start + 9, {0: 0})
+            await facade.add_remote_log_segment_metadata(seg)
+            await facade.update_remote_log_segment_metadata(update(seg, S.COPY_SEGMENT_FINISHED))
+    first, second = managers
+    finished = frozenset({S.COPY_SEGMENT_FINISHED})
+    assert facade.assigned_partitions == {TP0}
+    assert facade.applied_offsets == second.applied_offsets
+    assert facade.applied_offset_of(TP0) == second.applied_offset_of(TP0)
+    assert facade.remote_log_segment_count(TP0, finished) == 3
+    assert facade.contiguous_end_offset(TP0, finished) == 29
+    assert facade.oldest_max_timestamp_ms(TP0) == second.oldest_max_timestamp_ms(TP0)
+    walk = facade.walk_segment_summaries(TP0, finished)
+    segments = facade.walk_remote_log_segments(TP0, unsigned_only=True)
+    facade.swap(first)
+    assert [s.end_offset for s in walk] == [9, 19, 29]
+    assert [m.end_offset for m in segments] == [9, 19, 29]  # uuid4 ids: none signed
+    assert facade.contiguous_end_offset(TP0, finished) == 19
+    facade.swap(NotReadyRlmm())
+    with pytest.raises(RemoteStorageNotReadyError):
+        facade.walk_segment_summaries(TP0)
+    assert facade.applied_offset_of(TP0) is None and facade.assigned_partitions == set()
     for m in managers:
         await m.close()
