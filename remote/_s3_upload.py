@@ -35,15 +35,10 @@ from remote.errors import (
     RemoteStorageError,
     RemoteStorageUnavailableError,
 )
+from remote.manifest import ObjectChecksum, SegmentManifest, crc32c_of
+from remote.naming import OBJECT_KINDS, ObjectKind
 from remote.segment_data import smallest_timestamp
-from remote.storage import (
-    OBJECT_KINDS,
-    LogSegmentData,
-    ObjectChecksum,
-    ObjectKind,
-    SegmentManifest,
-    crc32c_of,
-)
+from remote.storage import LogSegmentData
 
 log = logging.getLogger("remote.s3")
 

@@ -16,8 +16,9 @@ Invariants:
   relative to the root or prefix exactly so, so an inventory can be compared with the
   metadata.
 
-The names that lived here before ``remote.naming``, ``remote.manifest``,
-``remote.streams`` and ``remote.registry`` took them are still importable from here.
+Object names are ``remote.naming``'s, the manifest ``remote.manifest``'s, byte ranges
+and the verifying stream ``remote.streams``'s, the factory ``remote.registry``'s:
+import them from there.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Self
+from typing import TYPE_CHECKING, BinaryIO, Self
 
 from remote.errors import RemoteStorageError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
+
+if TYPE_CHECKING:
+    from remote.naming import parse_object_name as parse_object_name
 
 
 class IndexType(enum.IntEnum):
@@ -211,49 +215,15 @@ class RemoteStorageManager(RemoteReader):
         """Delete the named objects (absent ones are fine)."""
 
 
-# Names that lived here before object naming, the manifest, the verifying stream and
-# the factory got modules of their own: still importable from here, loaded on use (an
-# import at the top would be a cycle, since those modules import IndexType from here).
-_MOVED = {
-    **dict.fromkeys(
-        (
-            "MAX_ENCODED_MANIFEST_BYTES",
-            "ObjectChecksum",
-            "SegmentManifest",
-            "crc32c_of",
-            "verify_object",
-        ),
-        "remote.manifest",
-    ),
-    **dict.fromkeys(
-        (
-            "OBJECT_KINDS",
-            "SUFFIXES",
-            "ObjectKind",
-            "ObjectName",
-            "check_object_name",
-            "check_prefix",
-            "check_topic_name",
-            "kind_label",
-            "object_name",
-            "parse_object_name",
-            "partition_prefix",
-            "segment_base_name",
-        ),
-        "remote.naming",
-    ),
-    **dict.fromkeys(("check_range", "resolve_range", "verifying_stream"), "remote.streams"),
-    "load_remote_storage_manager": "remote.registry",
-}
+# rlmm/offload/ownership.py still imports parse_object_name from here; the offloader's
+# owners are moving that import to remote.naming (issue 45), then this goes. Loaded on
+# use: remote.naming imports IndexType from this module.
+def __getattr__(name: str) -> object:
+    if name == "parse_object_name":
+        from remote.naming import parse_object_name
 
-
-def __getattr__(name: str) -> Any:
-    module = _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module 'remote.storage' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+        return parse_object_name
+    raise AttributeError(f"module 'remote.storage' has no attribute {name!r}")
 
 
 __all__ = [
@@ -263,5 +233,4 @@ __all__ = [
     "RemoteObject",
     "RemoteReader",
     "RemoteStorageManager",
-    *_MOVED,
 ]

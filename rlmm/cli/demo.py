@@ -37,8 +37,8 @@ from remote import (
     generate_records,
     iter_records,
 )
+from remote.naming import OBJECT_KINDS, kind_label
 from remote.segment_data import log_segment_data
-from remote.storage import OBJECT_KINDS, kind_label
 from rlmm.cli.output import ConsoleOutput, human_bytes
 from rlmm.cli.segments import show_segments
 from rlmm.config import load_config

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from remote.storage import LogSegmentData, ObjectKind, RemoteStorageManager
+from remote.naming import ObjectKind
+from remote.storage import LogSegmentData, RemoteStorageManager
 from rlmm.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,

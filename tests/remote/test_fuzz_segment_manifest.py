@@ -10,7 +10,8 @@ import random
 
 import msgpack
 
-from remote.storage import OBJECT_KINDS, ObjectChecksum, SegmentManifest
+from remote.manifest import ObjectChecksum, SegmentManifest
+from remote.naming import OBJECT_KINDS
 from tests.fuzzing import assert_clean, interesting_int, mutate_bytes, run_fuzz, weird_value
 
 HERE = "tests.remote.test_fuzz_segment_manifest"

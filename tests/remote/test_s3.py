@@ -24,8 +24,9 @@ from remote import (
 )
 from remote._s3_client import S3Calls
 from remote.errors import InvalidRangeError
+from remote.manifest import crc32c_of
+from remote.naming import OBJECT_KINDS
 from remote.s3 import S3RemoteStorageManager
-from remote.storage import OBJECT_KINDS, crc32c_of
 from rlmm.errors import ConfigError
 from tests.remote.conftest import BUCKET, S3Factory, finished, make_metadata, write_segment
 

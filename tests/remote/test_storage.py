@@ -23,14 +23,9 @@ from remote import (
 )
 from remote.errors import CorruptObjectError
 from remote.local import LocalRemoteStorageManager
-from remote.storage import (
-    OBJECT_KINDS,
-    ObjectChecksum,
-    check_prefix,
-    check_topic_name,
-    object_name,
-    resolve_range,
-)
+from remote.manifest import ObjectChecksum
+from remote.naming import OBJECT_KINDS, check_prefix, check_topic_name, object_name
+from remote.streams import resolve_range
 from rlmm.errors import ConfigError
 from tests.remote.conftest import make_metadata
 

@@ -18,7 +18,7 @@ from remote import (
     RemoteStorageError,
     SegmentManifest,
 )
-from remote.storage import OBJECT_KINDS, object_name, parse_object_name
+from remote.naming import OBJECT_KINDS, object_name, parse_object_name
 from rlmm.model import kafka_uuid_to_str
 from tests.remote.conftest import BUCKET, Backend, finished, make_metadata, write_segment
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import random
 
-from remote.storage import verifying_stream
+from remote.streams import verifying_stream
 from rlmm.archive.batches import iter_batches
 from rlmm.archive.columns import ColumnBuilder
 from rlmm.archive.errors import CorruptBatchError

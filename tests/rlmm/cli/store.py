@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from remote import PartitionDir, PartitionDirWriter, RemoteStorageManager, generate_records
-from remote.storage import IndexType, object_name
+from remote.naming import object_name
+from remote.storage import IndexType
 from rlmm.config import RlmmConfig, load_config
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.manager import TopicBasedRemoteLogMetadataManager

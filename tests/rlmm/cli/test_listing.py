@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from remote import iter_records
-from remote.storage import OBJECT_KINDS, SegmentManifest, object_name
+from remote.manifest import SegmentManifest
+from remote.naming import OBJECT_KINDS, object_name
 from rlmm.archive import open_metadata_view
 from rlmm.cli.output import human_age
 from rlmm.ops.describe import segment_fields

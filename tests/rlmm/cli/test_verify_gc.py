@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from remote.naming import object_name
 from remote.segments.batch import RecordBatchReader
-from remote.storage import IndexType, object_name
+from remote.storage import IndexType
 from rlmm.archive import open_metadata_view
 from rlmm.model import RemoteLogSegmentState as S
 from tests.rlmm.cli.store import (
