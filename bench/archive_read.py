@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._machine import machine
-from remote import PartitionDir, PartitionDirWriter, ProducerRecord
+from remote.segments import PartitionDir, PartitionDirWriter, ProducerRecord
 from rlmm.archive import (
     ReadRequest,
     close_remote_storage,

@@ -38,8 +38,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._machine import machine  # noqa: E402
-from remote import PartitionDir, PartitionDirWriter, generate_records  # noqa: E402
 from remote.segment_data import log_segment_data  # noqa: E402
+from remote.segments import PartitionDir, PartitionDirWriter, generate_records  # noqa: E402
 from rlmm.config import load_config  # noqa: E402
 from rlmm.factory import create_manager, open_event_log  # noqa: E402
 from rlmm.model import (  # noqa: E402

@@ -179,7 +179,7 @@ class Writer(threading.Thread):
         self.logs, self.rate, self.keep = logs, rate, keep
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        from remote import PartitionDirWriter, available_codecs
+        from remote.segments import PartitionDirWriter, available_codecs
 
         codecs = available_codecs()
         self.writers = [
@@ -190,7 +190,7 @@ class Writer(threading.Thread):
         ]
 
     def run(self) -> None:
-        from remote import ProducerRecord
+        from remote.segments import ProducerRecord
 
         rnd = random.Random(405)
         tick = 0.25

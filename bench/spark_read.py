@@ -44,7 +44,7 @@ from bench.archive_read import (
     read_archive,
     read_kafka_python,
 )
-from remote import PartitionDir
+from remote.segments import PartitionDir
 from rlmm.archive import close_remote_storage
 from rlmm.config import RlmmConfig
 

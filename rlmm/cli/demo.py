@@ -29,16 +29,17 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from remote import (
-    LocalRemoteStorageManager,
+from remote.errors import RemoteResourceNotFoundError
+from remote.naming import OBJECT_KINDS, kind_label, object_name
+from remote.segment_data import log_segment_data
+from remote.segments import (
     PartitionDir,
     PartitionDirWriter,
     available_codecs,
     generate_records,
     iter_records,
 )
-from remote.naming import OBJECT_KINDS, kind_label
-from remote.segment_data import log_segment_data
+from remote.storage import RemoteStorageManager
 from rlmm.cli.output import ConsoleOutput, human_bytes
 from rlmm.cli.segments import show_segments
 from rlmm.config import load_config
@@ -148,7 +149,7 @@ root = "{data_dir / "remote"}"
 
 
 def compare_objects(
-    rsm: LocalRemoteStorageManager, pdir: PartitionDir, m: RemoteLogSegmentMetadata
+    rsm: RemoteStorageManager, pdir: PartitionDir, m: RemoteLogSegmentMetadata
 ) -> int:
     """Byte-for-byte check of every object of ``m`` against the local files; the count."""
     seg = pdir.segment(m.start_offset)
@@ -156,14 +157,17 @@ def compare_objects(
     checked = 0
     for kind in OBJECT_KINDS:
         source = data.source(kind)
-        stored = rsm.path_of(m, kind)
+        name = object_name(m, kind)
+        try:
+            with rsm.open_object(name) as f:
+                stored: bytes | None = f.read()
+        except RemoteResourceNotFoundError:
+            stored = None
         if source is None:
-            check(
-                not stored.exists(), f"{stored} exists but {seg.log_path} has no {kind_label(kind)}"
-            )
+            check(stored is None, f"{name} exists but {seg.log_path} has no {kind_label(kind)}")
             continue
         local = source if isinstance(source, bytes) else source.read_bytes()
-        check(stored.read_bytes() == local, f"{stored} differs from the local {kind_label(kind)}")
+        check(stored == local, f"{name} differs from the local {kind_label(kind)}")
         checked += 1
     return checked
 
@@ -184,7 +188,7 @@ def aborted_offsets(pdir: PartitionDir) -> set[int]:
 
 
 def expected_reads(
-    rsm: LocalRemoteStorageManager, pdir: PartitionDir, archived: list[RemoteLogSegmentMetadata]
+    rsm: RemoteStorageManager, pdir: PartitionDir, archived: list[RemoteLogSegmentMetadata]
 ) -> dict[str, Any]:
     aborted = aborted_offsets(pdir)
     uncommitted = committed = control = 0
@@ -270,7 +274,6 @@ async def offload(config_path: Path, logs: Path, pdirs: list[PartitionDir]) -> D
     tps = [p.topic_id_partition() for p in pdirs]
     manager = create_manager(config, open_event_log(config))
     rsm = open_remote_storage(config)
-    assert isinstance(rsm, LocalRemoteStorageManager)
     t1 = time.perf_counter()
     await manager.start()
     await manager.on_partition_leadership_changes(tps, [])

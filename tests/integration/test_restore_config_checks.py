@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from remote import PartitionDir
+from remote.segments import PartitionDir
 from remote.topic_configs import TopicConfigs
 from rlmm.factory import open_topic_config_store
 from rlmm.model import kafka_uuid_to_str

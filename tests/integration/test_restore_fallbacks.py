@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from remote import PartitionDir, PartitionDirWriter, ProducerRecord, generate_records
+from remote.segments import PartitionDir, PartitionDirWriter, ProducerRecord, generate_records
 from rlmm.restore import RestoreOptions, RestoreSelection, read_offset_map, restore
 from rlmm.restore.target import TargetCluster
 from tests.fixtures.apache_kafka import ApacheKafkaBroker

@@ -21,7 +21,7 @@ import boto3
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from remote import PartitionDir
+from remote.segments import PartitionDir
 from rlmm.archive import open_metadata_view
 from rlmm.restore import MissingSegmentsError, RestoreOptions, RestoreSelection, restore
 from tests.fixtures.apache_kafka import ApacheKafkaBroker

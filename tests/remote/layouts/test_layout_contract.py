@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from remote import IndexType, LocalRemoteStorageManager, RemoteResourceNotFoundError
+from remote import IndexType, RemoteResourceNotFoundError
 from remote.errors import InvalidRemotePathError
 from remote.layouts import RemoteLayout, check_layout_matches, load_remote_layout
 from remote.layouts.local_tiered_storage import ROOT_DIR_NAME
+from remote.local import LocalRemoteStorageManager
 from rlmm.errors import ConfigError
 from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
 from tests.remote.conftest import SegmentFiles, finished, make_metadata, write_segment

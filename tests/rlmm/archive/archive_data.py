@@ -17,14 +17,9 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from remote import (
-    PartitionDir,
-    PartitionDirWriter,
-    ProducerRecord,
-    RemoteStorageManager,
-    generate_records,
-)
+from remote import RemoteStorageManager
 from remote.segment_data import log_segment_data
+from remote.segments import PartitionDir, PartitionDirWriter, ProducerRecord, generate_records
 from rlmm.config import RlmmConfig, load_config
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.manager import TopicBasedRemoteLogMetadataManager

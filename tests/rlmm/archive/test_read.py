@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from remote import available_codecs
-from remote.segments import RecordBatchReader
+from remote.segments import RecordBatchReader, available_codecs
 from rlmm.archive import (
     CorruptBatchError,
     DataLossError,
@@ -67,7 +66,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> tuple[RlmmConfig, list[
 
 
 def _dirs(parent: Path) -> list[Any]:
-    from remote import PartitionDir
+    from remote.segments import PartitionDir
 
     return [PartitionDir(p) for p in sorted(parent.iterdir())]
 
@@ -201,8 +200,8 @@ def test_a_slice_boundary_inside_a_transaction(history: Any) -> None:
 
 def test_bounds_prune_segments_before_any_fetch(history: Any) -> None:
     config, written = history
-    from remote import LocalRemoteStorageManager
     from remote.layouts.rlmm_layout import RlmmLayout
+    from remote.local import LocalRemoteStorageManager
 
     class Counting(LocalRemoteStorageManager):
         def __init__(self, root: Path) -> None:
@@ -272,7 +271,7 @@ def test_leader_change_and_superseded_segments(tmp_path: Path) -> None:
     """Old leader (epoch 0) copied [0, 99]; the new leader (epoch 1, truncated at 80)
     copied [50, 149] and then its segment [150, 200] twice: the reader serves 0..79 from
     the old copy, 80.. from the new leader, and never the superseded copy."""
-    from remote import PartitionDirWriter, ProducerRecord
+    from remote.segments import PartitionDirWriter, ProducerRecord
     from rlmm.factory import create_manager, open_event_log, open_remote_storage
     from tests.rlmm.archive.archive_data import copy_segment
 
@@ -289,7 +288,7 @@ def test_leader_change_and_superseded_segments(tmp_path: Path) -> None:
         w.append_records(records(range(50, 80), "k"), batch_records=5)
         w.set_leader_epoch(1)
         w.append_records(records(range(80, 201), "new"), batch_records=5)
-    from remote import PartitionDir
+    from remote.segments import PartitionDir
 
     old, new = PartitionDir(tmp_path / "old" / "t-0"), PartitionDir(tmp_path / "new" / "t-0")
     config = make_config(tmp_path / "rlmm")

@@ -12,8 +12,7 @@ from typing import Any
 import crc32c
 import pytest
 
-from remote import PartitionDir, PartitionDirWriter, generate_records
-from remote.segments import RecordBatchReader
+from remote.segments import PartitionDir, PartitionDirWriter, RecordBatchReader, generate_records
 from rlmm.archive import (
     ArchiveError,
     ReadRequest,

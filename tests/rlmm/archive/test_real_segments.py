@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from remote import PartitionDir
 from remote.segments import (
     EpochEntry,
+    PartitionDir,
     encode_leader_epoch_checkpoint,
     encode_partition_metadata,
     encode_producer_snapshot,

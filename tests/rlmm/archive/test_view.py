@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import PartitionDir, PartitionDirWriter, generate_records
+from remote.segments import PartitionDir, PartitionDirWriter, generate_records
 from rlmm.archive import ArchiveError, open_metadata_view
 from rlmm.archive.view import load_metadata_view
 from rlmm.factory import create_manager, open_event_log

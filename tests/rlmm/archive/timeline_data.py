@@ -14,9 +14,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from remote import IndexType, PartitionDir, PartitionDirWriter, ProducerRecord
+from remote import IndexType
 from remote.layouts.local_tiered_storage import ROOT_DIR_NAME
 from remote.naming import OBJECT_KINDS, object_name
+from remote.segments import PartitionDir, PartitionDirWriter, ProducerRecord
 from rlmm.archive import open_metadata_view
 from rlmm.config import RlmmConfig
 from rlmm.model import kafka_uuid_to_str

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from remote import PartitionDir, PartitionDirWriter, RemoteStorageManager, generate_records
+from remote import RemoteStorageManager
 from remote.naming import object_name
+from remote.segments import PartitionDir, PartitionDirWriter, generate_records
 from remote.storage import IndexType
 from rlmm.config import RlmmConfig, load_config
 from rlmm.factory import create_manager, open_event_log, open_remote_storage

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from remote import iter_records
 from remote.manifest import SegmentManifest
 from remote.naming import OBJECT_KINDS, object_name
+from remote.segments import iter_records
 from rlmm.archive import open_metadata_view
 from rlmm.cli.output import human_age
 from rlmm.ops.describe import segment_fields

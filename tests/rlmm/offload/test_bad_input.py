@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import PartitionDir
 from remote.local import LocalRemoteStorageManager
+from remote.segments import PartitionDir
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.offload import RemoteLogManager
 from rlmm.offload.display import Display

@@ -245,7 +245,7 @@ async def test_leader_change_mid_copy_supersedes(
     """Broker A (epoch 0) is mid-upload when B (epoch 1, other segment boundaries) takes over."""
     import uuid
 
-    from remote import PartitionDirWriter, generate_records, iter_records
+    from remote.segments import PartitionDirWriter, generate_records, iter_records
 
     topic_id = uuid.uuid4()
     a_dir = write_partition(
@@ -264,7 +264,7 @@ async def test_leader_change_mid_copy_supersedes(
         w.append_records(generate_records(600, value_size=40), batch_records=10)
         w.set_leader_epoch(1)
         w.append_records(generate_records(900, start=600, value_size=40), batch_records=10)
-    from remote import PartitionDir
+    from remote.segments import PartitionDir
 
     b_dir = PartitionDir(tmp_path / "b" / "orders-0")
     gated = GatedRsm(tmp_path / "remote-shared")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import PartitionDir
 from remote.local import LocalRemoteStorageManager
+from remote.segments import PartitionDir
 from rlmm.config import load_config
 from rlmm.factory import create_manager, open_event_log
 from rlmm.offload.display import Display

@@ -16,8 +16,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remote import PartitionDir
-from remote.segments import encode_partition_metadata, offset_file_name
+from remote.segments import PartitionDir, encode_partition_metadata, offset_file_name
 from rlmm.offload import LogDirSource
 from rlmm.offload.log_source import LocalSegment, LogSource, LogView
 from tests.rlmm.offload.conftest import KEEP_ALL

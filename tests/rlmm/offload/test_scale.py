@@ -21,9 +21,13 @@ from typing import Any
 
 import pytest
 
-from remote import PartitionDir
 from remote.local import LocalRemoteStorageManager
-from remote.segments import EpochEntry, LogSegmentFiles, encode_leader_epoch_checkpoint
+from remote.segments import (
+    EpochEntry,
+    LogSegmentFiles,
+    PartitionDir,
+    encode_leader_epoch_checkpoint,
+)
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.offload import LogDirSource, RemoteLogManager, RetentionSettings, logdir
 from rlmm.offload.log_source import LogSource, LogView

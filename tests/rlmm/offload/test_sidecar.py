@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import PartitionDir
 from remote.local import LocalRemoteStorageManager
+from remote.segments import PartitionDir
 from rlmm.config import load_config
 from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log

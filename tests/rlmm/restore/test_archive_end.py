@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from rich.table import Table
 
-from remote import PartitionDir
+from remote.segments import PartitionDir
 from rlmm.archive import open_metadata_view, remote_storage_for
 from rlmm.cli._restore_text import restore_lines
 from rlmm.config import RlmmConfig

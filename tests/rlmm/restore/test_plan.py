@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from remote import IndexType, PartitionDir
+from remote import IndexType
+from remote.segments import PartitionDir
 from rlmm.archive import (
     MetadataView,
     open_metadata_view,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from remote import PartitionDir, PartitionDirWriter, generate_records
+from remote.segments import PartitionDir, PartitionDirWriter, generate_records
 from rlmm.archive import read_slice, read_slice_batches
 from rlmm.config import RlmmConfig
 from rlmm.restore import RestorePlan, RestoreSelection

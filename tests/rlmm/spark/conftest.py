@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from remote import available_codecs
+from remote.segments import available_codecs
 from tests.rlmm.archive.archive_data import Expected, archived, make_config, offload, write_history
 
 

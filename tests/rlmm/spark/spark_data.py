@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from remote import PartitionDir, PartitionDirWriter, ProducerRecord
+from remote.segments import PartitionDir, PartitionDirWriter, ProducerRecord
 from rlmm.config import RlmmConfig
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.model import TopicIdPartition

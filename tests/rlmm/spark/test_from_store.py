@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from remote import PartitionDir
+from remote.segments import PartitionDir
 from rlmm.config import RlmmConfig, load_config
 from rlmm.factory import open_event_log
 from tests.rlmm.archive.archive_data import Expected, archived, expected_rows, offload

@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
-from remote import available_codecs
+from remote.segments import available_codecs
 from rlmm.archive import open_metadata_view
 from rlmm.config import load_config
 from rlmm.spark import parse_options
