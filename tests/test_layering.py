@@ -7,6 +7,9 @@ cache only the codec's public surface, and no one else the private modules of ei
 One replay: the manager and the archive view both turn event-log records into state
 through rlmm.replay, and no other module has an apply body of its own (decoding a
 record and applying it, or asking the store whether an event is a redelivery).
+One concrete manager: only rlmm.factory imports rlmm.manager; the offloader, ops and
+every other caller type against rlmm.base and rlmm.offload_metadata, so each runs
+behind the fail-closed facade as well as over the manager.
 
 And the rules of section 4: the backends are the modules the registries name; no
 backend imports another, and no other module of its package (the base modules, the
@@ -154,6 +157,22 @@ REPLAY = "rlmm.replay"
 @pytest.mark.parametrize("replayer", ["rlmm/manager.py", "rlmm/archive/view.py"])
 def test_the_manager_and_the_archive_view_replay_through_one_module(replayer: str) -> None:
     assert any(within(m, REPLAY) for m in names_imported_by(ROOT / replayer)), replayer
+
+
+def test_only_the_factory_imports_the_concrete_manager() -> None:
+    """TopicBasedRemoteLogMetadataManager is built by rlmm.factory alone: the offloader
+    (rlmm/offload), ops (rlmm/ops) and every other module type against the ABCs
+    (RemoteLogMetadataManager, OffloadMetadataManager), never the concrete class."""
+    concrete = ("rlmm.manager", "rlmm.TopicBasedRemoteLogMetadataManager", "rlmm.ManagerStats")
+    checked = set()
+    for path in modules("rlmm"):
+        own = module_name(path)
+        if own in ("rlmm.factory", "rlmm.manager"):
+            continue
+        checked.add(own)
+        bad = {m for m in names_imported_by(path) if within(m, *concrete)}
+        assert not bad, f"{own} imports {sorted(bad)}"
+    assert {"rlmm.offload.remote_log_manager", "rlmm.offload.sidecar", "rlmm.ops.repair"} <= checked
 
 
 def _calls(node: ast.AST) -> set[str]:

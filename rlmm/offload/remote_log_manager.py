@@ -32,6 +32,10 @@ Invariants:
 - a segment holding records off the leader's epoch lineage (an unclean election cut
   them) is deleted once the local log still holds what it served on the lineage;
 - nothing started here outlives ``close()``; cancellation is never swallowed;
+- the metadata is any ``OffloadMetadataManager`` (the topic-based manager, or the
+  fail-closed facade in front of it): while it is not ready (a ``NotReadyRlmm`` swapped
+  in) nothing is copied or expired, and a copy that meets it mid-way fails and deletes
+  its objects; the next ready manager's round cleans up what the failed attempt left;
 - a segment the topic's copy delay holds back (KIP-1241, ``copy_delay``) is not
   copied, nor any after it, and is not copy lag; the partition's round is skipped as
   idle until the delay lets it go by time (or its inputs change);
@@ -53,7 +57,6 @@ from dataclasses import dataclass, field
 from remote import RemoteStorageManager
 from rlmm.cache import SegmentSummary
 from rlmm.errors import RemoteResourceNotFoundError
-from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -77,6 +80,7 @@ from rlmm.offload.metrics import OffloadMetrics
 from rlmm.offload.ownership import Ownership
 from rlmm.offload.quota import CopyQuota
 from rlmm.offload.segment_ops import OffloadEvent, SegmentOps
+from rlmm.offload_metadata import OffloadMetadataManager
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +154,7 @@ class RemoteLogManager:
 
     def __init__(
         self,
-        rlmm: TopicBasedRemoteLogMetadataManager,
+        manager: OffloadMetadataManager,
         rsm: RemoteStorageManager,
         *,
         broker_id: int = 0,
@@ -168,13 +172,13 @@ class RemoteLogManager:
     ) -> None:
         if copier_concurrency <= 0:
             raise OffloadError(f"copier concurrency must be positive, got {copier_concurrency}")
-        self.rlmm = rlmm
+        self.manager = manager
         self.rsm = rsm
         self.metrics = metrics if metrics is not None else OffloadMetrics()
         self._clock_ms = clock_ms if clock_ms is not None else (lambda: int(time.time() * 1000))
         self.ownership = Ownership(rsm)
         self._ops = SegmentOps(
-            rlmm,
+            manager,
             rsm,
             broker_id,
             self.metrics,
@@ -223,7 +227,7 @@ class RemoteLogManager:
         metadata is ready: ``on_leadership_changes`` would change nothing for it."""
         tp = source.topic_id_partition
         leader = self._leaders.get(tp)
-        return leader is not None and leader.source is source and self.rlmm.is_ready(tp)
+        return leader is not None and leader.source is source and self.manager.is_ready(tp)
 
     @property
     def broker_id(self) -> int:
@@ -248,10 +252,10 @@ class RemoteLogManager:
         for tp in follow & set(self._leaders):
             await self._stop_task(self._leaders.pop(tp))
             self.metrics.clear_unarchived(tp)
-        await self.rlmm.on_partition_leadership_changes(list(sources), list(follow))
+        await self.manager.on_partition_leadership_changes(list(sources), list(follow))
         # Each round leads every partition again: only those not ready yet are waited on.
-        waiting = [tp for tp in sources if not self.rlmm.is_ready(tp)]
-        await self.rlmm.wait_until_ready(waiting, self._ready_timeout_s)
+        waiting = [tp for tp in sources if not self.manager.is_ready(tp)]
+        await self.manager.wait_until_ready(waiting, self._ready_timeout_s)
         self._followers |= follow
         self._followers -= set(sources)
         fresh = []
@@ -268,7 +272,7 @@ class RemoteLogManager:
                 raise result
             if isinstance(result, Exception):
                 log.warning("crash cleanup of %s failed (retried next round): %s", tp, result)
-            elif self.rlmm.is_ready(tp):
+            elif self.manager.is_ready(tp):
                 # From the metadata, now: a first round over a backlog sets it only
                 # once its copies are done, and dashboards would show a gap until then.
                 self._record_remote_size(tp)
@@ -296,7 +300,7 @@ class RemoteLogManager:
             self._followers.discard(tp)
             self._no_foreign.pop(tp, None)
             self.metrics.clear_unarchived(tp)
-        await self.rlmm.on_stop_partitions(tps)
+        await self.manager.on_stop_partitions(tps)
 
     async def _stop_task(self, leader: _Leader) -> None:
         leader.revoked = True
@@ -326,11 +330,11 @@ class RemoteLogManager:
         # The sidecar asks this of every partition each round: while the metadata is
         # unchanged since a check found none, there is none (a segment rlmm wrote stays
         # rlmm's; a new segment is a new event).
-        applied = self.rlmm.applied_offset_of(tp)
+        applied = self.manager.applied_offset_of(tp)
         if applied is not None and self._no_foreign.get(tp) == applied:
             return []
         # A signed id is rlmm's without a look at the store; only the others are asked.
-        unsigned = list(self.rlmm.walk_remote_log_segments(tp, unsigned_only=True))
+        unsigned = list(self.manager.walk_remote_log_segments(tp, unsigned_only=True))
         found = [m for m in unsigned if not await self._ops.owns(m)]
         if not found and applied is not None:
             self._no_foreign[tp] = applied
@@ -358,7 +362,7 @@ class RemoteLogManager:
             tp,
             [
                 m
-                for m in self.rlmm.walk_remote_log_segments(tp, _STARTED_STATES)
+                for m in self.manager.walk_remote_log_segments(tp, _STARTED_STATES)
                 if m.remote_log_segment_id not in self._ops.in_flight and self._left_over(m)
             ],
             "cleaning up",
@@ -382,7 +386,7 @@ class RemoteLogManager:
     def _continue_after(self, tp: TopicIdPartition, copied: int, view: LogView) -> int:
         """``copied``, or the end of the archive's first hole below it when the local log
         still holds the hole's start (so copying goes back and fills it)."""
-        end = self.rlmm.contiguous_end_offset(tp, _FINISHED_STATE)
+        end = self.manager.contiguous_end_offset(tp, _FINISHED_STATE)
         if end is None:
             return copied
         local_start = view.local_start_offset
@@ -444,7 +448,7 @@ class RemoteLogManager:
         leader epoch it was found in (Kafka's rule, with KAFKA-15241)."""
         ends = epoch_end_offsets(epochs, log_end_offset)
         for entry in reversed(epochs):
-            offset = self.rlmm.highest_offset_for_epoch(tp, entry.epoch)
+            offset = self.manager.highest_offset_for_epoch(tp, entry.epoch)
             if offset is not None:
                 return min(offset, ends[entry.epoch] - 1), entry.epoch
         return -1, None
@@ -462,12 +466,12 @@ class RemoteLogManager:
         the archive: ``highest_offset_for_epoch`` keeps what was copied, as Kafka's)."""
         if epoch is None:
             return None
-        segment = self.rlmm.remote_log_segment_metadata(tp, epoch, end)
+        segment = self.manager.remote_log_segment_metadata(tp, epoch, end)
         if segment is not None:
             return segment.max_timestamp_ms
         # Rare (a lineage cut inside the epoch): the newest FINISHED segment below it.
         newest = None
-        for s in self.rlmm.walk_segment_summaries(tp, _FINISHED_STATE):
+        for s in self.manager.walk_segment_summaries(tp, _FINISHED_STATE):
             if s.start_offset <= end and (newest is None or s.start_offset >= newest[0]):
                 newest = (s.start_offset, s.max_timestamp_ms)
         return None if newest is None else newest[1]
@@ -513,7 +517,7 @@ class RemoteLogManager:
         leader = self._leader(tp)
         result = CopyResult()
         async with leader.lock:
-            if not self.rlmm.is_ready(tp):
+            if not self.manager.is_ready(tp):
                 return result  # Kafka skips the run while the RLMM catches up
             if leader.source.retention().remote_log_copy_disable:
                 self.metrics.set_copy_lag(tp, 0, 0)
@@ -643,7 +647,7 @@ class RemoteLogManager:
         leader = self._leader(tp)
         result = ExpireResult()
         async with leader.lock:
-            if not self.rlmm.is_ready(tp):
+            if not self.manager.is_ready(tp):
                 return result
             self.metrics.partition_rounds.labels("expire").inc()
             # Leftovers of failed cleanups (the RSM delete failed too) go first; no copy
@@ -654,7 +658,7 @@ class RemoteLogManager:
             copied = self._highest_remote(tp, view.epochs, view.log_end_offset)
             local_only = view.local_bytes_from(copied + 1)
             planned = plan_expiry(
-                lambda: self.rlmm.walk_segment_summaries(tp),
+                lambda: self.manager.walk_segment_summaries(tp),
                 referenced=_served,
                 retention=leader.source.retention(),
                 log_start_offset=view.log_start_offset,
@@ -663,7 +667,7 @@ class RemoteLogManager:
             )
             victims = [Victim(c.metadata(), reason) for c, reason in planned]
             chosen = {c.row for c, _ in planned}
-            finished = self.rlmm.walk_segment_summaries(tp, _FINISHED_STATE)
+            finished = self.manager.walk_segment_summaries(tp, _FINISHED_STATE)
             victims += self._off_lineage(tp, finished, view, chosen, result)
             owned = {
                 m.remote_log_segment_id
@@ -716,8 +720,8 @@ class RemoteLogManager:
         return out
 
     def _record_remote_size(self, tp: TopicIdPartition) -> None:
-        count = self.rlmm.remote_log_segment_count(tp)
-        self.metrics.set_remote_log(tp, self.rlmm.remote_log_size(tp), count)
+        count = self.manager.remote_log_segment_count(tp)
+        self.metrics.set_remote_log(tp, self.manager.remote_log_size(tp), count)
 
     async def _one_round(
         self, tp: TopicIdPartition, inputs: Hashable | None = None
@@ -759,10 +763,10 @@ class RemoteLogManager:
         busy = copied.copied or copied.pending or copied.error or copied.skipped_expired
         if inputs is None or busy or copied.round_failure or expired.deleted or expired.cleaned:
             return
-        if self.rlmm.remote_log_segment_count(tp, _UNFINISHED_STATES):
+        if self.manager.remote_log_segment_count(tp, _UNFINISHED_STATES):
             return
         retention_ms = leader.source.retention().retention_ms
-        oldest = self.rlmm.oldest_max_timestamp_ms(tp) if retention_ms >= 0 else None
+        oldest = self.manager.oldest_max_timestamp_ms(tp) if retention_ms >= 0 else None
         until = 2**63 if oldest is None else min(2**63, oldest + retention_ms)
         if copied.held_until_ms is not None:  # the copy delay lets a segment go then
             until = min(until, copied.held_until_ms)
@@ -792,8 +796,8 @@ class RemoteLogManager:
                 continue
             token = inputs.get(tp)
             # the metadata part is read here, on the loop, where the manager's state lives
-            applied = self.rlmm.applied_offset_of(tp) if token is not None else None
-            ready = applied is not None and self.rlmm.is_ready(tp)
+            applied = self.manager.applied_offset_of(tp) if token is not None else None
+            ready = applied is not None and self.manager.is_ready(tp)
             token = (token, applied) if ready else None
             if self._still_idle(tp, token, now_ms):
                 idle.append(tp)
@@ -866,14 +870,14 @@ class RemoteLogManager:
         leader = self._leaders.get(tp)
         if leader is not None:
             await self._stop_task(leader)
-        if tp not in self.rlmm.assigned_partitions:
-            await self.rlmm.on_partition_leadership_changes([], [tp])
-        await self.rlmm.wait_until_ready([tp], self._ready_timeout_s)
-        state = self.rlmm.remote_partition_delete_state(tp)
+        if tp not in self.manager.assigned_partitions:
+            await self.manager.on_partition_leadership_changes([], [tp])
+        await self.manager.wait_until_ready([tp], self._ready_timeout_s)
+        state = self.manager.remote_partition_delete_state(tp)
         current = None if state is None else state.state
         if current == P.DELETE_PARTITION_FINISHED:
             return 0
-        if only_if_tiered and current is None and not self.rlmm.remote_log_segment_count(tp):
+        if only_if_tiered and current is None and not self.manager.remote_log_segment_count(tp):
             return 0
         foreign = await self.foreign_segments(tp)
         if foreign:
@@ -886,14 +890,14 @@ class RemoteLogManager:
             )
         for target in (P.DELETE_PARTITION_MARKED, P.DELETE_PARTITION_STARTED):
             if current is None or current < target:
-                await self.rlmm.put_remote_partition_delete_metadata(
+                await self.manager.put_remote_partition_delete_metadata(
                     RemotePartitionDeleteMetadata(tp, target, self._clock_ms(), self._ops.broker_id)
                 )
         deleted = 0
-        for m in self.rlmm.list_remote_log_segments(tp):
+        for m in self.manager.list_remote_log_segments(tp):
             await self._ops.delete(m)
             deleted += 1
-        await self.rlmm.put_remote_partition_delete_metadata(
+        await self.manager.put_remote_partition_delete_metadata(
             RemotePartitionDeleteMetadata(
                 tp, P.DELETE_PARTITION_FINISHED, self._clock_ms(), self._ops.broker_id
             )

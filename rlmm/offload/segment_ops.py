@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 from remote import RemoteStorageManager
 from rlmm.errors import RemoteStorageError
-from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -39,6 +38,7 @@ from rlmm.offload.faults import KillPoints
 from rlmm.offload.log_source import SegmentDescription
 from rlmm.offload.metrics import OffloadMetrics
 from rlmm.offload.ownership import Ownership, new_segment_id
+from rlmm.offload_metadata import OffloadMetadataManager
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class OffloadEvent:
 class SegmentOps:
     """Copy and delete walks over one RLMM and one RSM (shared by all partitions)."""
 
-    rlmm: TopicBasedRemoteLogMetadataManager
+    manager: OffloadMetadataManager
     rsm: RemoteStorageManager
     broker_id: int
     metrics: OffloadMetrics
@@ -81,7 +81,7 @@ class SegmentOps:
     async def _update(
         self, metadata: RemoteLogSegmentMetadata, state: S, custom: bytes | None
     ) -> None:
-        await self.rlmm.update_remote_log_segment_metadata(
+        await self.manager.update_remote_log_segment_metadata(
             RemoteLogSegmentMetadataUpdate(
                 metadata.remote_log_segment_id, self.clock_ms(), custom, state, self.broker_id
             )
@@ -106,7 +106,7 @@ class SegmentOps:
         )
         topic = metadata.topic_id_partition.topic
         self.metrics.copy_requests.labels(topic).inc()
-        await self.rlmm.add_remote_log_segment_metadata(metadata)
+        await self.manager.add_remote_log_segment_metadata(metadata)
         self.in_flight.add(metadata.remote_log_segment_id)
         self.emit(OffloadEvent("copy_started", metadata, desc.size_in_bytes))
         try:

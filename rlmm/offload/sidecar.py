@@ -20,7 +20,9 @@ still running) and never makes the others run a round out of turn; without a clu
 every partition found is led (one broker);
 topics the cluster tiers itself, or whose metadata holds segments rlmm did not
 write, are never touched; a replicated partition over a metadata log other brokers
-cannot share stops the sidecar. The sidecar never writes into a log dir; the first
+cannot share stops the sidecar. The offloader reaches the metadata only through the
+fail-closed facade (``rlmm.facade``): NotReadyRlmm until the manager has started, and
+again from before it closes. The sidecar never writes into a log dir; the first
 SIGTERM/SIGINT lets the segments being copied finish and starts no new one, a second
 abandons them (their objects are deleted before exit); either way the manager writes
 a snapshot, everything started here is stopped, and the run ends normally (exit 0).
@@ -48,13 +50,13 @@ from eventlog.errors import EventLogAuthError, EventLogConfigError
 from rlmm.archive.view import READ_ONLY_WAIT_MS
 from rlmm.config import OFFLOAD_TOPIC_SETTINGS, RlmmConfig
 from rlmm.errors import ConfigError
+from rlmm.facade import NotReadyRlmm, SwappableRlmm
 from rlmm.factory import (
     create_manager,
     open_event_log,
     open_remote_storage,
     open_topic_config_store,
 )
-from rlmm.manager import AUTH_RETRY_S, TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
 from rlmm.offload.cluster import (
     ClusterClient,
@@ -83,6 +85,7 @@ from rlmm.offload.remote_log_manager import CopyResult, ExpireResult, RemoteLogM
 from rlmm.offload.runtime_costs import RuntimeCosts
 from rlmm.offload.settings import OffloadSettings
 from rlmm.offload.topic_configs import TopicConfigKeeper
+from rlmm.offload_metadata import AUTH_RETRY_S, OffloadMetadataManager
 
 log = logging.getLogger(__name__)
 # Loopback unless told otherwise: a scrape from another host needs --metrics-host.
@@ -281,10 +284,13 @@ class Sidecar:
                 self.metrics_server.close()
             self.runtime_costs.close()
             raise
-        rlmm = create_manager(self.config, event_log)
+        manager = create_manager(self.config, event_log)
         rsm = open_remote_storage(self.config)
+        # The offloader copies through the fail-closed facade: NotReadyRlmm until the
+        # manager has started, and again from before it closes.
+        facade = SwappableRlmm(NotReadyRlmm("the sidecar's metadata manager is starting"))
         rlm = RemoteLogManager(
-            rlmm,
+            facade,
             rsm,
             broker_id=self.config.broker_id,
             copier_concurrency=self.settings.copier_concurrency,
@@ -299,7 +305,8 @@ class Sidecar:
             loop.add_signal_handler(sig, self._on_signal, rlm)
         loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
         try:
-            if await self._start_manager(rlmm, report):
+            if await self._start_manager(manager, report):
+                facade.swap(manager)
                 await self._rounds(rlm, report)
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
@@ -313,7 +320,8 @@ class Sidecar:
                 await rlm.close()
                 if self._cluster is not None:
                     await self._cluster.close()
-                await rlmm.close()  # writes the final snapshot, closes the event log
+                facade.swap(NotReadyRlmm("the sidecar's metadata manager is closed"))
+                await manager.close()  # writes the final snapshot, closes the event log
             finally:
                 rsm.close()
                 self._keeper.close()
@@ -330,15 +338,13 @@ class Sidecar:
         """Stop after the round in progress (as a first SIGTERM does, without the signal)."""
         self._stop.set()
 
-    async def _start_manager(
-        self, rlmm: TopicBasedRemoteLogMetadataManager, report: SidecarReport
-    ) -> bool:
+    async def _start_manager(self, manager: OffloadMetadataManager, report: SidecarReport) -> bool:
         """Start the metadata manager; False if stopped first. Refused by Kafka (a
         credential, an ACL): ``--once`` raises it; a long-running sidecar stays up, not
         ready and saying why, and tries again every AUTH_RETRY_S until let in."""
         while True:
             try:
-                if not await self._unless_stopped(rlmm.start()):
+                if not await self._unless_stopped(manager.start()):
                     return False
                 self.metrics.metadata_denied.set(0)
                 return True
@@ -837,7 +843,7 @@ class Sidecar:
 
     async def _record_event_log_lag(self, rlm: RemoteLogManager) -> str | None:
         """Set the lag gauges; return why the metadata is not caught up (None: it is)."""
-        applied = rlm.rlmm.applied_offsets
+        applied = rlm.manager.applied_offsets
         if not applied or self._event_log is None:
             return None
         try:

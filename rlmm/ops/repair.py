@@ -31,9 +31,9 @@ from typing import Any
 
 from remote.layouts import RemoteLayout
 from remote.storage import MultipartUpload
+from rlmm.base import RemoteLogMetadataManager
 from rlmm.config import RlmmConfig
 from rlmm.factory import create_manager, open_event_log
-from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -174,7 +174,7 @@ async def _delete_segments(
 async def _delete_segment(
     config: RlmmConfig,
     layout: RemoteLayout,
-    manager: TopicBasedRemoteLogMetadataManager,
+    manager: RemoteLogMetadataManager,
     m: RemoteLogSegmentMetadata,
 ) -> None:
     def update(state: RemoteLogSegmentState) -> RemoteLogSegmentMetadataUpdate:

@@ -22,6 +22,7 @@ from remote import (
     RemoteStorageManager,
     generate_records,
 )
+from rlmm.base import RemoteLogMetadataManager
 from rlmm.config import RlmmConfig, load_config
 from rlmm.factory import create_manager, open_event_log
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
@@ -186,7 +187,7 @@ def local_keys(root: Path) -> list[str]:
 
 
 def check_invariants(
-    rlmm: TopicBasedRemoteLogMetadataManager,
+    manager: RemoteLogMetadataManager,
     rsm: RemoteStorageManager,
     pdirs: list[PartitionDir],
     keys: list[str],
@@ -195,7 +196,7 @@ def check_invariants(
     live: list[RemoteLogSegmentMetadata] = []
     for pdir in pdirs:
         tp = pdir.topic_id_partition()
-        for m in rlmm.list_remote_log_segments(tp):
+        for m in manager.list_remote_log_segments(tp):
             assert m.state == S.COPY_SEGMENT_FINISHED, (
                 f"{m.remote_log_segment_id} left {m.state.name}"
             )

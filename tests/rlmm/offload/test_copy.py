@@ -255,7 +255,7 @@ async def test_becoming_follower_stops_the_task(
     with pytest.raises(RemoteResourceNotFoundError, match="not led"):
         rlm.highest_remote_offset(tp)
     await rlm.stop_partitions([tp])
-    assert tp not in rlm.rlmm.assigned_partitions
+    assert tp not in rlm.manager.assigned_partitions
 
 
 async def test_each_copy_records_its_segments_smallest_timestamp_from_the_crc_pass(

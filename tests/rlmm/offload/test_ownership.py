@@ -44,15 +44,15 @@ def _foreign(
 
 
 async def _publish(
-    rlmm: TopicBasedRemoteLogMetadataManager, m: RemoteLogSegmentMetadata, finish: bool
+    manager: TopicBasedRemoteLogMetadataManager, m: RemoteLogSegmentMetadata, finish: bool
 ) -> RemoteLogSegmentMetadata:
-    await rlmm.add_remote_log_segment_metadata(m)
+    await manager.add_remote_log_segment_metadata(m)
     if not finish:
         return m
     update = RemoteLogSegmentMetadataUpdate(
         m.remote_log_segment_id, 1_700_000_000_001, None, S.COPY_SEGMENT_FINISHED, m.broker_id
     )
-    await rlmm.update_remote_log_segment_metadata(update)
+    await manager.update_remote_log_segment_metadata(update)
     return m.create_with_updates(update)
 
 

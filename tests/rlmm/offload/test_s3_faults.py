@@ -149,13 +149,13 @@ async def test_crash_between_parts_of_a_multipart_upload(
 
 async def _settle(
     rlm: RemoteLogManager,
-    rlmm: TopicBasedRemoteLogMetadataManager,
+    manager: TopicBasedRemoteLogMetadataManager,
     s3: Backend,
     pdirs: list[PartitionDir],
 ) -> None:
     """A restart's view: leftovers cleaned, one more round, then the invariants."""
     await rlm.run_round()
-    live = check_invariants(rlmm, s3.rsm, pdirs, keys(s3))
+    live = check_invariants(manager, s3.rsm, pdirs, keys(s3))
     assert s3.open_uploads() == []
     for pdir in pdirs:
         tp = pdir.topic_id_partition()
