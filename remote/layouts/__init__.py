@@ -19,7 +19,7 @@ Invariants:
 This module is the layouts' base: the ABC and what it speaks (``SegmentObject``, and
 ``ObjectName`` from ``remote.naming``). It imports no layout module, and no layout module
 imports another; ``remote.registry`` names each layout's module and builds the
-configured one (``load_remote_layout``, also importable from here).
+configured one (``remote.registry.load_remote_layout``).
 """
 
 from __future__ import annotations
@@ -139,40 +139,10 @@ class RemoteLayout(RemoteReader):
         return [self.log_object_name(metadata)]
 
 
-# The registry's names, importable from here as they were before it existed; loaded on
-# use, so that this base module imports nothing above the layouts.
-_REGISTRY_NAMES = frozenset(
-    {
-        "LAYOUT_TYPES",
-        "READ_ONLY_TYPES",
-        "check_layout_matches",
-        "check_remote_options",
-        "detect_layouts",
-        "known_options",
-        "load_remote_layout",
-    }
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _REGISTRY_NAMES:
-        import remote.registry
-
-        return getattr(remote.registry, name)
-    raise AttributeError(f"module 'remote.layouts' has no attribute {name!r}")
-
-
 __all__ = [
-    "LAYOUT_TYPES",
     "LOG_LABEL",
-    "READ_ONLY_TYPES",
     "ObjectName",
     "RemoteLayout",
     "SegmentObject",
-    "check_layout_matches",
-    "check_remote_options",
-    "detect_layouts",
     "index_label",
-    "known_options",
-    "load_remote_layout",
 ]

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from remote import IndexType, RemoteIntegrityError, RemoteResourceNotFoundError
 from remote.errors import InvalidRemotePathError, MissingKeyMaterialError
-from remote.layouts import load_remote_layout
 from remote.layouts._aiven_manifest import (
     ChunkIndex,
     decode_chunk_sizes,
@@ -28,6 +27,7 @@ from remote.layouts._aiven_manifest import (
     parse_manifest,
 )
 from remote.layouts.aiven_s3 import AivenS3Layout
+from remote.registry import load_remote_layout
 from remote.segments.batch import RecordBatchReader
 from rlmm.errors import ConfigError
 from tests.remote.layouts.aiven_objects import (

@@ -17,9 +17,10 @@ import pytest
 
 from remote import IndexType, RemoteResourceNotFoundError
 from remote.errors import InvalidRemotePathError
-from remote.layouts import RemoteLayout, check_layout_matches, load_remote_layout
+from remote.layouts import RemoteLayout
 from remote.layouts.local_tiered_storage import ROOT_DIR_NAME
 from remote.local import LocalRemoteStorageManager
+from remote.registry import check_layout_matches, load_remote_layout
 from rlmm.errors import ConfigError
 from rlmm.model import RemoteLogSegmentMetadata, kafka_uuid_to_str
 from tests.remote.conftest import SegmentFiles, finished, make_metadata, write_segment

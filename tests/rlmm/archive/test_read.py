@@ -396,8 +396,8 @@ def test_what_readers_learn_equals_what_the_offloader_recorded(
     """Every codec, control batches, aborted transactions (skipped undecoded under
     read_committed): a read's side index entries give each segment the smallest
     timestamp the offloader found over all its records."""
-    from remote.layouts import load_remote_layout
     from remote.layouts.rlmm_layout import RlmmLayout
+    from remote.registry import load_remote_layout
     from remote.side_index import SideIndex, smallest_of
 
     config, _ = history

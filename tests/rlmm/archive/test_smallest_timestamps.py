@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from remote import IndexType
-from remote.layouts import load_remote_layout
 from remote.layouts.rlmm_layout import RlmmLayout
 from remote.naming import partition_prefix
+from remote.registry import load_remote_layout
 from remote.side_index import Entry, entry_name
 from rlmm.archive import ReadRequest, RowBounds, Slice, open_metadata_view, plan_slices, read_slice
 from rlmm.archive import smallest_timestamps as smallest_module
