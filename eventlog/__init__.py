@@ -5,13 +5,13 @@ Where things live: ``log`` (the EventLog ABC), one module per backend (``file``,
 builds the configured one, ``known_options`` lists a type's settings for rlmm's config
 check and the docs), ``errors``; private helpers in ``_``-prefixed modules.
 
-Invariant: this package imports no sibling package (eventlog is a leaf); backends
-load on first use.
+Invariant: this package imports no sibling package (eventlog is a leaf), and imports
+no backend: ``eventlog.file.FileEventLog``, ``eventlog.kafka.KafkaEventLog`` (which
+loads aiokafka's network stack) and ``eventlog.memory.MemoryEventLog`` are imported from
+their modules.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from eventlog.errors import (
     EventLogClosedError,
@@ -26,22 +26,7 @@ from eventlog.errors import (
     UnknownPartitionError,
 )
 from eventlog.log import EventLog
-from eventlog.registry import (
-    EVENT_LOG_BACKENDS,
-    EVENT_LOG_TYPES,
-    backend,
-    known_options,
-    load_event_log,
-)
-
-
-def __getattr__(name: str) -> Any:
-    # Backends load on first use (kafka pulls in aiokafka's network stack).
-    for kind, path in EVENT_LOG_BACKENDS.items():
-        if path.endswith(f":{name}"):
-            return backend(kind)
-    raise AttributeError(name)
-
+from eventlog.registry import EVENT_LOG_TYPES, known_options, load_event_log
 
 __all__ = [
     "EVENT_LOG_TYPES",
@@ -54,9 +39,6 @@ __all__ = [
     "EventLogReadOnlyError",
     "EventLogRefusedError",
     "EventLogTransportError",
-    "FileEventLog",
-    "KafkaEventLog",
-    "MemoryEventLog",
     "OffsetBeforeLogStartError",
     "UnknownPartitionError",
     "known_options",

@@ -6,9 +6,10 @@ Where things live: ``storage`` (the RSM ABC and Kafka's API types), ``naming``,
 ``remote.type`` and the factories), ``segments/`` (Kafka's segment files).
 
 Invariant: ``remote`` imports no sibling package except ``rlmm.model`` / ``rlmm.errors``,
-and ``import remote`` stays cheap: it loads no backend (``remote.local.
-LocalRemoteStorageManager``, ``remote.s3.S3RemoteStorageManager``, which loads boto3)
-and not ``remote.segments``; import those from their modules.
+and ``import remote`` stays cheap: it loads no backend and not ``remote.segments``.
+Import those from their modules: ``LocalRemoteStorageManager`` from ``remote.local``,
+``S3RemoteStorageManager`` (which loads boto3) from ``remote.s3``, the segment files'
+readers and writers from ``remote.segments``.
 """
 
 from __future__ import annotations

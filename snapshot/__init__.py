@@ -3,7 +3,9 @@
 Where things live: ``format`` (the file format), ``store`` (the SnapshotStore ABC),
 one module per backend (``local``: one directory; ``s3``: write-once objects in a
 bucket), ``registry`` (every snapshot store type: ``load_snapshot_store`` builds the
-configured one), ``errors``. Backends load on first use.
+configured one), ``errors``. The package imports no backend: import
+``LocalSnapshotStore`` from ``snapshot.local`` and ``S3SnapshotStore`` (which loads
+botocore) from ``snapshot.s3``.
 
 Invariant: this package imports no sibling package (snapshot is a leaf); the state
 it stores is an opaque msgpack-serialisable object owned by the caller. Every
@@ -13,8 +15,6 @@ decode instead of raising.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from snapshot.errors import (
     SnapshotConfigError,
@@ -34,29 +34,13 @@ from snapshot.format import (
     encode_snapshot_parts,
     verify_snapshot,
 )
-from snapshot.registry import (
-    SNAPSHOT_STORE_BACKENDS,
-    SNAPSHOT_STORE_TYPES,
-    backend,
-    load_snapshot_store,
-)
+from snapshot.registry import SNAPSHOT_STORE_TYPES, load_snapshot_store
 from snapshot.store import SnapshotStore, SnapshotStoreStats
-
-
-def __getattr__(name: str) -> Any:
-    # Backends load on first use (s3 pulls in botocore).
-    for kind, path in SNAPSHOT_STORE_BACKENDS.items():
-        if path.endswith(f":{name}"):
-            return backend(kind)
-    raise AttributeError(f"module 'snapshot' has no attribute {name!r}")
-
 
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
     "SNAPSHOT_STORE_TYPES",
-    "LocalSnapshotStore",
-    "S3SnapshotStore",
     "Snapshot",
     "SnapshotConfigError",
     "SnapshotCorruptError",

@@ -10,7 +10,7 @@ from eventlog.file import FileEventLog
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import TopicIdPartition
 from rlmm.snapshotting import SnapshotPolicy
-from snapshot import LocalSnapshotStore
+from snapshot.local import LocalSnapshotStore
 from tests.rlmm.factories import tp
 from tests.rlmm.test_manager_snapshots import Workload
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from eventlog import MemoryEventLog
+from eventlog.memory import MemoryEventLog
 from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.codec import decode, encode
 from rlmm.errors import CodecError, RemoteStorageError, ReplayGapError

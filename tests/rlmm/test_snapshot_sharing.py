@@ -17,7 +17,7 @@ from rlmm.errors import ConfigError
 from rlmm.factory import create_manager, open_event_log
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.snapshotting import newest_snapshot, open_snapshot_source
-from snapshot import S3SnapshotStore
+from snapshot.s3 import S3SnapshotStore
 from tests.rlmm.factories import tp
 from tests.rlmm.helpers import sequential_replay
 from tests.rlmm.test_manager_retention import run

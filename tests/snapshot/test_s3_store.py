@@ -8,7 +8,8 @@ from typing import Any
 import boto3
 import pytest
 
-from snapshot import S3SnapshotStore, Snapshot, SnapshotStoreError, encode_snapshot
+from snapshot import Snapshot, SnapshotStoreError, encode_snapshot
+from snapshot.s3 import S3SnapshotStore
 
 pytestmark = pytest.mark.s3
 

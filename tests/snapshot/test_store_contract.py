@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from snapshot import (
-    LocalSnapshotStore,
-    S3SnapshotStore,
     Snapshot,
     SnapshotConfigError,
     SnapshotStore,
     SnapshotStoreError,
     load_snapshot_store,
 )
+from snapshot.local import LocalSnapshotStore
+from snapshot.s3 import S3SnapshotStore
 
 BUCKET = "snapshots"
 

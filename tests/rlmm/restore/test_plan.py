@@ -40,7 +40,8 @@ from rlmm.restore import (
     restore_topics,
     store_metadata_view,
 )
-from snapshot import LocalSnapshotStore, Snapshot, SnapshotStore, decode_snapshot, encode_snapshot
+from snapshot import Snapshot, SnapshotStore, decode_snapshot, encode_snapshot
+from snapshot.local import LocalSnapshotStore
 from tests.rlmm.archive.archive_data import Expected, archived, make_config, offload, rows
 from tests.rlmm.archive.archive_data import write_history as history
 
