@@ -18,17 +18,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from rlmm.base import RemoteLogMetadataManager
+from rlmm.codec import encode
 from rlmm.config import RlmmConfig
 from rlmm.errors import RemoteStorageNotReadyError
 from rlmm.factory import create_manager, open_event_log
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
     TopicIdPartition,
 )
@@ -48,6 +51,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 Lookup = Callable[[Mapping[str, Any]], Any]
 START_BACKOFF_S = (1.0, 30.0)
+ENCODINGS_KEPT = 1 << 17  # segments' encoded metadata kept for listings (about 20 MiB)
 
 
 class MetadataCalls:
@@ -67,6 +71,7 @@ class MetadataCalls:
         self._leaders: set[TopicIdPartition] = set()
         self._followers: set[TopicIdPartition] = set()
         self._closed = False
+        self._encodings: dict[tuple[uuid.UUID, RemoteLogSegmentState], bytes] = {}
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -172,7 +177,20 @@ class MetadataCalls:
         tp = topic_id_partition(args.get("topic_id_partition"))
         epoch = optional_arg(args, "leader_epoch", int)
         found = self._ready_manager().list_remote_log_segments(tp, epoch)
-        return [metadata_bytes(m) for m in found]  # type: ignore[misc]
+        return [self._encoded(m) for m in found]
+
+    def _encoded(self, metadata: RemoteLogSegmentMetadata) -> bytes:
+        """Kafka's serde bytes of a segment's metadata, encoded once per segment and
+        state: a segment reaches each state once (its transitions only go forward), and
+        what it holds in a state does not change, so (id, state) names its bytes. An
+        idle broker lists every partition's segments each task interval."""
+        key = (metadata.remote_log_segment_id.id, metadata.state)
+        data = self._encodings.get(key)
+        if data is None:
+            if len(self._encodings) >= ENCODINGS_KEPT:
+                self._encodings.clear()
+            data = self._encodings[key] = encode(metadata)
+        return data
 
     def remote_log_size(self, args: Mapping[str, Any]) -> int:
         tp = topic_id_partition(args.get("topic_id_partition"))

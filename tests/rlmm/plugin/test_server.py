@@ -591,3 +591,30 @@ def test_the_brokers_environment_opens_the_metrics_port(tmp_path: Path) -> None:
     finally:
         process.terminate()
         assert _wait_exit(process, 30) == 0
+
+
+async def test_a_listing_follows_each_segment_through_its_states(bridge: BridgeClient) -> None:
+    """rlmm serve keeps a segment's encoded metadata per state for listings: each
+    listing still gives the state the segment is in now, never an earlier one's bytes."""
+    md = make_metadata(start_offset=0, size=100)
+    tp = wire_tp(md.topic_id_partition)
+    await bridge.call("rlmm.on_partition_leadership_changes", leaders=[tp], followers=[])
+    await until_ready(bridge, tp)
+
+    async def listed() -> list[RemoteLogSegmentMetadata]:
+        got = await bridge.call(
+            "rlmm.list_remote_log_segments", topic_id_partition=tp, leader_epoch=None
+        )
+        return [unwire(m) for m in got]  # type: ignore[misc]
+
+    await bridge.call("rlmm.add_remote_log_segment_metadata", metadata=wire(md))
+    assert await listed() == [md]
+    finished = finished_update(md, b"custom")
+    await bridge.call("rlmm.update_remote_log_segment_metadata", metadata=wire(finished))
+    assert await listed() == [md.create_with_updates(finished)]
+    deleting = RemoteLogSegmentMetadataUpdate(
+        md.remote_log_segment_id, md.event_timestamp_ms + 2, None,
+        RemoteLogSegmentState.DELETE_SEGMENT_STARTED, 1,
+    )  # fmt: skip
+    await bridge.call("rlmm.update_remote_log_segment_metadata", metadata=wire(deleting))
+    assert [m.state for m in await listed()] == [RemoteLogSegmentState.DELETE_SEGMENT_STARTED]
