@@ -26,19 +26,22 @@ import org.slf4j.LoggerFactory;
  * Kafka's RemoteStorageManager, answered by {@code rlmm serve} (the broker's
  * {@code remote.log.storage.manager.class.name}; its settings under {@code rsm.config.}).
  *
- * <p>Invariant: no tiering logic here; every method is one call to rlmm serve (a fetch, one call per chunk) and
- * fails with RemoteStorageException (RemoteResourceNotFoundException for {@code not_found}) when that call does.
+ * <p>Invariant: no tiering logic here; every method is one call to rlmm serve and fails with RemoteStorageException
+ * (RemoteResourceNotFoundException for {@code not_found}) when that call does. A fetch is one call per chunk, or,
+ * where rlmm serve answers with its local store's file for the segment, a read of that file here (the file is
+ * remembered for the segment's next fetches: objects are written once); which file holds a segment is always
+ * rlmm serve's answer.
  */
 public class RlmmRemoteStorageManager implements RemoteStorageManager {
   private static final Logger LOG = LoggerFactory.getLogger(RlmmRemoteStorageManager.class);
   private static final RemoteLogMetadataSerde SERDE = new RemoteLogMetadataSerde();
-  private final ServeConnection serve = new ServeConnection("rsm", null);
   /** Slack on a fetch's first chunk for Kafka's skip from the offset index's entry to the fetch offset. */
   private static final int FIRST_CHUNK_SLACK = 64 << 10;
-
-  private static final int KNOWN_FILES = 4096;
   /** The most rlmm serve answers per chunk (its MAX_CHUNK_BYTES). */
   private static final int MAX_CHUNK = 16 << 20;
+  /** Segments whose file is remembered. */
+  private static final int KNOWN_FILES = 4096;
+  private final ServeConnection serve = new ServeConnection("rsm", null);
 
   private int chunkBytes = 1 << 20;
   /** Whether fetches may be answered with a file of rlmm's local store (read here, no bytes through the socket). */
@@ -67,8 +70,8 @@ public class RlmmRemoteStorageManager implements RemoteStorageManager {
         MAX_CHUNK - FIRST_CHUNK_SLACK));
     // by default only when this class starts rlmm serve itself (same host, same user); a serve it attaches to may
     // run in another container, whose files this JVM does not see
-    Object files = configs.get("fetch.file.reads");
-    fileReads = files == null ? configs.get("file") != null : Boolean.parseBoolean(String.valueOf(files).trim());
+    Object setting = configs.get("fetch.file.reads");
+    fileReads = setting == null ? configs.get("file") != null : Boolean.parseBoolean(String.valueOf(setting).trim());
     serve.configure(configs);
   }
 
