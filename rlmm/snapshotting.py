@@ -4,8 +4,9 @@ The store is the configured snapshot.SnapshotStore (a local directory, or S3 sha
 by every broker: ``[snapshot] store``). After each write + prune the Snapshotter
 registers, on a FileEventLog, a retention claim: per metadata partition the lowest
 ``applied + 1`` over every snapshot this owner keeps, so the log may delete only
-what each of them can do without. ``open_snapshot_source`` / ``newest_snapshot`` let
-a reader (the archive view, a fresh manager) start from any published snapshot.
+what each of them can do without. ``newest_snapshot`` (and ``rlmm.factory``'s
+``open_snapshot_source``) let a reader (the archive view, a fresh manager) start from
+any published snapshot.
 
 Invariant: at most one snapshot write is in flight; the state handed to it is a copy
 taken synchronously on the event loop (so it is consistent with the applied offsets
@@ -196,20 +197,6 @@ class Snapshotter:
         self._store.close()
 
 
-# ---- from configuration -----------------------------------------------------------------
-# rlmm.factory builds the configured store and policy (it sits above the manager, which
-# imports this module): its names are importable from here too, loaded on use.
-_FACTORY_NAMES = frozenset({"open_snapshot_source", "snapshot_policy", "snapshot_store_options"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FACTORY_NAMES:
-        import rlmm.factory
-
-        return getattr(rlmm.factory, name)
-    raise AttributeError(f"module 'rlmm.snapshotting' has no attribute {name!r}")
-
-
 @dataclass(frozen=True)
 class PublishedSnapshot:
     """A valid snapshot and where it was found."""
@@ -238,7 +225,9 @@ def newest_snapshot(
     if log_starts is None:
         log_starts = log_start_offsets(config.event_log_options())
     needed = {p: start for p, start in log_starts.items() if p in wanted}
-    from rlmm.factory import open_snapshot_source  # above this module: see _FACTORY_NAMES
+    # rlmm.factory builds the configured store; it sits above the manager, which
+    # imports this module, so it is imported here, at call time
+    from rlmm.factory import open_snapshot_source
 
     store = open_snapshot_source(config)
     try:

@@ -14,9 +14,9 @@ import pytest
 from rlmm.archive import load_metadata_view
 from rlmm.config import RlmmConfig, load_config
 from rlmm.errors import ConfigError
-from rlmm.factory import create_manager, open_event_log
+from rlmm.factory import create_manager, open_event_log, open_snapshot_source
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
-from rlmm.snapshotting import newest_snapshot, open_snapshot_source
+from rlmm.snapshotting import newest_snapshot
 from snapshot.s3 import S3SnapshotStore
 from tests.rlmm.factories import tp
 from tests.rlmm.helpers import sequential_replay
