@@ -31,13 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._machine import machine
 from remote.segments import PartitionDir, PartitionDirWriter, ProducerRecord
-from rlmm.archive import (
-    ReadRequest,
-    close_remote_storage,
-    open_metadata_view,
-    plan_slices,
-    read_slice,
-)
+from rlmm.archive import ReadRequest, close_remote_storage, open_metadata_view, plan_slices
+from rlmm.archive.reader import read_slice
 from rlmm.config import RlmmConfig
 from tests.rlmm.archive.archive_data import make_config, offload
 

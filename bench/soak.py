@@ -97,13 +97,8 @@ from bench._replicated import (  # noqa: E402
     bytes_figures,
     first_copy_figures,
 )
-from rlmm.archive import (  # noqa: E402
-    ReadRequest,
-    close_remote_storage,
-    open_metadata_view,
-    plan_slices,
-    read_slice,
-)
+from rlmm.archive import ReadRequest, close_remote_storage, open_metadata_view, plan_slices  # noqa: E402
+from rlmm.archive.reader import read_slice  # noqa: E402
 from rlmm.config import load_config  # noqa: E402
 from rlmm.offload.faults import ENV as KILL_ENV  # noqa: E402
 from rlmm.offload.faults import STEPS as KILL_STEPS  # noqa: E402

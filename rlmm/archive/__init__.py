@@ -7,16 +7,14 @@ The one library layer under the Spark source (``rlmm.spark``) and the CLI's
 the snapshot store or remote storage (the one write is rlmm's own side index of
 smallest timestamps, ``smallest_timestamps``, never a layout's objects); the metadata
 view is the only part that reads the event log, and a slice's reader needs only the
-slice (and remote storage). The Arrow parts (``kafka_schema``, ``read_slice``) are
-imported on first use, so what only plans or lists (the sidecar, ``segments``,
-``verify``, ``gc``) never loads pyarrow: about 50 MiB of a sidecar's memory and 0.2 s
-of every CLI start.
+slice (and remote storage). The Arrow parts are not imported here: ``read_slice``,
+``read_slice_batches`` and ``decode_batches`` come from ``rlmm.archive.reader``,
+``kafka_schema`` from ``rlmm.archive.columns``, so what only plans or lists (the
+sidecar, ``segments``, ``verify``, ``gc``) never loads pyarrow: about 50 MiB of a
+sidecar's memory and 0.2 s of every CLI start.
 """
 
 from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
 
 from rlmm.archive.errors import (
     ArchiveError,
@@ -54,27 +52,6 @@ from rlmm.archive.view import (
 )
 from rlmm.archive.where import RowBounds, comparison_bounds
 
-if TYPE_CHECKING:
-    from rlmm.archive.columns import kafka_schema
-    from rlmm.archive.reader import decode_batches, read_slice, read_slice_batches
-
-_ARROW = {
-    "kafka_schema": "rlmm.archive.columns",
-    "decode_batches": "rlmm.archive.reader",
-    "read_slice": "rlmm.archive.reader",
-    "read_slice_batches": "rlmm.archive.reader",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _ARROW.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
 __all__ = [
     "EARLIEST",
     "LATEST",
@@ -98,8 +75,6 @@ __all__ = [
     "check_view_not_empty",
     "close_remote_storage",
     "comparison_bounds",
-    "decode_batches",
-    "kafka_schema",
     "list_store_segments",
     "load_metadata_view",
     "open_archive_view",
@@ -107,8 +82,6 @@ __all__ = [
     "open_store_view",
     "pack_slices",
     "plan_slices",
-    "read_slice",
-    "read_slice_batches",
     "remote_storage_for",
     "select_partitions",
     "snapshot_source",

@@ -100,7 +100,7 @@ def read_records(
             remote_options=config.remote_options(),
             side_index=config.side_index_location(),
         )
-    from rlmm.archive import read_slice  # pyarrow: only when records are read
+    from rlmm.archive.reader import read_slice  # pyarrow: only when records are read
 
     remaining = query.limit
     try:

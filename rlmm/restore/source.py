@@ -30,7 +30,8 @@ from remote.segments.batch import (
     TRANSACTIONAL_FLAG_MASK,
     RecordBatchHeader,
 )
-from rlmm.archive import Slice, decode_batches, read_slice_batches
+from rlmm.archive import Slice
+from rlmm.archive.reader import decode_batches, read_slice_batches
 from rlmm.restore.plan import PartitionPlan
 
 # offset, key, value, CreateTime ms, timestamp type, headers

@@ -223,7 +223,7 @@ class KafkaArchiveReader(DataSourceReader):
 def _read_pieces(pieces: Sequence[Slice]) -> Iterator[pa.RecordBatch]:
     """The slices' batches, one slice after the other; a failure caused by what this
     executor lacks (credentials, endpoint, local root) is one line naming the setting."""
-    from rlmm.archive import read_slice
+    from rlmm.archive.reader import read_slice
     from rlmm.spark.executor import executor_setting_error, missing_local_root
 
     options = pieces[0].remote_options  # one read: every slice has the same

@@ -228,7 +228,8 @@ def test_a_window_learns_and_then_skips_segments_after_it(
     """Aiven's plugin records no smallest timestamp: the first read learns each segment's
     into rlmm's side index (a directory of rlmm's, nothing in the plugin's bucket), and
     the next window skips the segments wholly after it, with the same rows."""
-    from rlmm.archive import ReadRequest, RowBounds, open_metadata_view, plan_slices, read_slice
+    from rlmm.archive import ReadRequest, RowBounds, open_metadata_view, plan_slices
+    from rlmm.archive.reader import read_slice
     from rlmm.config import load_config
 
     config = load_config(cluster["config"])

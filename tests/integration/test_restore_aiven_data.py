@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from rlmm.archive import close_remote_storage, open_metadata_view, read_slice, remote_storage_for
+from rlmm.archive import close_remote_storage, open_metadata_view, remote_storage_for
+from rlmm.archive.reader import read_slice
 from rlmm.config import load_config
 from rlmm.restore import RestoreSelection, build_plan, store_metadata_view
 from tests.integration.test_aiven_plugin_data import cluster, expected_rows

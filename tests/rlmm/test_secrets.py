@@ -13,7 +13,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from rlmm.archive import close_remote_storage, read_slice
+from rlmm.archive import close_remote_storage
+from rlmm.archive.reader import read_slice
 from rlmm.config import load_config
 from rlmm.secrets import REDACTED, is_secret, redact
 from rlmm.spark import parse_options

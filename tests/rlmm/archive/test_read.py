@@ -19,11 +19,11 @@ from rlmm.archive import (
     DataLossError,
     ReadRequest,
     Slice,
-    kafka_schema,
     open_metadata_view,
     plan_slices,
-    read_slice,
 )
+from rlmm.archive.columns import kafka_schema
+from rlmm.archive.reader import read_slice
 from rlmm.config import RlmmConfig
 from rlmm.model import kafka_uuid_to_str
 from tests.rlmm.archive.archive_data import (

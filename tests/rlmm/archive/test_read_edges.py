@@ -13,14 +13,8 @@ import crc32c
 import pytest
 
 from remote.segments import PartitionDir, PartitionDirWriter, RecordBatchReader, generate_records
-from rlmm.archive import (
-    ArchiveError,
-    ReadRequest,
-    RowBounds,
-    open_metadata_view,
-    plan_slices,
-    read_slice,
-)
+from rlmm.archive import ArchiveError, ReadRequest, RowBounds, open_metadata_view, plan_slices
+from rlmm.archive.reader import read_slice
 from rlmm.config import RlmmConfig
 from tests.remote.segments._data import kafka_python_records
 from tests.rlmm.archive.archive_data import make_config, offload, rows

@@ -13,7 +13,8 @@ from typing import Any
 import boto3
 import pytest
 
-from rlmm.archive import ReadRequest, Slice, open_metadata_view, plan_slices, read_slice
+from rlmm.archive import ReadRequest, Slice, open_metadata_view, plan_slices
+from rlmm.archive.reader import read_slice
 from tests.rlmm.archive.archive_data import (
     archived,
     expected_rows,

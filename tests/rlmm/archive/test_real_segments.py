@@ -18,7 +18,8 @@ from remote.segments import (
     encode_partition_metadata,
     encode_producer_snapshot,
 )
-from rlmm.archive import ReadRequest, open_metadata_view, plan_slices, read_slice
+from rlmm.archive import ReadRequest, open_metadata_view, plan_slices
+from rlmm.archive.reader import read_slice
 from tests.remote.segments._data import (
     TIMEINDEX_TEST,
     TOPIC_A,

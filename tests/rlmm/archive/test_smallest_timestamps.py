@@ -19,8 +19,9 @@ from remote.layouts.rlmm_layout import RlmmLayout
 from remote.naming import partition_prefix
 from remote.registry import load_remote_layout
 from remote.side_index import Entry, entry_name
-from rlmm.archive import ReadRequest, RowBounds, Slice, open_metadata_view, plan_slices, read_slice
+from rlmm.archive import ReadRequest, RowBounds, Slice, open_metadata_view, plan_slices
 from rlmm.archive import smallest_timestamps as smallest_module
+from rlmm.archive.reader import read_slice
 from rlmm.config import RlmmConfig
 from rlmm.model import RemoteLogSegmentMetadata
 from tests.rlmm.archive.timeline_data import (

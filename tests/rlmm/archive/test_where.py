@@ -20,9 +20,9 @@ from rlmm.archive import (
     comparison_bounds,
     open_metadata_view,
     plan_slices,
-    read_slice,
 )
 from rlmm.archive import columns as columns_module
+from rlmm.archive.reader import read_slice
 from rlmm.config import RlmmConfig
 from tests.rlmm.archive.timeline_data import (
     BASE_TS,

@@ -18,13 +18,8 @@ import pytest
 
 from remote import IndexType
 from remote.segments import PartitionDir
-from rlmm.archive import (
-    MetadataView,
-    open_metadata_view,
-    read_slice,
-    remote_storage_for,
-    store_view,
-)
+from rlmm.archive import MetadataView, open_metadata_view, remote_storage_for, store_view
+from rlmm.archive.reader import read_slice
 from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.config import RlmmConfig
 from rlmm.factory import open_snapshot_source

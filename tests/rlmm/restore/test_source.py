@@ -16,7 +16,7 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from remote.segments import PartitionDir, PartitionDirWriter, generate_records
-from rlmm.archive import read_slice, read_slice_batches
+from rlmm.archive.reader import read_slice, read_slice_batches
 from rlmm.config import RlmmConfig
 from rlmm.restore import RestorePlan, RestoreSelection
 from rlmm.restore.source import (
