@@ -14,8 +14,9 @@ in a worker process without a SparkSession, so the conf travels with the registe
 class; set it before ``register`` (or register again after changing it).
 
 Invariant: ``import rlmm.spark`` is cheap and works without pyspark installed; the
-data source class (which subclasses pyspark's) loads on first use, and a missing
-pyspark is an error naming the ``spark`` extra.
+data source class (``rlmm.spark.source.KafkaArchiveDataSource``, which subclasses
+pyspark's) loads when ``register`` runs, and a missing pyspark is an error naming the
+``spark`` extra.
 """
 
 from __future__ import annotations
@@ -26,25 +27,18 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rlmm.spark.errors import KafkaArchiveOptionError, WorkerPythonError
 from rlmm.spark.options import CONF_PREFIX, KafkaArchiveOptions, conf_settings, parse_options
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 log = logging.getLogger(__name__)
 
 
-def _source_module() -> Any:
-    try:
-        import rlmm.spark.source as source
-    except ImportError as e:
-        raise ImportError(
-            f"the kafka-archive Spark source needs pyspark: pip install 'rlmm[spark]' ({e})"
-        ) from e
-    return source
-
-
-def register(spark: Any) -> None:
+def register(spark: SparkSession) -> None:
     """Register ``format("kafka-archive")`` with a SparkSession (idempotent).
 
     Raises WorkerPythonError when Spark's Python workers would run an interpreter that
@@ -59,10 +53,16 @@ def register(spark: Any) -> None:
         raise WorkerPythonError(problem)
     settings = spark_conf_settings(spark)
     enable_filter_pushdown(spark)
-    spark.dataSource.register(_source_module().with_spark_conf(settings))
+    try:
+        from rlmm.spark.source import with_spark_conf
+    except ImportError as e:
+        raise ImportError(
+            f"the kafka-archive Spark source needs pyspark: pip install 'rlmm[spark]' ({e})"
+        ) from e
+    spark.dataSource.register(with_spark_conf(settings))
 
 
-def spark_conf_settings(spark: Any) -> dict[str, str]:
+def spark_conf_settings(spark: SparkSession) -> dict[str, str]:
     """The session's ``spark.rlmm.*`` entries; KafkaArchiveOptionError for a secret one
     (Spark sends its conf to every executor and shows it in its UI)."""
     from rlmm.secrets import is_secret
@@ -88,7 +88,7 @@ def spark_conf_settings(spark: Any) -> dict[str, str]:
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
-def enable_filter_pushdown(spark: Any) -> None:
+def enable_filter_pushdown(spark: SparkSession) -> None:
     """Turn on Spark's filter pushdown to Python data sources in this session.
 
     kafka-archive's reader implements ``pushFilters``, and Spark (4.1, 4.2) refuses to
@@ -132,16 +132,9 @@ def worker_python_problem(worker: str | None) -> str | None:
     )
 
 
-def __getattr__(name: str) -> Any:
-    if name == "KafkaArchiveDataSource":
-        return _source_module().KafkaArchiveDataSource
-    raise AttributeError(f"module 'rlmm.spark' has no attribute {name!r}")
-
-
 __all__ = [
     "CONF_PREFIX",
     "FILTER_PUSHDOWN_CONF",
-    "KafkaArchiveDataSource",
     "KafkaArchiveOptionError",
     "KafkaArchiveOptions",
     "WorkerPythonError",
