@@ -1,7 +1,14 @@
 """rlmm: Kafka tiered storage (KIP-405) — the topic-based RemoteLogMetadataManager.
 
-Invariant: importing rlmm never imports rlmm.offload, rlmm.spark or rlmm.cli (the
-outermost layer), so ``remote`` may import ``rlmm.model`` without a cycle.
+The package offers the KIP-405 API types (``rlmm.model``) and errors (``rlmm.errors``)
+and nothing else: the rest of rlmm is imported from its modules (the interfaces from
+``rlmm.base`` and ``rlmm.offload_metadata``, the manager from ``rlmm.manager``, the
+facade from ``rlmm.facade``, configuration from ``rlmm.config``, the codec from
+``rlmm.codec``, the partitioner from ``rlmm.partitioning``).
+
+Invariant: importing rlmm imports rlmm.model and rlmm.errors and nothing more, so
+``remote`` may import ``rlmm.model`` without a cycle and without the event log and
+snapshot stack.
 """
 
 from __future__ import annotations
@@ -26,42 +33,11 @@ from rlmm.model import (
     TopicIdPartition,
 )
 
-# The manager and its parts load on first use: ``remote`` imports rlmm.model, and
-# must not pull the event log and snapshot stack in with it.
-_LAZY = {
-    "RemoteLogMetadataManager": "rlmm.base",
-    "OffloadMetadataManager": "rlmm.offload_metadata",
-    "TopicBasedRemoteLogMetadataManager": "rlmm.manager",
-    "ManagerStats": "rlmm.manager",
-    "NotReadyRlmm": "rlmm.facade",
-    "SwappableRlmm": "rlmm.facade",
-    "SnapshotPolicy": "rlmm.snapshotting",
-    "RlmmConfig": "rlmm.config",
-    "load_config": "rlmm.config",
-    "encode": "rlmm.codec",
-    "decode": "rlmm.codec",
-    "metadata_partition_for": "rlmm.partitioning",
-}
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlmm' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
-
-
 __all__ = [
     "CodecError",
     "ConfigError",
     "InvalidStateTransitionError",
-    "ManagerStats",
-    "NotReadyRlmm",
-    "OffloadMetadataManager",
     "RemoteLogMetadata",
-    "RemoteLogMetadataManager",
     "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata",
     "RemoteLogSegmentMetadataUpdate",
@@ -72,13 +48,5 @@ __all__ = [
     "RemoteStorageError",
     "RemoteStorageNotReadyError",
     "RemoteStorageTimeoutError",
-    "RlmmConfig",
-    "SnapshotPolicy",
-    "SwappableRlmm",
-    "TopicBasedRemoteLogMetadataManager",
     "TopicIdPartition",
-    "decode",
-    "encode",
-    "load_config",
-    "metadata_partition_for",
 ]

@@ -9,11 +9,12 @@ import asyncio
 import pytest
 
 from eventlog.memory import MemoryEventLog
-from rlmm import OffloadMetadataManager, RemoteLogMetadataManager
+from rlmm.base import RemoteLogMetadataManager
 from rlmm.errors import RemoteStorageNotReadyError
 from rlmm.facade import NotReadyRlmm, SwappableRlmm
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import RemotePartitionDeleteMetadata, RemotePartitionDeleteState
+from rlmm.offload_metadata import OffloadMetadataManager
 from tests.rlmm.factories import S, segment, tp, update
 
 TP0 = tp(0)
