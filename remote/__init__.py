@@ -36,35 +36,18 @@ if TYPE_CHECKING:  # what rlmm/offload/logdir.py imports, typed for mypy
     from remote.segments import PartitionDir as PartitionDir
     from remote.segments import read_producer_snapshot as read_producer_snapshot
 
-# Names still imported from here by rlmm/offload/logdir.py and the offloader's tests,
-# which their owners are moving to remote.segments and remote.local (issue 45); then
-# this goes. Loaded on use: remote.segments loads aiokafka's codecs, remote.local is a
-# backend (neither belongs in ``import remote``).
-_STILL_IMPORTED = {
-    "LocalRemoteStorageManager": "remote.local",
-    **dict.fromkeys(
-        (
-            "PartitionDir",
-            "PartitionDirWriter",
-            "ProducerRecord",
-            "RecordBatchReader",
-            "available_codecs",
-            "decode_batch",
-            "generate_records",
-            "read_producer_snapshot",
-        ),
-        "remote.segments",
-    ),
-}
+# rlmm/offload/logdir.py still imports these two from here; the offloader's owners are
+# moving that import to remote.segments (issue 45), then this goes. Loaded on use:
+# remote.segments loads aiokafka's codecs, which ``import remote`` must not.
+_STILL_IMPORTED = frozenset({"PartitionDir", "read_producer_snapshot"})
 
 
 def __getattr__(name: str) -> object:
-    module = _STILL_IMPORTED.get(name)
-    if module is None:
+    if name not in _STILL_IMPORTED:
         raise AttributeError(f"module 'remote' has no attribute {name!r}")
-    import importlib
+    import remote.segments
 
-    return getattr(importlib.import_module(module), name)
+    return getattr(remote.segments, name)
 
 
 __all__ = [

@@ -14,14 +14,9 @@ from typing import Any
 
 import pytest
 
-from remote import (
-    IndexType,
-    LocalRemoteStorageManager,
-    PartitionDir,
-    PartitionDirWriter,
-    RemoteStorageManager,
-    generate_records,
-)
+from remote import IndexType, RemoteStorageManager
+from remote.local import LocalRemoteStorageManager
+from remote.segments import PartitionDir, PartitionDirWriter, generate_records
 from rlmm.base import RemoteLogMetadataManager
 from rlmm.config import RlmmConfig, load_config
 from rlmm.factory import create_manager, open_event_log

@@ -12,18 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from remote import (
+from remote import SegmentManifest, segment_data
+from remote.local import LocalRemoteStorageManager
+from remote.segments import (
     PartitionDir,
     PartitionDirWriter,
     ProducerRecord,
     RecordBatchReader,
-    SegmentManifest,
     available_codecs,
     decode_batch,
     generate_records,
-    segment_data,
 )
-from remote.local import LocalRemoteStorageManager
 from rlmm.errors import RemoteResourceNotFoundError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.offload import RemoteLogManager, RetentionSettings
@@ -85,7 +84,7 @@ async def test_open_transaction_holds_back_copies(
             generate_records(3, start=200), producer_id=9, producer_epoch=0, transactional=True
         )
         w.append_records(generate_records(600, start=203, value_size=40), batch_records=10)
-    from remote import PartitionDir
+    from remote.segments import PartitionDir
 
     pdir = PartitionDir(tmp_path / "payments-0")
     src = source(pdir)

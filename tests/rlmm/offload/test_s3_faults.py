@@ -13,8 +13,8 @@ import pytest
 from botocore.awsrequest import AWSRequest, AWSResponse
 from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
 
-from remote import PartitionDir
 from remote.s3 import S3RemoteStorageManager
+from remote.segments import PartitionDir
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.offload import RemoteLogManager, RetentionSettings
 from tests.remote.conftest import Backend, _s3_backend
