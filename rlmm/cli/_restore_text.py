@@ -44,7 +44,7 @@ def _archive_end(topic: str, p: dict[str, Any]) -> str:
 def restore_lines(
     report: RestoreReport, new_table: Callable[..., Table]
 ) -> tuple[Table, list[str]]:
-    from rlmm.restore.run import partitions_text  # loaded with the report's module
+    from rlmm.restore.report import partitions_text  # loaded with the report's module
 
     data = report.to_dict()
     plan = data["plan"]

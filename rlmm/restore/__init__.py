@@ -65,16 +65,14 @@ from rlmm.restore.plan import (
     select_topics,
 )
 from rlmm.restore.progress import PROGRESS_TOPIC, Progress, read_progress
-from rlmm.restore.run import (
+from rlmm.restore.report import (
     PartitionResult,
-    PlanFor,
     ProgressCallback,
     RestoreOptions,
     RestoreReport,
-    run_restore,
-    run_restores,
     transactional_id,
 )
+from rlmm.restore.run import PlanFor, run_restore, run_restores
 from rlmm.restore.topic_configs import ConfigLookup, TopicConfigChoice, choose_configs
 
 

@@ -1,4 +1,4 @@
-"""The checks a restore makes of its target before writing (``rlmm.restore.run``),
+"""The checks a restore makes of its target before writing (``rlmm.restore.checks``),
 against a fake cluster: every problem of the target is named in one refusal, with a
 remedy that fixes all of them, so following it does not meet a second refusal."""
 
@@ -18,15 +18,15 @@ from rlmm.restore import (
     RestoreOptions,
     RestorePlan,
     RestoreSelection,
+    checks,
 )
-from rlmm.restore import run as run_module
-from rlmm.restore.run import _prepare
+from rlmm.restore.checks import prepare
 
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
 class FakeCluster:
-    """What ``_prepare`` asks of a target cluster: topics and one committed record."""
+    """What ``prepare`` asks of a target cluster: topics and one committed record."""
 
     client: Mapping[str, Any] = {"bootstrap_servers": "127.0.0.1:1"}  # never contacted
 
@@ -48,7 +48,7 @@ def plan(source_partitions: int, partitioner: str = IDENTITY, target: str = "one
 
 async def refusal(p: RestorePlan, cluster: FakeCluster, **options: Any) -> str:
     with pytest.raises(Exception) as info:
-        await _prepare(p, lambda _resume: p, cluster, RestoreOptions(dry_run=True, **options))  # type: ignore[arg-type]
+        await prepare(p, lambda _resume: p, cluster, RestoreOptions(dry_run=True, **options))  # type: ignore[arg-type]
     message = str(info.value)
     assert "\n" not in message
     return f"{type(info.value).__name__}: {message}"
@@ -94,7 +94,7 @@ async def test_a_target_holding_a_restore_by_another_partitioner_names_both_flag
             p: Progress("one", p, "orders", TOPIC_ID, MURMUR2, 0, 10, 5, 5, 0) for p in range(3)
         }
 
-    monkeypatch.setattr(run_module, "read_progress", saved)
+    monkeypatch.setattr(checks, "read_progress", saved)
     message = await refusal(plan(3), FakeCluster({"one": 1, "__rlmm_restore": 1}, (0, 0)))
     assert message.startswith("TargetNotEmptyError: target topic 'one' holds a restore of"), message
     assert "progress of 3 partitions" in message, message
