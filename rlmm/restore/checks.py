@@ -109,42 +109,14 @@ async def prepare(
         and plan.selection.partitioner == IDENTITY
         and target_count != plan.source_partition_count
     )
-    source_count = partitions_text(plan.source_partition_count)
-    saved: dict[int, Progress] = {}
-    stale: dict[int, Progress] = {}
-    size = counts.get(options.progress_topic, 0)
-    if target_count is None:
-        # Progress into a topic that is gone (deleted since): void, cleared before
-        # the first record, so that a crash of this run cannot resume from it.
-        stale = await read_progress(cluster.client, target, size, topic=options.progress_topic)
-    else:
-        saved = await read_progress(cluster.client, target, size, topic=options.progress_topic)
-        found = await cluster.committed_record(target, target_count)
-        if saved and found is None:
-            # Progress, but no committed record in the target: it was deleted and
-            # recreated (or only aborted records were restored). Nothing can be doubled
-            # by starting over, and resuming would skip what the progress claims.
-            stale, saved = saved, {}
-        elif saved:
-            _check_saved(plan, saved, options)
-        elif found is not None and mismatch:
-            raise TargetNotEmptyError(
-                f"target topic {target!r} has {partitions_text(target_count or 0)} (the source"
-                f" {plan.source_topic!r} has {plan.source_partition_count}) and already holds"
-                f" data (partition {found[0]} offset {found[1]}) that no restore wrote: restore"
-                f" into a new topic (created with {source_count}), or empty this one and pass"
-                " --partitioner murmur2"
-            )
-        elif found is not None:
-            raise TargetNotEmptyError(
-                f"target topic {target!r} already holds data (partition {found[0]} offset"
-                f" {found[1]}) that no restore wrote: restore into a new or empty topic"
-            )
+    saved, stale = await _saved_progress(
+        plan, cluster, options, target_count, counts.get(options.progress_topic, 0), mismatch
+    )
     if mismatch:
         raise PartitionCountMismatchError(
             f"target topic {target!r} has {partitions_text(target_count or 0)}, the source"
-            f" {plan.source_topic!r} has {source_count}: pass --partitioner murmur2 to spread"
-            " the records by key, or restore into a new topic"
+            f" {plan.source_topic!r} has {partitions_text(plan.source_partition_count)}: pass"
+            " --partitioner murmur2 to spread the records by key, or restore into a new topic"
         )
     choice = None
     if target_count is None:
@@ -169,6 +141,49 @@ async def prepare(
         bootstrap_servers=str(cluster.client.get("bootstrap_servers", "")),
     )
     return report, saved
+
+
+async def _saved_progress(
+    plan: RestorePlan,
+    cluster: TargetCluster,
+    options: RestoreOptions,
+    target_count: int | None,
+    progress_partitions: int,
+    mismatch: bool,
+) -> tuple[dict[int, Progress], dict[int, Progress]]:
+    """The progress saved for the target topic: this restore's, to resume from, and
+    void progress, to clear before the first record. Refuses progress of another
+    restore, and a target holding data no restore wrote (naming a partition count
+    ``mismatch`` in the same refusal)."""
+    target = plan.target_topic
+    topic = options.progress_topic
+    if target_count is None:
+        # Progress into a topic that is gone (deleted since): void, cleared before
+        # the first record, so that a crash of this run cannot resume from it.
+        return {}, await read_progress(cluster.client, target, progress_partitions, topic=topic)
+    saved = await read_progress(cluster.client, target, progress_partitions, topic=topic)
+    found = await cluster.committed_record(target, target_count)
+    if saved and found is None:
+        # Progress, but no committed record in the target: it was deleted and
+        # recreated (or only aborted records were restored). Nothing can be doubled
+        # by starting over, and resuming would skip what the progress claims.
+        return {}, saved
+    if saved:
+        _check_saved(plan, saved, options)
+    elif found is not None and mismatch:
+        raise TargetNotEmptyError(
+            f"target topic {target!r} has {partitions_text(target_count)} (the source"
+            f" {plan.source_topic!r} has {plan.source_partition_count}) and already holds"
+            f" data (partition {found[0]} offset {found[1]}) that no restore wrote: restore"
+            f" into a new topic (created with {partitions_text(plan.source_partition_count)}),"
+            " or empty this one and pass --partitioner murmur2"
+        )
+    elif found is not None:
+        raise TargetNotEmptyError(
+            f"target topic {target!r} already holds data (partition {found[0]} offset"
+            f" {found[1]}) that no restore wrote: restore into a new or empty topic"
+        )
+    return saved, {}
 
 
 def _selected(plan: RestorePlan) -> str:
