@@ -44,9 +44,12 @@ def _archive_end(topic: str, p: dict[str, Any]) -> str:
 def restore_lines(
     report: RestoreReport, new_table: Callable[..., Table]
 ) -> tuple[Table, list[str]]:
-    from rlmm.restore.report import partitions_text  # loaded with the report's module
-
+    """The table of a restore's partitions and the lines that follow it."""
     data = report.to_dict()
+    return _table(report, data, new_table), _lines(report, data)
+
+
+def _table(report: RestoreReport, data: dict[str, Any], new_table: Callable[..., Table]) -> Table:
     plan = data["plan"]
     results = {r["partition"]: r for r in data.get("partitions", [])}
     columns = ["partition", "offsets", "from", "segments", "bytes", "offsets_left", "target"]
@@ -71,6 +74,13 @@ def restore_lines(
             row += [str(r.get("records", 0)), str(r.get("next_offset", "-")),
                     "yes" if r.get("done") else "no"]  # fmt: skip
         table.add_row(*row)
+    return table
+
+
+def _lines(report: RestoreReport, data: dict[str, Any]) -> list[str]:
+    from rlmm.restore.report import partitions_text  # loaded with the report's module
+
+    plan = data["plan"]
     source, target = plan["source"], plan["target"]
     lines = [
         f"source: {source['topic']} (topic id {source['topic_id']},"
@@ -106,7 +116,7 @@ def restore_lines(
             + (" (resuming)" if report.resumed else "")
             + "; nothing written"
         )
-        return table, lines
+        return lines
     rate = data["records_per_s"]
     lines.append(
         f"restored {data['records']} records in {data['elapsed_s']:.1f} s"
@@ -125,4 +135,4 @@ def restore_lines(
             f"note: {data['log_append_time_records']} records had LogAppendTime timestamps in"
             " the source: they were written with that time as their CreateTime"
         )
-    return table, lines
+    return lines
