@@ -182,55 +182,67 @@ def parse_batch_header(
     if size > remaining:
         return None
     if magic == 2:
-        (
-            base_offset,
-            _,
-            leader_epoch,
-            _,
-            crc,
-            attributes,
-            last_offset_delta,
-            base_timestamp,
-            max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            record_count,
-        ) = _unpack_v2(buf, pos)
-        crc &= 0xFFFFFFFF
-        if verify_crc:
-            actual = crc32c.crc32c(buf[pos + V2_ATTRIBUTES_OFFSET : pos + size])
-            if actual != crc:
-                raise _fail(
-                    f"record batch CRC-32C mismatch (stored {crc:#010x}, computed "
-                    f"{actual:#010x}) for base offset {base_offset}",
-                    name,
-                    file_position,
-                )
-        if last_offset_delta < 0 or record_count < 0:
+        return _parse_v2(buf, pos, file_position, size, name, verify_crc)
+    return _parse_legacy(buf, pos, file_position, size, magic, name, verify_crc)
+
+
+def _parse_v2(
+    buf: memoryview | bytes | bytearray,
+    pos: int,
+    file_position: int,
+    size: int,
+    name: str,
+    verify_crc: bool,
+) -> RecordBatchHeader:
+    """A RecordBatch v2 header whose batch (``size`` bytes) is all in ``buf``."""
+    (
+        base_offset,
+        _,
+        leader_epoch,
+        _,
+        crc,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
+    ) = _unpack_v2(buf, pos)
+    crc &= 0xFFFFFFFF
+    if verify_crc:
+        actual = crc32c.crc32c(buf[pos + V2_ATTRIBUTES_OFFSET : pos + size])
+        if actual != crc:
             raise _fail(
-                f"record batch at base offset {base_offset} has negative last offset delta "
-                f"{last_offset_delta} or record count {record_count}",
+                f"record batch CRC-32C mismatch (stored {crc:#010x}, computed "
+                f"{actual:#010x}) for base offset {base_offset}",
                 name,
                 file_position,
             )
-        return RecordBatchHeader(
+    if last_offset_delta < 0 or record_count < 0:
+        raise _fail(
+            f"record batch at base offset {base_offset} has negative last offset delta "
+            f"{last_offset_delta} or record count {record_count}",
+            name,
             file_position,
-            size,
-            base_offset,
-            base_offset + last_offset_delta,
-            leader_epoch,
-            2,
-            crc,
-            attributes & 0xFFFF,
-            base_timestamp,
-            max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            record_count,
         )
-    return _parse_legacy(buf, pos, file_position, size, magic, name, verify_crc)
+    return RecordBatchHeader(
+        file_position,
+        size,
+        base_offset,
+        base_offset + last_offset_delta,
+        leader_epoch,
+        2,
+        crc,
+        attributes & 0xFFFF,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
+    )
 
 
 def _parse_legacy(
