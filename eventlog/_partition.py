@@ -1,8 +1,9 @@
 """One file-log partition's in-memory state, and opening it from disk.
 
 ``open_for_write`` recovers the partition (validates the active segment, truncates a
-torn tail, drops empty trailing segments); ``open_read_only`` and ``refresh`` only
-look, never change a byte. All three run in worker threads.
+torn tail, drops empty trailing segments); ``open_read_only``, ``refresh`` and
+``follow`` (a read-only follower's refresh, past the head segments retention deleted)
+only look, never change a byte. All of them run in worker threads.
 
 Invariant: ``segments[-1].next_offset`` is the partition's log end offset and every
 byte below each segment's ``size`` is a whole, checked batch; readers never read past
@@ -21,6 +22,7 @@ from itertools import islice
 from pathlib import Path
 
 from eventlog._notify import Notifier
+from eventlog._retention import first_base
 from eventlog._segment import (
     OffsetIndex,
     Segment,
@@ -177,3 +179,15 @@ def refresh(part: Partition, interval: int) -> list[Segment]:
             scan(fresh)
             segments.append(fresh)
     return segments
+
+
+def follow(root: Path, part: Partition, interval: int) -> list[Segment]:
+    """``refresh``, after dropping the head segments the writer's retention deleted."""
+    first = first_base(part.dir)
+    if first is not None and part.segments[0].base_offset < first:
+        kept = [seg for seg in part.segments if seg.base_offset >= first]
+        if not kept:
+            # Everything this follower knew is gone: look at the partition afresh.
+            return open_read_only(root, part.number, interval).segments
+        part = Partition(part.number, part.dir, kept)
+    return refresh(part, interval)

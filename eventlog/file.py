@@ -4,9 +4,13 @@ Layout (like a Kafka data dir, readable by ``kafka-dump-log.sh``)::
 
     <dir>/LOCK                                   flock'ed by the one writer process
     <dir>/eventlog.json                          format version + partition count
+    <dir>/.clean-shutdown                        the last writer closed cleanly
     <dir>/__remote_log_metadata-<p>/<base:020>.log     RecordBatch v2, CRC-32C
     <dir>/__remote_log_metadata-<p>/<base:020>.index   sparse index, sealed segments
     <dir>/retention/<owner>.json                 retention claims (eventlog._retention)
+
+The first three are ``eventlog._log_dir``'s; a partition's segments are
+``eventlog._partition``'s and ``eventlog._segment``'s.
 
 Appends go through an accumulator: callers queue a request and await a future; one
 writer task takes everything queued, builds one RecordBatch per partition, and does
@@ -31,8 +35,6 @@ floor.
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import json
 import logging
 import os
 import time
@@ -43,12 +45,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from eventlog._log_dir import (
+    META_FILE,
+    check_meta,
+    lock_writer,
+    mark_clean_shutdown,
+    stored_start_offsets,
+    take_clean_mark,
+)
 from eventlog._partition import (
     Partition,
+    follow,
     open_for_write,
     open_read_only,
-    partition_dir,
-    refresh,
 )
 from eventlog._reader import read_chunk
 from eventlog._records import check_key, check_offset, check_values, to_bytes
@@ -57,10 +66,8 @@ from eventlog._retention import (
     RetentionClaim,
     RetentionRegistry,
     delete_segments,
-    first_base,
     remove_orphan_indexes,
 )
-from eventlog._segment import Segment, fsync_dir
 from eventlog._writer import (
     FlushPlan,
     Request,
@@ -72,7 +79,6 @@ from eventlog._writer import (
 from eventlog.errors import (
     EventLogClosedError,
     EventLogConfigError,
-    EventLogLockedError,
     EventLogReadOnlyError,
     EventLogStorageError,
     InvalidRecordError,
@@ -82,10 +88,6 @@ from eventlog.log import EventLog
 
 logger = logging.getLogger(__name__)
 
-META_FILE = "eventlog.json"
-LOCK_FILE = "LOCK"
-CLEAN_SHUTDOWN_FILE = ".clean-shutdown"  # Kafka: .kafka_cleanshutdown
-FORMAT_VERSION = 1
 MiB = 1 << 20
 # One request is one RecordBatch (atomicity); Kafka's batch Length field is an int32.
 MAX_REQUEST_BYTES = 1 << 30
@@ -126,17 +128,6 @@ def _positive_int(name: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise EventLogConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
     return value
-
-
-def stored_start_offsets(dir: str | os.PathLike[str], partitions: int) -> dict[int, int]:
-    """Log start offset of each partition of the file log in ``dir``, read from its
-    directory listing without opening the log (0 for a partition not created yet)."""
-    root = Path(dir)
-    starts = {}
-    for p in range(partitions):
-        first = first_base(partition_dir(root, p))
-        starts[p] = 0 if first is None else first
-    return starts
 
 
 class FileEventLog(EventLog):
@@ -244,19 +235,15 @@ class FileEventLog(EventLog):
                 self.dir.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise EventLogConfigError(f"cannot create event log dir {self.dir}: {e}") from e
-            self._lock()
+            self._lock_fd = lock_writer(self.dir)
         try:
-            self._check_meta()
+            check_meta(self.dir, self._partitions)
             interval = self._options.index_interval_bytes
             # After a clean close every tail was fsynced whole: like Kafka, skip the CRC
             # pass over the active segments (a structural walk still finds their ends).
             # The marker goes before the first append can happen, so a crash after this
             # open is recovered in full next time.
-            marker = self.dir / CLEAN_SHUTDOWN_FILE
-            clean = not self.read_only and marker.exists()
-            if clean:
-                marker.unlink()
-                fsync_dir(self.dir)
+            clean = not self.read_only and take_clean_mark(self.dir)
             for p in range(self._partitions):
                 if self.read_only:
                     self._parts.append(open_read_only(self.dir, p, interval))
@@ -272,63 +259,6 @@ class FileEventLog(EventLog):
             if isinstance(e, OSError):
                 raise EventLogStorageError(f"cannot open event log in {self.dir}: {e}") from e
             raise
-
-    def _mark_clean_shutdown(self) -> None:
-        """Every append is on disk (fsynced) and nothing follows: say so for the next open."""
-        path = self.dir / CLEAN_SHUTDOWN_FILE
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(self.dir)
-
-    def _lock(self) -> None:
-        path = self.dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise EventLogLockedError(
-                f"event log dir {self.dir} is locked by another writer (pid {holder}, {path}):"
-                " one process writes it at a time; readers open it read-only beside it",
-                dir=str(self.dir),
-                holder=holder,
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
-
-    def _check_meta(self) -> None:
-        meta = self.dir / META_FILE
-        if meta.is_file():
-            try:
-                stored = json.loads(meta.read_text())
-                count = int(stored["partitions"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise EventLogConfigError(f"{meta} is not a valid event log meta file") from e
-            if count != self._partitions:
-                raise EventLogConfigError(
-                    f"event log in {self.dir} has {count} partitions, "
-                    f"configured with {self._partitions}"
-                )
-            return
-        extra = sorted(p.name for p in self.dir.glob("__remote_log_metadata-*"))
-        if extra:
-            raise EventLogConfigError(
-                f"{self.dir} holds partition dirs {extra} but no {META_FILE}; "
-                f"refusing to guess its partition count"
-            )
-        tmp = meta.with_suffix(".tmp")
-        body = {"format_version": FORMAT_VERSION, "partitions": self._partitions}
-        with open(tmp, "w") as f:
-            json.dump(body, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, meta)
-        fsync_dir(self.dir)
 
     def _release(self) -> None:
         for part in self._parts:
@@ -358,7 +288,7 @@ class FileEventLog(EventLog):
             await self._sync_dirty()
         async with self._io_lock:
             if not self.read_only and self._failure is None and self._parts:
-                await asyncio.to_thread(self._mark_clean_shutdown)
+                await asyncio.to_thread(mark_clean_shutdown, self.dir)
             self._release()
         for part in self._parts:
             part.notifier.notify_all()
@@ -586,21 +516,11 @@ class FileEventLog(EventLog):
         async with self._refresh_locks[partition]:
             part = self._parts[partition]
             before = part.next_offset
-            part.segments = await asyncio.to_thread(self._refresh_sync, part)
+            part.segments = await asyncio.to_thread(
+                follow, self.dir, part, self._options.index_interval_bytes
+            )
             if part.next_offset != before:
                 part.notifier.notify_all()
-
-    def _refresh_sync(self, part: Partition) -> list[Segment]:
-        """``refresh``, after dropping the head segments the writer's retention deleted."""
-        interval = self._options.index_interval_bytes
-        first = first_base(part.dir)
-        if first is not None and part.segments[0].base_offset < first:
-            kept = [seg for seg in part.segments if seg.base_offset >= first]
-            if not kept:
-                # Everything this follower knew is gone: look at the partition afresh.
-                return open_read_only(self.dir, part.number, interval).segments
-            part = Partition(part.number, part.dir, kept)
-        return refresh(part, interval)
 
     async def _wait_for(self, partition: int, offset: int) -> None:
         """Return once ``offset`` may be readable (or the log closed)."""

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from eventlog import OffsetBeforeLogStartError
+from eventlog._log_dir import stored_start_offsets
 from eventlog.errors import EventLogConfigError
-from eventlog.file import FileEventLog, stored_start_offsets
+from eventlog.file import FileEventLog
 from tests.eventlog.conftest import collect, run_and_sigkill
 
 ROOT = Path(__file__).resolve().parents[2]

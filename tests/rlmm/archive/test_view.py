@@ -228,7 +228,7 @@ def test_a_replay_whose_events_are_gone_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_snapshot_covers_what_retention_deleted(tmp_path: Path) -> None:
-    from eventlog.file import stored_start_offsets
+    from eventlog._log_dir import stored_start_offsets
 
     config = make_config(
         tmp_path / "rlmm", **{"eventlog.partitions": 1, "eventlog.segment_bytes": 1024}
