@@ -10,6 +10,11 @@ min.insync.replicas; ``append_batch`` is one record batch, so it lands atomicall
 and in order. Retries are bounded by ``delivery_timeout_ms``. The producer is not
 idempotent (Tansu supports only that), so a retried append whose first attempt
 did land may be stored twice: delivery is at least once, never silently lost.
+
+One piece: ``KafkaEventLog.__init__`` (over 80 lines) has one keyword argument per
+setting of the ``kafka`` event log, because the registry derives the type's settings
+(rlmm's config check and the docs) from the constructor's signature; the body checks
+them, builds the TLS context and the clients' settings from them and keeps them.
 """
 
 from __future__ import annotations
