@@ -5,8 +5,9 @@ effect of the events applied to it. This package imports the codec only through 
 public surface, and the codec imports nothing of it. Modules: ``metadata_store`` (the
 store, lazy restore), ``partition`` (one partition's cache), ``_state`` (per-epoch
 state, and what a block decodes to), ``_block`` (a cache as one snapshot block),
-``_columns`` (the packed segment records), ``summary`` (a segment's facts for the
-offloader's rounds, read from its record).
+``_columns`` (the packed segment records), ``_objects`` (model objects built from a
+record without their constructors, and the probe that proves them equal),
+``summary`` (a segment's facts for the offloader's rounds, read from its record).
 """
 
 from __future__ import annotations

@@ -23,11 +23,11 @@ bytes of a RemoteLogSegmentMetadata and its members; the objects are built only 
 read returns one (:meth:`metadata`, on the fast path below).
 
 The fast path builds the frozen model objects through mutable "shadow" classes with the
-same slot layout and then switches their ``__class__``: plain slot stores instead of
-~15 ``object.__setattr__`` calls, 5x faster. It is used only if probe rows read through
-both copies of :meth:`SegmentColumns.metadata` (and of the segment id builder) give
-equal objects and ``RLMM_NO_FAST_PATHS`` is unset (``FAST_OBJECTS``); otherwise the
-model's constructors are.
+same slot layout and then switches their ``__class__`` (``rlmm.cache._objects``): plain
+slot stores instead of ~15 ``object.__setattr__`` calls, 5x faster. It is used only if
+probe rows read through both copies of :meth:`SegmentColumns.metadata` (and of the
+segment id builder) give equal objects and ``RLMM_NO_FAST_PATHS`` is unset
+(``FAST_OBJECTS``); otherwise the model's constructors are.
 """
 
 from __future__ import annotations
@@ -44,8 +44,19 @@ from typing import Any, Final
 
 from rlmm import _fast_paths
 from rlmm.cache._custom_column import CustomMetadataColumn
+from rlmm.cache._objects import (
+    UUID_SAFETY_UNKNOWN,
+    Metadata,
+    SegmentIdShadow,
+    SegmentShadow,
+    fast_path_works,
+    fast_segment_id,
+    new_object,
+    set_uuid_int,
+    set_uuid_safe,
+    slow_segment_id,
+)
 from rlmm.codec import build as _build
-from rlmm.codec import uuid_from_int
 from rlmm.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -83,43 +94,10 @@ def _slot_hash(raw: bytes | memoryview, mask: int) -> int:
     return (((x ^ (x >> 64)) & _MASK64) * _MIX >> 29) & mask
 
 
-# ---- building model objects ----------------------------------------------------------
+# ---- building model objects (rlmm.cache._objects) ------------------------------------
 
-
-class _SegmentIdShadow:
-    __slots__ = RemoteLogSegmentId.__slots__
-
-
-class _SegmentShadow:
-    __slots__ = RemoteLogSegmentMetadata.__slots__
-
-
-_new = object.__new__
-# The uuid's slots set through their descriptors: ~100 ns less a lookup than two
-# object.__setattr__ calls (name lookups), same effect.
-_set_uuid_int = uuid.UUID.__dict__["int"].__set__
-_set_uuid_safe = uuid.UUID.__dict__["is_safe"].__set__
-_UNKNOWN = uuid.SafeUUID.unknown
 _UUID = uuid.UUID
 _PROXY = MappingProxyType
-
-
-def _fast_segment_id(tp: TopicIdPartition, n: int) -> RemoteLogSegmentId:
-    # uuid.UUID(int=n) without its argument parsing: its two slots set through their
-    # descriptors; the probe compares the result with the constructor's.
-    u = _new(uuid.UUID)
-    _set_uuid_int(u, n)
-    _set_uuid_safe(u, _UNKNOWN)
-    sid = _SegmentIdShadow()
-    sid.topic_id_partition = tp  # type: ignore[attr-defined]
-    sid.id = u  # type: ignore[attr-defined]
-    sid._hash = hash(n)  # type: ignore[attr-defined]  # as RemoteLogSegmentId.__post_init__
-    sid.__class__ = RemoteLogSegmentId  # type: ignore[assignment]
-    return sid  # type: ignore[return-value]
-
-
-def _slow_segment_id(tp: TopicIdPartition, n: int) -> RemoteLogSegmentId:
-    return _build.segment_id(tp, uuid_from_int(n))
 
 
 # ---- the columns ---------------------------------------------------------------------------
@@ -525,17 +503,17 @@ class SegmentColumns:
         else:
             epochs = dict(self.epoch_items(row))
         n = int.from_bytes(raw, "big")
-        # _fast_segment_id inlined, and the metadata built the same way: this is most of
+        # fast_segment_id inlined, and the metadata built the same way: this is most of
         # a lookup's cost.
-        u = _new(_UUID)
-        _set_uuid_int(u, n)
-        _set_uuid_safe(u, _UNKNOWN)
-        sid = _SegmentIdShadow()
+        u = new_object(_UUID)
+        set_uuid_int(u, n)
+        set_uuid_safe(u, UUID_SAFETY_UNKNOWN)
+        sid = SegmentIdShadow()
         sid.topic_id_partition = tp  # type: ignore[attr-defined]
         sid.id = u  # type: ignore[attr-defined]
         sid._hash = hash(n)  # type: ignore[attr-defined]
         sid.__class__ = RemoteLogSegmentId  # type: ignore[assignment]
-        m = _SegmentShadow()
+        m = SegmentShadow()
         m.remote_log_segment_id = sid  # type: ignore[attr-defined]
         m.start_offset = start  # type: ignore[attr-defined]
         m.end_offset = end  # type: ignore[attr-defined]
@@ -557,7 +535,7 @@ class SegmentColumns:
             self.recs, row << 6
         )
         return _build.segment_metadata(
-            _slow_segment_id(tp, int.from_bytes(raw, "big")),
+            slow_segment_id(tp, int.from_bytes(raw, "big")),
             start,
             end,
             max_ts,
@@ -571,55 +549,9 @@ class SegmentColumns:
         )
 
 
-_Metadata = Callable[[SegmentColumns, TopicIdPartition, int], RemoteLogSegmentMetadata]
-
-
-def _fast_path_works(fast: _Metadata) -> bool:
-    """``fast`` (the fast copy of :meth:`SegmentColumns.metadata`) and the fast segment id
-    builder give the objects the constructors give, on rows that take each branch
-    (inline epoch, one pair, many pairs; with and without custom metadata)."""
-    if (
-        _SegmentIdShadow.__slots__ != RemoteLogSegmentId.__slots__
-        or _SegmentShadow.__slots__ != RemoteLogSegmentMetadata.__slots__
-        # the two slots _fast_segment_id fills are all a uuid.UUID has
-        or set(getattr(uuid.UUID, "__slots__", ())) != {"int", "is_safe", "__weakref__"}
-    ):
-        return False
-    tp = TopicIdPartition(uuid_from_int(1 << 100), "probe", 3)
-    cols = SegmentColumns()
-    for i, (epochs, custom) in enumerate(
-        [({4: 5}, None), ({2: 7}, b"x"), ({0: 5, 4: 7}, None), ({1: 5, 2: 6, 3: 8}, b"")]
-    ):
-        n = (7 + i) << 64 | 9
-        segment = RemoteLogSegmentMetadata(
-            RemoteLogSegmentId(tp, uuid_from_int(n)),
-            5, 9, 11, 2, 13, 17, epochs, STATES[i], custom, bool(i % 2),
-        )  # fmt: skip
-        cols.append(segment)
-    try:
-        for row in range(len(cols)):
-            fast_m, slow = fast(cols, tp, row), cols.metadata_by_constructors(tp, row)
-            fast_sid = _fast_segment_id(tp, cols.uuid_int(row))
-            slow_sid = _slow_segment_id(tp, cols.uuid_int(row))
-            if not (
-                type(fast_m) is RemoteLogSegmentMetadata
-                and type(fast_sid) is RemoteLogSegmentId
-                and fast_m == slow
-                and repr(fast_m) == repr(slow)
-                and hash(fast_m.remote_log_segment_id) == hash(slow.remote_log_segment_id)
-                and fast_sid == slow_sid
-                and hash(fast_sid) == hash(slow_sid)
-                and dict(fast_m.segment_leader_epochs) == dict(slow.segment_leader_epochs)
-            ):
-                return False
-    except TypeError:  # __class__ assignment refused: the layouts differ
-        return False
-    return True
-
-
-FAST_METADATA: Final[_Metadata] = SegmentColumns.metadata
-FAST_OBJECTS: Final = _fast_paths.ALLOWED and _fast_path_works(FAST_METADATA)
-make_segment_id: Final = _fast_segment_id if FAST_OBJECTS else _slow_segment_id
+FAST_METADATA: Final[Metadata] = SegmentColumns.metadata
+FAST_OBJECTS: Final = _fast_paths.ALLOWED and fast_path_works(FAST_METADATA, SegmentColumns)
+make_segment_id: Final = fast_segment_id if FAST_OBJECTS else slow_segment_id
 if not FAST_OBJECTS:
     SegmentColumns.metadata = SegmentColumns.metadata_by_constructors  # type: ignore[method-assign]
 

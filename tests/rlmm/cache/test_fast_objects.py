@@ -11,8 +11,8 @@ import pytest
 
 from rlmm import _fast_paths
 from rlmm.cache import RemoteLogMetadataCache
-from rlmm.cache import _columns as columns_module
 from rlmm.cache._columns import FAST_METADATA, FAST_OBJECTS, SegmentColumns
+from rlmm.cache._objects import fast_path_works
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 from tests.rlmm.factories import S, segment, tp, update
 
@@ -24,7 +24,7 @@ def test_the_copy_that_runs_is_the_one_the_probe_passed() -> None:
     expected = FAST_METADATA if FAST_OBJECTS else SegmentColumns.metadata_by_constructors
     assert SegmentColumns.metadata is expected
     # whatever runs, the fast copy still equals the constructors' one
-    assert columns_module._fast_path_works(FAST_METADATA)
+    assert fast_path_works(FAST_METADATA, SegmentColumns)
 
 
 def test_the_probe_fails_a_fast_copy_that_differs() -> None:
@@ -37,8 +37,8 @@ def test_the_probe_fails_a_fast_copy_that_differs() -> None:
     def refused(cols: SegmentColumns, tp: TopicIdPartition, row: int) -> RemoteLogSegmentMetadata:
         raise TypeError("__class__ assignment only supported for mutable types")
 
-    assert not columns_module._fast_path_works(off_by_one)
-    assert not columns_module._fast_path_works(refused)
+    assert not fast_path_works(off_by_one, SegmentColumns)
+    assert not fast_path_works(refused, SegmentColumns)
 
 
 @pytest.mark.parametrize("seed", range(3))
