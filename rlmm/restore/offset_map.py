@@ -39,9 +39,12 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+from asyncio import Future
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from aiokafka.structs import RecordMetadata
 
 from rlmm.restore.errors import RestoreError
 from rlmm.topics import RESTORE_OFFSETS_TOPIC
@@ -179,9 +182,11 @@ class MapBuilder:
         self._open: dict[int, list[list[int]]] = {}
         self._rows: dict[int, int] = {}  # target partition -> records in its open batch
         # (source partition, the send's future, runs relative to the batch's first offset)
-        self._sent: list[tuple[int, Any, list[list[int]]]] = []
+        self._sent: list[tuple[int, Future[RecordMetadata], list[list[int]]]] = []
 
-    def batch(self, partition: int, future: Any, first: int, last: int, records: int) -> None:
+    def batch(
+        self, partition: int, future: Future[RecordMetadata], first: int, last: int, records: int
+    ) -> None:
         """An archived batch (offsets ``first`` to ``last``, no gap) sent whole."""
         self._sent.append((partition, future, [[first, last, 0, records]]))
 
@@ -198,7 +203,7 @@ class MapBuilder:
         else:  # sparse from here: an offset inside reads the run again
             last[1], last[3] = offset, last[3] + 1
 
-    def sent(self, partition: int, future: Any) -> None:
+    def sent(self, partition: int, future: Future[RecordMetadata]) -> None:
         """``partition``'s open batch was sent (``future``: its RecordMetadata)."""
         runs = self._open.pop(partition, None)
         self._rows.pop(partition, None)

@@ -20,7 +20,7 @@ from the start: aiokafka can never append a record to it.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from collections.abc import Sequence
 
 import crc32c
 
@@ -57,7 +57,14 @@ class RawBatch:
 
     # ---- what aiokafka's MessageAccumulator, MessageBatch and sender call -------------
 
-    def append(self, *, timestamp: Any, key: Any, value: Any, headers: Any = ()) -> None:
+    def append(
+        self,
+        *,
+        timestamp: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+    ) -> None:
         """Full: the accumulator opens a batch of its own for further records."""
         return None
 

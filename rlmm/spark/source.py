@@ -24,7 +24,7 @@ neither pyarrow, boto3 nor the archive reader at import time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -247,7 +247,7 @@ class KafkaArchiveDataSource(DataSource):
     # that sets them (a data source runs in a Python worker without a SparkSession).
     spark_conf: dict[str, str] = {}
 
-    def __init__(self, options: Any) -> None:
+    def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
         self.parsed = parse_options(dict(options), self.spark_conf)
         if self.parsed.ignored:
