@@ -2,7 +2,7 @@
 
 Writes a partition of ``--records`` records (100-byte values, key = the record number,
 no headers, batches of ``--batch-records``) uncompressed and zstd with
-remote.PartitionDirWriter, copies its segments to local remote storage through the
+remote.segments.PartitionDirWriter, copies its segments to local remote storage through the
 manager (STARTED -> copy -> FINISHED, the archive tests' helper), then measures on one core, best of
 ``--repeat`` runs:
 - archive: open_metadata_view + plan_slices + read_slice of every slice into Arrow
