@@ -14,8 +14,6 @@ readers and writers from ``remote.segments``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from remote.errors import (
     CorruptObjectError,
     InvalidRangeError,
@@ -31,24 +29,6 @@ from remote.errors import (
 from remote.manifest import SegmentManifest
 from remote.registry import load_remote_storage_manager
 from remote.storage import IndexType, LogSegmentData, RemoteStorageManager
-
-if TYPE_CHECKING:  # what rlmm/offload/logdir.py imports, typed for mypy
-    from remote.segments import PartitionDir as PartitionDir
-    from remote.segments import read_producer_snapshot as read_producer_snapshot
-
-# rlmm/offload/logdir.py still imports these two from here; the offloader's owners are
-# moving that import to remote.segments (issue 45), then this goes. Loaded on use:
-# remote.segments loads aiokafka's codecs, which ``import remote`` must not.
-_STILL_IMPORTED = frozenset({"PartitionDir", "read_producer_snapshot"})
-
-
-def __getattr__(name: str) -> object:
-    if name not in _STILL_IMPORTED:
-        raise AttributeError(f"module 'remote' has no attribute {name!r}")
-    import remote.segments
-
-    return getattr(remote.segments, name)
-
 
 __all__ = [
     "CorruptObjectError",

@@ -218,14 +218,6 @@ class RemoteStorageManager(RemoteReader):
 # rlmm/offload/ownership.py still imports parse_object_name from here; the offloader's
 # owners are moving that import to remote.naming (issue 45), then this goes. Loaded on
 # use: remote.naming imports IndexType from this module.
-def __getattr__(name: str) -> object:
-    if name == "parse_object_name":
-        from remote.naming import parse_object_name
-
-        return parse_object_name
-    raise AttributeError(f"module 'remote.storage' has no attribute {name!r}")
-
-
 __all__ = [
     "IndexType",
     "LogSegmentData",

@@ -3,27 +3,18 @@
 A module-level ``__getattr__`` hands mypy ``Any`` (or ``object``) for every name it
 serves, and lets a module pass another's names off as its own (the registry's names
 from the layouts' base, a backend from its package past the layering rules). Names
-are imported from their homes instead. Two stopgaps remain while their last importers,
-in rlmm/offload, are moved (issue 45); each is listed with those importers, and this
-test fails once none of them needs it any more, so the stopgap goes with them.
+are imported from their homes instead.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rlmm", "remote", "eventlog", "snapshot")
 
 # module file -> (the names its __getattr__ still serves, the files that import them)
-STOPGAPS = {
-    "remote/__init__.py": ({"PartitionDir", "read_producer_snapshot"}, ["rlmm/offload/logdir.py"]),
-    "remote/storage.py": ({"parse_object_name"}, ["rlmm/offload/ownership.py"]),
-}
 
 
 def modules() -> list[Path]:
@@ -48,30 +39,14 @@ def bound_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def test_no_module_has_a_getattr_but_the_stopgaps() -> None:
+def test_no_module_has_a_getattr() -> None:
     found = {
         str(path.relative_to(ROOT))
         for path in modules()
         for node in ast.parse(path.read_text(), str(path)).body
         if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
     }
-    assert found <= set(STOPGAPS), f"module-level __getattr__ in {sorted(found - set(STOPGAPS))}"
-
-
-@pytest.mark.parametrize("stopgap", sorted(STOPGAPS))
-def test_each_stopgap_serves_only_its_names_and_is_still_needed(stopgap: str) -> None:
-    served, importers = STOPGAPS[stopgap]
-    module = importlib.import_module(module_name(ROOT / stopgap))
-    for name in served:
-        assert getattr(module, name) is not None
-    with pytest.raises(AttributeError):
-        module.__getattr__("NoSuchName")
-    still = set()
-    for importer in importers:
-        for node in ast.walk(ast.parse((ROOT / importer).read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == module.__name__:
-                still |= {a.name for a in node.names} & served
-    assert still, f"nothing imports {sorted(served)} from {stopgap} any more: remove the stopgap"
+    assert not found, f"module-level __getattr__ in {sorted(found)}"
 
 
 def test_every_name_in_all_is_bound_in_its_module() -> None:

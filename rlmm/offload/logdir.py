@@ -39,13 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import overload
 
-from remote import (
+from remote import SegmentFormatError
+from remote.segment_data import log_segment_data
+from remote.segments import (
+    LogSegmentFiles,
     PartitionDir,
-    SegmentFormatError,
+    offset_file_name,
+    parse_partition_dir_name,
     read_producer_snapshot,
 )
-from remote.segment_data import log_segment_data
-from remote.segments import LogSegmentFiles, offset_file_name, parse_partition_dir_name
 from remote.segments.partition_dir import LOG_SUFFIX, SNAPSHOT_SUFFIX
 from rlmm.model import TopicIdPartition
 from rlmm.offload.errors import LogDirError, SegmentCopyError

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 
 from remote import RemoteStorageManager
-from remote.storage import parse_object_name
+from remote.naming import parse_object_name
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     TopicIdPartition,
