@@ -4,9 +4,10 @@ The store is the configured snapshot.SnapshotStore (a local directory, or S3 sha
 by every broker: ``[snapshot] store``). After each write + prune the Snapshotter
 registers, on a FileEventLog, a retention claim: per metadata partition the lowest
 ``applied + 1`` over every snapshot this owner keeps, so the log may delete only
-what each of them can do without. ``newest_snapshot`` (and ``rlmm.factory``'s
-``open_snapshot_source``) let a reader (the archive view, a fresh manager) start from
-any published snapshot.
+what each of them can do without. ``newest_snapshot`` finds, in a store the caller
+opened (``rlmm.factory``'s ``open_snapshot_source``: the factory sits above this
+module and builds what it reads), the published snapshot a reader (the archive view)
+can start from.
 
 Invariant: at most one snapshot write is in flight; the state handed to it is a copy
 taken synchronously on the event loop (so it is consistent with the applied offsets
@@ -207,6 +208,7 @@ class PublishedSnapshot:
 
 def newest_snapshot(
     config: RlmmConfig,
+    store: SnapshotStore,
     partitions: Collection[int] | None = None,
     *,
     log_starts: Mapping[int, int] | None = None,
@@ -225,17 +227,9 @@ def newest_snapshot(
     if log_starts is None:
         log_starts = log_start_offsets(config.event_log_options())
     needed = {p: start for p, start in log_starts.items() if p in wanted}
-    # rlmm.factory builds the configured store; it sits above the manager, which
-    # imports this module, so it is imported here, at call time
-    from rlmm.factory import open_snapshot_source
-
-    store = open_snapshot_source(config)
-    try:
-        for location, snap in store.iter_valid(all_owners=True):
-            if not all(p in snap.applied_offsets for p in wanted):
-                continue
-            if _usable(snap, count, needed):
-                return PublishedSnapshot(location, snap)
-        return None
-    finally:
-        store.close()
+    for location, snap in store.iter_valid(all_owners=True):
+        if not all(p in snap.applied_offsets for p in wanted):
+            continue
+        if _usable(snap, count, needed):
+            return PublishedSnapshot(location, snap)
+    return None

@@ -128,8 +128,8 @@ CORE_MODULES = {
         "rlmm.snapshotting",
         "eventlog",
     ),
-    # the factory imports it: it imports the factory at call time
-    "snapshotting.py": ("rlmm.config", "rlmm.factory", "eventlog", "snapshot"),
+    # below the factory, which builds its stores and hands them in
+    "snapshotting.py": ("rlmm.config", "eventlog", "snapshot"),
     "config.py": ("rlmm.errors", "eventlog", "remote.registry", "snapshot.registry"),
     "secrets.py": (),
     "factory.py": (

@@ -35,7 +35,7 @@ from rlmm.archive.lineage import Gap, LineageRange, gaps, lineage_ranges
 from rlmm.cache import RemotePartitionMetadataStore
 from rlmm.config import RlmmConfig
 from rlmm.errors import ReplayGapError
-from rlmm.factory import open_event_log
+from rlmm.factory import open_event_log, open_snapshot_source
 from rlmm.model import (
     RemoteLogSegmentMetadata,
     RemotePartitionDeleteMetadata,
@@ -79,7 +79,11 @@ class _PublishedSnapshots:
         # snapshot; the others can be replayed from 0 if it leaves them out.
         starts = log_start_offsets(self._config.event_log_options())
         needed = [p for p, start in starts.items() if start > 0]
-        found = newest_snapshot(self._config, partitions=needed, log_starts=starts)
+        store = open_snapshot_source(self._config)
+        try:
+            found = newest_snapshot(self._config, store, partitions=needed, log_starts=starts)
+        finally:
+            store.close()
         return None if found is None else found.snapshot
 
 

@@ -134,11 +134,15 @@ async def test_partition_below_the_log_start_restarts_from_another_owners_snapsh
     assert b.fingerprint() == expected
     await b.close()
     # The read-only view's entry point: the newest published snapshot the log can continue.
-    found = newest_snapshot(cfg_view)
+    store = open_snapshot_source(cfg_view)
+    try:
+        found = newest_snapshot(cfg_view, store)
+        assert newest_snapshot(cfg_view, store, [0], log_starts={0: 10**9}) is None
+    finally:
+        store.close()
     assert found is not None
     assert found.location.startswith(f"s3://{BUCKET}/cluster-a/__snapshots/broker-")
     assert all(found.snapshot.applied_offsets[p] + 1 >= starts[p] for p in range(N))
-    assert newest_snapshot(cfg_view, [0], log_starts={0: 10**9}) is None
     # The read-only metadata view starts from it too, and replays only the tail.
     view = await load_metadata_view(cfg_view)
     try:
