@@ -225,7 +225,8 @@ class PluginServer:
                 message = await read_frame(reader)
                 if message is None:
                     break
-                lookup = self._lookups.get(message.get("method"))  # type: ignore[arg-type]
+                method = message.get("method")
+                lookup = self._lookups.get(method) if isinstance(method, str) else None
                 if lookup is not None:
                     writer.write(self._answer_lookup(message, lookup))
                     if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:

@@ -62,7 +62,8 @@ class BridgeClient:
                 if not fut.done():
                     fut.set_exception(ConnectionError("rlmm serve closed the socket"))
 
-    async def call(self, method: str, **args: Any) -> Any:
+    async def call(self, method: object, **args: Any) -> Any:
+        """``method``'s answer (any msgpack value may be sent as the method: a broken bridge's)."""
         request_id = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = fut

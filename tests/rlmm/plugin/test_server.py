@@ -227,6 +227,9 @@ async def test_bad_calls_get_one_line_errors_and_the_connection_stays(
     assert unknown.value.kind == "protocol" and "unknown method 'rsm.no_such_call'" in str(
         unknown.value
     )
+    with pytest.raises(CallError) as unhashable:  # a list: no method, and not a dict key
+        await bridge.call(["rlmm.is_ready"])
+    assert unhashable.value.kind == "protocol", unhashable.value
     with pytest.raises(CallError) as bad:
         await bridge.call("rlmm.is_ready", topic_id_partition={"topic_id": b"short"})
     assert bad.value.kind == "protocol" and "16 bytes" in bad.value.message
