@@ -666,6 +666,33 @@ async def test_a_kafka_style_remote_read_moves_about_what_kafka_takes(tmp_path: 
             asks = registry.get_sample_value("rlmm_serve_calls_total", asked)
             return calls - calls0, moved - bytes0, asks - asked0
 
+        async def kafka_ranges(ranges: list[tuple[int, int]], file_reads: bool) -> list[bytes]:
+            """What fetchLogSegment(start, end) streams for each (start, end), by its CRC."""
+            harness = Path(__file__).with_name("java") / "KafkaStyleReads.java"
+            proc = await asyncio.create_subprocess_exec(
+                java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness), str(server.socket_path),
+                str(file_reads).lower(), str(tmp_path / "metadata"),
+                *(f"{start}:0:{1 << 22}:{end}" for start, end in ranges),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(proc.communicate(), 180)
+            assert proc.returncode == 0, (out + err).decode()
+            got = []
+            for line, (start, end) in zip(out.decode().splitlines(), ranges, strict=True):
+                _start, _skip, length, crc = line.split()
+                data = log[start : start + int(length)]
+                assert str(zlib.crc32(data)) == crc, (start, end)
+                got.append(data)
+            return got
+
+        # a range with its end (Kafka's fetchLogSegment(start, end), end inclusive) gives
+        # that range, through chunks and from the file
+        for file_reads in (False, True):
+            ranges = [(1000, 1099), (5000, 5000), (3_499_000, 3_499_999)]
+            got = await kafka_ranges(ranges, file_reads)
+            assert got == [log[1000:1100], log[5000:5001], log[3_499_000:]], file_reads
+
         mib = 1 << 20
         reads = [(0, 0, mib), (8192, 3000, mib), (1_500_000, 4095, mib), (3_000_000, 100, mib)]
         calls, moved, _ = await kafka_reads(reads)

@@ -2,9 +2,9 @@
 // segment's stream at the offset index's position, skip to the batch holding the fetch
 // offset, read max.partition.fetch.bytes, close. Run with java's single-file launcher,
 // the plugin jar and Kafka's jars on the class path, against a running rlmm serve:
-//   java -cp <jar>:<kafka libs>/* KafkaStyleReads.java <socket> <file reads: true|false> <metadata file> <start:skip:length>...
+//   java -cp <jar>:<kafka libs>/* KafkaStyleReads.java <socket> <file reads: true|false> <metadata file> <start:skip:length[:end]>...
 // <metadata file> holds the segment's metadata in Kafka's serde form; <file reads> is the
-// class's fetch.file.reads. For each read it
+// class's fetch.file.reads; with :end, the read opens fetchLogSegment(start, end), end inclusive. For each read it
 // prints "<start> <skip> <bytes read> <crc32 of them>" and exits 0.
 import io.rlmm.kafka.RlmmRemoteStorageManager;
 import java.io.InputStream;
@@ -26,7 +26,9 @@ public class KafkaStyleReads {
       int start = Integer.parseInt(read[0]);
       int skip = Integer.parseInt(read[1]);
       int length = Integer.parseInt(read[2]);
-      try (InputStream in = rsm.fetchLogSegment(md, start)) {
+      try (InputStream in = read.length > 3
+          ? rsm.fetchLogSegment(md, start, Integer.parseInt(read[3]))
+          : rsm.fetchLogSegment(md, start)) {
         in.readNBytes(skip);
         byte[] got = in.readNBytes(length);
         CRC32 crc = new CRC32();

@@ -105,12 +105,13 @@ public class RlmmRemoteStorageManager implements RemoteStorageManager {
   }
 
   private InputStream fetch(RemoteLogSegmentMetadata metadata, long start, long end) throws RemoteStorageException {
-    if (start < 0 || end < start) {
+    if (start < 0 || end <= start) { // Kafka's end position is inclusive: at least one byte
       throw new IllegalArgumentException("bad segment range: start " + start + ", end " + (end - 1));
     }
     byte[] md = SERDE.serialize(metadata);
     String topic = metadata.topicIdPartition().topic();
-    int first = Math.min(Math.max(chunkBytes, readBytes.get()) + FIRST_CHUNK_SLACK, MAX_CHUNK);
+    int first = (int) Math.min(Math.min(Math.max(chunkBytes, readBytes.get()) + FIRST_CHUNK_SLACK, MAX_CHUNK),
+        end - start);
     RemoteLogSegmentId id = metadata.remoteLogSegmentId();
     Map<?, ?> known = fileReads ? files.get(id) : null;
     if (known != null) {
