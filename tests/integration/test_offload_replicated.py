@@ -252,11 +252,11 @@ async def test_a_partition_gained_between_rounds_is_copied_at_once_in_a_round_of
         first_copy = min(m.event_timestamp_ms for m in copies) / 1000
         # learned by the poll (500 ms), then copied at once: not at the next round
         assert first_copy - changed_at <= 8, (first_copy - changed_at, group.text(new)[-3000:])
-        text = group.text(new)
-        assert time.time() < first_round + INTERVAL_MS / 1000 - 2, "too slow to tell"
-        assert "round 2 over" not in text, text[-3000:]
+        # by the sidecar's own log times, so a slow machine cannot hide an early round
+        # (the test once also asserted it was still inside the interval, and a loaded
+        # CI machine failed that guard, not the sidecar)
         second_round = await logged(group, new, "round 2 over", timeout=INTERVAL_MS / 1000 + 30)
-        assert second_round - first_round >= INTERVAL_MS / 1000 - 1, text[-3000:]
+        assert second_round - first_round >= INTERVAL_MS / 1000 - 1, group.text(new)[-3000:]
     finally:
         group.close()
     assert group.errors()[new] == []
