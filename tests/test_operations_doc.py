@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,14 +172,28 @@ def replay(workdir: Path, write: bool = False) -> list[str]:
         capture_output=True,
         timeout=300,
     )
-    text = DOC.read_text()
+    return replay_text(DOC, workdir, write)
+
+
+def replay_text(
+    doc: Path,
+    workdir: Path,
+    write: bool = False,
+    to_run: Callable[[str], str] = lambda text: text,
+    to_doc: Callable[[str], str] = lambda text: text,
+) -> list[str]:
+    """Runs every transcript of ``doc`` in ``workdir``, commands passed through
+    ``to_run`` and their output lines through ``to_doc`` (a doc's stand-ins for what
+    differs per run); returns the mismatches (write: rewrites the document)."""
+    text = doc.read_text()
     lines = text.split("\n")
     ids, problems = IdMap(), []
     rewritten: list[tuple[int, int, list[str]]] = []
     for start, end, steps in parse(text):
         ran = []
         for step in steps:
-            output, code = run(ids.run_text(step.command), workdir)
+            output, code = run(to_run(ids.run_text(step.command)), workdir)
+            output = [to_doc(line) for line in output]
             for doc_line, run_line in zip(step.output, output, strict=False):
                 ids.learn(doc_line, run_line)
             got = [ids.doc_text(line) for line in output]
@@ -195,7 +210,7 @@ def replay(workdir: Path, write: bool = False) -> list[str]:
         # back to front, so the line numbers of the blocks not yet replaced stay valid
         for start, end, new in reversed(rewritten):
             lines[start:end] = new
-        DOC.write_text("\n".join(lines))
+        doc.write_text("\n".join(lines))
     return problems
 
 

@@ -21,16 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.s3 import moto_process
-from tests.test_operations_doc import (
-    IdMap,
-    Step,
-    _differing,
-    command_is_rlmm,
-    normalise,
-    parse,
-    render,
-    run,
-)
+from tests.test_operations_doc import parse, replay_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "s3.md"
@@ -61,31 +52,11 @@ def replay(workdir: Path, endpoint: str, write: bool = False) -> list[str]:
     toml = config_text(text)
     assert DOC_ENDPOINT in toml, f"the document's config does not name {DOC_ENDPOINT}"
     (workdir / CONFIG_NAME).write_text(toml.replace(DOC_ENDPOINT, here))
-    ids, problems = IdMap(), []
-    rewritten: list[tuple[int, int, list[str]]] = []
-    for start, end, steps in parse(text):
-        ran = []
-        for step in steps:
-            output, code = run(ids.run_text(step.command).replace(DOC_ENDPOINT, here), workdir)
-            output = [line.replace(here, DOC_ENDPOINT) for line in output]
-            for doc_line, run_line in zip(step.output, output, strict=False):
-                ids.learn(doc_line, run_line)
-            got = [ids.doc_text(line) for line in output]
-            expected_code = step.exit_code if step.exit_code is not None else 0
-            if code != expected_code:
-                problems.append(f"$ {step.command}: exit {code}, the document says {expected_code}")
-            if [normalise(x) for x in got] != [normalise(x) for x in step.output]:
-                diff = "\n".join(f"  doc: {d}\n  run: {r}" for d, r in _differing(step.output, got))
-                problems.append(f"$ {step.command}: output differs\n{diff}")
-            shown = step.exit_code is not None or code != 0 or command_is_rlmm(step.command)
-            ran.append(Step(step.command, got, code if shown else None))
-        rewritten.append((start, end, render(ran)))
-    if write:
-        lines = text.split("\n")
-        for start, end, new in reversed(rewritten):
-            lines[start:end] = new
-        DOC.write_text("\n".join(lines))
-    return problems
+    return replay_text(
+        DOC, workdir, write,
+        to_run=lambda command: command.replace(DOC_ENDPOINT, here),
+        to_doc=lambda line: line.replace(here, DOC_ENDPOINT),
+    )  # fmt: skip
 
 
 def test_the_document_s_config_is_rlmm_s3_config(tmp_path: Path) -> None:
