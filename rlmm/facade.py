@@ -103,6 +103,9 @@ class NotReadyRlmm(OffloadMetadataManager):
     def applied_offset_of(self, tp: TopicIdPartition) -> int | None:
         return None
 
+    def metadata_position_of(self, tp: TopicIdPartition) -> tuple[int, int] | None:
+        return None
+
     @property
     def assigned_partitions(self) -> set[TopicIdPartition]:
         return set()
@@ -228,6 +231,9 @@ class SwappableRlmm(OffloadMetadataManager):
 
     def applied_offset_of(self, tp: TopicIdPartition) -> int | None:
         return self._target.applied_offset_of(tp)
+
+    def metadata_position_of(self, tp: TopicIdPartition) -> tuple[int, int] | None:
+        return self._target.metadata_position_of(tp)
 
     @property
     def assigned_partitions(self) -> set[TopicIdPartition]:

@@ -628,6 +628,12 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
         a = self._assigned.get(tp)
         return None if a is None else self._applied.get(a.metadata_partition)
 
+    def metadata_position_of(self, tp: TopicIdPartition) -> tuple[int, int] | None:
+        a = self._assigned.get(tp)
+        if a is None:
+            return None
+        return a.metadata_partition, self._applied.get(a.metadata_partition, -1)
+
     @property
     def assigned_partitions(self) -> set[TopicIdPartition]:
         return set(self._assigned)

@@ -65,6 +65,13 @@ class OffloadMetadataManager(RemoteLogMetadataManager):
         """The offset applied so far in ``tp``'s metadata partition (None: not assigned).
         While this value holds, ``tp``'s metadata has not changed."""
 
+    @abstractmethod
+    def metadata_position_of(self, tp: TopicIdPartition) -> tuple[int, int] | None:
+        """``tp``'s metadata partition and the offset applied there so far (-1: none yet);
+        None: not assigned. A version of ``tp``'s metadata: while the offset holds, what
+        the lookups answer for ``tp`` has not changed (``rlmm serve`` tags its listings
+        with it, so the broker's bridge can keep them until the offset moves)."""
+
     @property
     @abstractmethod
     def assigned_partitions(self) -> set[TopicIdPartition]:

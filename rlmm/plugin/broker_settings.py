@@ -28,7 +28,7 @@ from rlmm.errors import ConfigError
 # The bridge's own keys: they say how to reach this process, not how it tiers.
 BRIDGE_KEYS = frozenset(
     {"file", "command", "socket", "call.timeout.ms", "copy.timeout.ms", "start.timeout.ms",
-     "fetch.chunk.bytes", "fetch.file.reads"}
+     "fetch.chunk.bytes", "fetch.file.reads", "list.cache.segments"}
 )  # fmt: skip
 _METADATA_PREFIX = "remote.log.metadata."
 # What Kafka adds for its own use (the log dir is the broker's, never ours to write).

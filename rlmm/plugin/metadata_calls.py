@@ -11,6 +11,13 @@ retries (with backoff, logged) until it starts or the process stops; until then 
 lookup is a not-ready error and ``is_ready`` is false. The partitions Kafka assigned
 are kept here and handed to the manager once it has started, so an assignment made
 while it starts is never lost.
+
+Versions: a listing is answered with the partition's metadata position (its metadata
+partition and the offset applied there), and a write with the position once applied;
+``applied_offsets`` is what the server pushes to the bridge as it moves. The bridge
+keeps a partition's listing while its metadata partition's offset holds (an idle broker
+lists every partition twice each task interval), so every answer that can be kept
+names the position it reflects, taken with no wait between it and the answer.
 """
 
 from __future__ import annotations
@@ -23,7 +30,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rlmm.base import RemoteLogMetadataManager
 from rlmm.codec import encode
 from rlmm.config import RlmmConfig
 from rlmm.errors import RemoteStorageNotReadyError
@@ -35,6 +41,7 @@ from rlmm.model import (
     RemotePartitionDeleteMetadata,
     TopicIdPartition,
 )
+from rlmm.offload_metadata import OffloadMetadataManager
 from rlmm.plugin.broker_settings import broker_config, unknown_props
 from rlmm.plugin.metrics import ServeReadiness
 from rlmm.plugin.protocol import (
@@ -50,6 +57,9 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 Lookup = Callable[[Mapping[str, Any]], Any]
+# [metadata partition, offset applied there]: a partition's metadata version (None: not
+# assigned here, so not to be kept)
+Position = list[int] | None
 START_BACKOFF_S = (1.0, 30.0)
 ENCODINGS_KEPT = 1 << 17  # segments' encoded metadata kept for listings (about 20 MiB)
 
@@ -66,7 +76,7 @@ class MetadataCalls:
         self._config_path = config_path
         self._overrides = dict(overrides or {})
         self._readiness = readiness
-        self._manager: RemoteLogMetadataManager | None = None
+        self._manager: OffloadMetadataManager | None = None
         self._starting: asyncio.Task[None] | None = None
         self._leaders: set[TopicIdPartition] = set()
         self._followers: set[TopicIdPartition] = set()
@@ -96,7 +106,7 @@ class MetadataCalls:
         }
 
     @property
-    def manager(self) -> RemoteLogMetadataManager | None:
+    def manager(self) -> OffloadMetadataManager | None:
         """The manager once it has started (None before)."""
         return self._manager
 
@@ -113,7 +123,7 @@ class MetadataCalls:
     async def _start(self, config: RlmmConfig) -> None:
         delay, most = START_BACKOFF_S
         while not self._closed:
-            manager: RemoteLogMetadataManager | None = None
+            manager: OffloadMetadataManager | None = None
             try:
                 started = manager = create_manager(config, open_event_log(config))
                 await started.start()
@@ -139,7 +149,7 @@ class MetadataCalls:
             self._readiness.ready("manager")
             return
 
-    def _ready_manager(self) -> RemoteLogMetadataManager:
+    def _ready_manager(self) -> OffloadMetadataManager:
         if self._manager is None:
             raise RemoteStorageNotReadyError(
                 message="rlmm serve: the remote log metadata manager is not started yet"
@@ -148,17 +158,27 @@ class MetadataCalls:
 
     # --- writes (Kafka waits on the returned future) ------------------------------------
 
-    async def add_remote_log_segment_metadata(self, args: Mapping[str, Any]) -> None:
+    # Each answers the partition's metadata position once the event is applied (a
+    # listing the bridge kept from before it is then stale, before Kafka sees the write
+    # done).
+
+    async def add_remote_log_segment_metadata(self, args: Mapping[str, Any]) -> Position:
         metadata = metadata_arg(args, "metadata", RemoteLogSegmentMetadata)
-        await self._ready_manager().add_remote_log_segment_metadata(metadata)
+        manager = self._ready_manager()
+        await manager.add_remote_log_segment_metadata(metadata)
+        return _position(manager, metadata.topic_id_partition)
 
-    async def update_remote_log_segment_metadata(self, args: Mapping[str, Any]) -> None:
+    async def update_remote_log_segment_metadata(self, args: Mapping[str, Any]) -> Position:
         update = metadata_arg(args, "metadata", RemoteLogSegmentMetadataUpdate)
-        await self._ready_manager().update_remote_log_segment_metadata(update)
+        manager = self._ready_manager()
+        await manager.update_remote_log_segment_metadata(update)
+        return _position(manager, update.topic_id_partition)
 
-    async def put_remote_partition_delete_metadata(self, args: Mapping[str, Any]) -> None:
+    async def put_remote_partition_delete_metadata(self, args: Mapping[str, Any]) -> Position:
         metadata = metadata_arg(args, "metadata", RemotePartitionDeleteMetadata)
-        await self._ready_manager().put_remote_partition_delete_metadata(metadata)
+        manager = self._ready_manager()
+        await manager.put_remote_partition_delete_metadata(metadata)
+        return _position(manager, metadata.topic_id_partition)
 
     # --- lookups (the cache, no I/O) ------------------------------------------------------
 
@@ -173,11 +193,13 @@ class MetadataCalls:
         tp = topic_id_partition(args.get("topic_id_partition"))
         return self._ready_manager().highest_offset_for_epoch(tp, arg(args, "leader_epoch", int))
 
-    def list_remote_log_segments(self, args: Mapping[str, Any]) -> list[bytes]:
+    def list_remote_log_segments(self, args: Mapping[str, Any]) -> dict[str, Any]:
         tp = topic_id_partition(args.get("topic_id_partition"))
         epoch = optional_arg(args, "leader_epoch", int)
-        found = self._ready_manager().list_remote_log_segments(tp, epoch)
-        return [self._encoded(m) for m in found]
+        manager = self._ready_manager()
+        found = manager.list_remote_log_segments(tp, epoch)
+        # the same turn of the loop as the listing: nothing applied in between
+        return {"segments": [self._encoded(m) for m in found], "version": _position(manager, tp)}
 
     def _encoded(self, metadata: RemoteLogSegmentMetadata) -> bytes:
         """Kafka's serde bytes of a segment's metadata, encoded once per segment and
@@ -202,6 +224,10 @@ class MetadataCalls:
             tp, arg(args, "epoch", int), arg(args, "offset", int)
         )
         return metadata_bytes(found)
+
+    def applied_offsets(self) -> dict[int, int]:
+        """Metadata partition -> the offset applied there (empty before the manager)."""
+        return {} if self._manager is None else self._manager.applied_offsets
 
     def is_ready(self, args: Mapping[str, Any]) -> bool:
         tp = topic_id_partition(args.get("topic_id_partition"))
@@ -235,6 +261,11 @@ class MetadataCalls:
                 await self._starting
         if self._manager is not None:
             await self._manager.close()
+
+
+def _position(manager: OffloadMetadataManager, tp: TopicIdPartition) -> Position:
+    found = manager.metadata_position_of(tp)
+    return None if found is None else [found[0], found[1]]
 
 
 __all__ = ["MetadataCalls"]

@@ -38,7 +38,7 @@ from rlmm.plugin.errors import ProtocolError, VersionMismatchError
 
 _Event = TypeVar("_Event", bound=RemoteLogMetadata)
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_FRAME_BYTES = 64 << 20
 _LENGTH = struct.Struct(">I")
 ERROR_TYPES = (

@@ -10,7 +10,10 @@ inline as its frame is read, without a task: an idle broker asks them of every
 partition each task interval, and a task per call was most of their cost. Each other
 call runs up to its first wait before the next frame is read, so an inline answer
 reflects every call sent before it on the same connection (as far as the call changes
-state before it waits: leadership and stop do).
+state before it waits: leadership and stop do). On the RLMM class's connection, frames
+without an id are pushed too: ``{"push": "applied", "offsets": [[metadata partition,
+offset], ...]}`` as the manager applies events (checked every ``PUSH_INTERVAL_S``), so the
+bridge knows when a listing it keeps has gone stale.
 
 Invariants:
 - one serve per socket: the socket's ``.lock`` file is held (flock) for the process's
@@ -57,6 +60,10 @@ ROLES = ("rsm", "rlmm")
 # Inline answers wait for the socket to drain only past this many unsent bytes.
 WRITE_HIGH_WATER = 1 << 20
 Handler = Callable[[Mapping[str, Any]], Awaitable[Any]]
+# How often the applied offsets are compared with what the bridge was last told. Its own
+# writes are answered with their position, so this only bounds how long a listing of
+# a partition changed by another broker's write can be kept.
+PUSH_INTERVAL_S = 0.1
 
 
 def release() -> str:
@@ -106,6 +113,8 @@ class PluginServer:
         # once every connected class has closed (the broker closes the RSM, then the
         # RLMM: the first must not take the process from the second).
         self._peers: dict[asyncio.Task[None], list[Any]] = {}
+        self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._pushers: dict[asyncio.Task[None], asyncio.Task[None]] = {}
         self._lock_file: IO[str] | None = None
         self._terminating = False
         self.metrics_port: MetricsPort | None = None
@@ -217,6 +226,7 @@ class PluginServer:
         me = asyncio.current_task()
         assert me is not None
         self._connections.add(me)
+        self._writers[me] = writer
         self.metrics.connections.inc()
         send = asyncio.Lock()
         calls: set[asyncio.Task[None]] = set()
@@ -247,6 +257,10 @@ class PluginServer:
         finally:
             for task in list(calls):
                 task.cancel()
+            pusher = self._pushers.pop(me, None)
+            if pusher is not None:
+                pusher.cancel()
+            self._writers.pop(me, None)
             self.metrics.connections.dec()
             self._connections.discard(me)
             self._peers.pop(me, None)
@@ -333,7 +347,25 @@ class PluginServer:
             )
         log.info("bridge %s connected (broker pid %s)", role, args.get("jvm_pid"))
         self._peers[peer] = [role, False]
+        writer = self._writers.get(peer)
+        if role == "rlmm" and writer is not None and peer not in self._pushers:
+            self._pushers[peer] = asyncio.create_task(
+                self._push_applied(writer), name="rlmm-serve-push-applied"
+            )
         return {"version": self.version, "pid": os.getpid(), "protocol": PROTOCOL_VERSION}
+
+    async def _push_applied(self, writer: asyncio.StreamWriter) -> None:
+        """Tell the RLMM class's bridge each metadata partition's applied offset as it
+        moves (see the module); ends with the connection."""
+        told: dict[int, int] = {}
+        while not writer.is_closing():
+            await asyncio.sleep(PUSH_INTERVAL_S)
+            moved = {p: o for p, o in self.metadata.applied_offsets().items() if told.get(p) != o}
+            if not moved:
+                continue
+            told.update(moved)
+            # a few bytes per metadata partition: never waits for the socket to drain
+            writer.write(frame({"push": "applied", "offsets": [[p, o] for p, o in moved.items()]}))
 
     async def _configure(self, args: Mapping[str, Any]) -> None:
         role = arg(args, "role", str)

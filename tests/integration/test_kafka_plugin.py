@@ -732,6 +732,50 @@ async def test_a_kafka_style_remote_read_moves_about_what_kafka_takes(tmp_path: 
         await asyncio.wait_for(task, 30)
 
 
+async def test_a_kept_listing_is_asked_again_only_once_its_metadata_moved(
+    tmp_path: Path,
+) -> None:
+    """An idle broker lists every partition's segments each task interval: the RLMM
+    class keeps a listing while its metadata partition's offset holds. Its own write is
+    seen by the very next listing, another broker's as soon as rlmm serve pushes the
+    offset, and a stopped partition is asked again (and refused)."""
+    from rlmm.plugin.server import PluginServer
+    from tests.fixtures.apache_kafka import kafka_libs, require_tools
+    from tests.rlmm.plugin.test_server import started, write_config
+
+    jar = plugin_jar()
+    java, _mvn = require_tools()
+    server = PluginServer(write_config(tmp_path), tmp_path / "serve.sock")
+    task = await started(server)
+    try:
+        harness = Path(__file__).with_name("java") / "ListingCaller.java"
+        proc = await asyncio.create_subprocess_exec(
+            java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness), str(server.socket_path), "1000",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 180)
+        assert proc.returncode == 0, (out + err).decode()
+        said = dict(line.split(" ", 1) for line in out.decode().splitlines())
+        assert "unexpected" not in said, said
+        assert said["empty"] == "1000 0"
+        assert said["own"] == "[COPY_SEGMENT_STARTED]"
+        assert said["kept"] == "1000 0"
+        ms, states = said["other"].split(" ", 1)
+        assert states == "[COPY_SEGMENT_FINISHED]"
+        assert said["stopped"].endswith("Exception"), said["stopped"]
+        listed = server.metrics.registry.get_sample_value(
+            "rlmm_serve_calls_total", {"method": "rlmm.list_remote_log_segments"}
+        )
+        # the first listing, the one after A's write, the one after B's was pushed, the
+        # stopped partition's: 2,000 more listings answered by the class alone
+        assert listed == 4, f"rlmm serve was asked {listed} listings; said: {said}"
+        assert int(ms) < 10_000
+    finally:
+        server.stop()
+        await asyncio.wait_for(task, 30)
+
+
 async def test_a_ready_partition_is_not_asked_again_until_its_leadership_changes(
     tmp_path: Path,
 ) -> None:

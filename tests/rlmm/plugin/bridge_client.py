@@ -16,7 +16,7 @@ from typing import Any
 
 from rlmm.codec import decode, encode
 from rlmm.model import RemoteLogMetadata, TopicIdPartition
-from rlmm.plugin.protocol import frame, read_frame
+from rlmm.plugin.protocol import PROTOCOL_VERSION, frame, read_frame
 from rlmm.plugin.server import release
 
 
@@ -44,6 +44,7 @@ class BridgeClient:
         self._reader, self._writer = reader, writer
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        self.pushes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._reading = asyncio.create_task(self._read())
 
     @classmethod
@@ -54,6 +55,9 @@ class BridgeClient:
     async def _read(self) -> None:
         try:
             while (message := await read_frame(self._reader)) is not None:
+                if "id" not in message:
+                    self.pushes.put_nowait(message)  # what rlmm serve sends unasked
+                    continue
                 fut = self._pending.pop(message["id"], None)
                 if fut is not None and not fut.done():
                     fut.set_result(message)
@@ -76,7 +80,11 @@ class BridgeClient:
 
     async def hello(self, role: str, version: str | None = None) -> Any:
         return await self.call(
-            "hello", protocol=1, version=version or release(), role=role, jvm_pid=os.getpid()
+            "hello",
+            protocol=PROTOCOL_VERSION,
+            version=version or release(),
+            role=role,
+            jvm_pid=os.getpid(),
         )
 
     async def close(self) -> None:

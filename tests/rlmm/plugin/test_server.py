@@ -22,7 +22,14 @@ from rlmm.model import (
 from rlmm.plugin.errors import AlreadyServingError
 from rlmm.plugin.server import PluginServer
 from tests.remote.conftest import make_metadata, write_segment
-from tests.rlmm.plugin.bridge_client import BridgeClient, CallError, unwire, wire, wire_tp
+from tests.rlmm.plugin.bridge_client import (
+    BridgeClient,
+    CallError,
+    new_tp,
+    unwire,
+    wire,
+    wire_tp,
+)
 
 BROKER_PROPS = {"broker.id": "1", "cluster.id": "test-cluster", "log.dir": "/nonexistent"}
 
@@ -144,11 +151,12 @@ async def test_copy_then_every_lookup_and_fetch_answers_as_kafka_asks(
     listed = await bridge.call(
         "rlmm.list_remote_log_segments", topic_id_partition=tp, leader_epoch=None
     )
-    assert [unwire(m) for m in listed] == [md]
+    assert [unwire(m) for m in listed["segments"]] == [md]
     by_epoch = await bridge.call(
         "rlmm.list_remote_log_segments", topic_id_partition=tp, leader_epoch=0
     )
-    assert [unwire(m) for m in by_epoch] == [md]
+    assert [unwire(m) for m in by_epoch["segments"]] == [md]
+    assert by_epoch["version"] == listed["version"]
     assert (
         await bridge.call("rlmm.remote_log_size", topic_id_partition=tp, leader_epoch=0)
         == md.segment_size_in_bytes
@@ -608,7 +616,7 @@ async def test_a_listing_follows_each_segment_through_its_states(bridge: BridgeC
         got = await bridge.call(
             "rlmm.list_remote_log_segments", topic_id_partition=tp, leader_epoch=None
         )
-        return [unwire(m) for m in got]  # type: ignore[misc]
+        return [unwire(m) for m in got["segments"]]  # type: ignore[misc]
 
     await bridge.call("rlmm.add_remote_log_segment_metadata", metadata=wire(md))
     assert await listed() == [md]
@@ -621,3 +629,60 @@ async def test_a_listing_follows_each_segment_through_its_states(bridge: BridgeC
     )  # fmt: skip
     await bridge.call("rlmm.update_remote_log_segment_metadata", metadata=wire(deleting))
     assert [m.state for m in await listed()] == [RemoteLogSegmentState.DELETE_SEGMENT_STARTED]
+
+
+async def test_listings_and_writes_name_the_metadata_position_and_moves_are_pushed(
+    serve: PluginServer, bridge: BridgeClient
+) -> None:
+    """The bridge keeps a listing while its metadata partition's offset holds: a listing
+    names the position it reflects, a write answers the position once applied (before
+    Kafka sees it done), and the RLMM connection is told each move unasked."""
+    md = make_metadata(start_offset=0, size=100)
+    tp = wire_tp(md.topic_id_partition)
+    await bridge.call("rlmm.on_partition_leadership_changes", leaders=[tp], followers=[])
+    await until_ready(bridge, tp)
+    before = await bridge.call(
+        "rlmm.list_remote_log_segments", topic_id_partition=tp, leader_epoch=None
+    )
+    assert before["segments"] == []
+    partition, offset = before["version"]
+    written = await bridge.call("rlmm.add_remote_log_segment_metadata", metadata=wire(md))
+    assert written[0] == partition and written[1] > offset
+    after = await bridge.call(
+        "rlmm.list_remote_log_segments", topic_id_partition=tp, leader_epoch=None
+    )
+    assert after["version"] == written and [unwire(m) for m in after["segments"]] == [md]
+
+    async def pushed_offset() -> int:
+        while True:
+            push = await bridge.pushes.get()
+            assert push["push"] == "applied"
+            offsets = dict(push["offsets"])
+            if offsets.get(partition, -1) >= written[1]:
+                return int(offsets[partition])
+
+    assert await asyncio.wait_for(pushed_offset(), 10) == written[1]
+    # a partition not assigned here has no version: the bridge must not keep its answer
+    other = wire_tp(new_tp("other"))
+    with pytest.raises(CallError):
+        await bridge.call(
+            "rlmm.list_remote_log_segments", topic_id_partition=other, leader_epoch=None
+        )
+
+
+async def test_an_rsm_connection_is_pushed_nothing(
+    serve: PluginServer, bridge: BridgeClient
+) -> None:
+    md = make_metadata(start_offset=0, size=100)
+    tp = wire_tp(md.topic_id_partition)
+    await bridge.call("rlmm.on_partition_leadership_changes", leaders=[tp], followers=[])
+    await until_ready(bridge, tp)
+    rsm = await BridgeClient.connect(serve.socket_path)
+    try:
+        await rsm.hello("rsm")
+        await bridge.call("rlmm.add_remote_log_segment_metadata", metadata=wire(md))
+        await asyncio.wait_for(bridge.pushes.get(), 10)  # the RLMM's connection was told
+        await asyncio.sleep(0.3)  # three push intervals
+        assert rsm.pushes.empty()
+    finally:
+        await rsm.close()

@@ -17,13 +17,22 @@ import org.slf4j.LoggerFactory;
  * Kafka's RemoteLogMetadataManager, answered by {@code rlmm serve} (the broker's
  * {@code remote.log.metadata.manager.class.name}; its settings under {@code rlmm.config.}).
  *
- * <p>Invariant: no metadata is kept here. The one state held is which partitions this broker leads or follows,
+ * <p>Invariant: no metadata is decided here. The state held is which partitions this broker leads or follows,
  * so that a restarted rlmm serve gets the full sets again: sent right after each connect, under the same lock as
- * the changes themselves, so no change is lost or overtaken. And which partitions rlmm serve said are ready:
- * a partition's readiness only grows while its assignment stands (the manager has applied its metadata
- * partition up to the offset it needed), so a {@code true} is remembered, for the connection it came on, until the
- * partition's leadership changes or stops; isReady then asks again. An idle broker asks isReady of
- * every partition twice per task interval; each answered here saves a round trip to rlmm serve.
+ * the changes themselves, so no change is lost or overtaken. And two answers of rlmm serve, kept while they
+ * cannot have changed (an idle broker asks isReady and listRemoteLogSegments of every partition each task
+ * interval; each answered here saves a round trip to rlmm serve):
+ * <ul>
+ * <li>which partitions rlmm serve said are ready: a partition's readiness only grows while its assignment stands
+ * (the manager has applied its metadata partition up to the offset it needed), so a {@code true} is remembered,
+ * for the connection it came on, until the partition's leadership changes or stops;
+ * <li>a partition's listing, which rlmm serve tags with its version: the partition's metadata partition and the
+ * offset applied there. Every change of the partition's metadata is an event applied there, so the listing holds
+ * while that offset does. rlmm serve pushes each metadata partition's offset as it moves, and answers each write
+ * with the offset once applied (taken before Kafka sees the write done), so a kept listing is used only while no
+ * newer offset is known. Kept for the connection it came on, forgotten with the partition's leadership, at most
+ * {@code list.cache.segments} segments in all (0: keep none).
+ * </ul>
  */
 public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
   private static final Logger LOG = LoggerFactory.getLogger(RlmmRemoteLogMetadataManager.class);
@@ -35,10 +44,29 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
   private final Map<TopicIdPartition, Long> ready = new ConcurrentHashMap<>();
   /** Bumped (under leadership) by every change that may make a partition not ready. */
   private volatile long assignments;
-  private final ServeConnection serve = new ServeConnection("rlmm", this::resendLeadership);
+  /** Metadata partition -> the highest offset rlmm serve said it has applied there (never lowered). */
+  private final Map<Long, Long> applied = new ConcurrentHashMap<>();
+  private record ListingKey(TopicIdPartition tp, Integer epoch) { }
+  private record Listing(long session, long metadataPartition, long offset, List<RemoteLogSegmentMetadata> segments) { }
+  private final Map<ListingKey, Listing> listings = new ConcurrentHashMap<>();
+  private long listedSegments; // guarded by leadership: the segments in listings
+  private long listCacheSegments = 100_000;
+  private final ServeConnection serve = new ServeConnection("rlmm", this::resendLeadership, this::pushed);
 
   @Override
   public void configure(Map<String, ?> configs) {
+    String keep = ServeConnection.string(configs, "list.cache.segments");
+    if (keep != null) {
+      try {
+        listCacheSegments = Long.parseLong(keep);
+      } catch (NumberFormatException e) {
+        listCacheSegments = -1;
+      }
+      if (listCacheSegments < 0) {
+        throw new org.apache.kafka.common.config.ConfigException("list.cache.segments", keep,
+            "must be a whole number of segments, 0 or more (0: keep no listing)");
+      }
+    }
     serve.configure(configs);
   }
 
@@ -62,7 +90,24 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
 
   private CompletableFuture<Void> put(String method, RemoteLogMetadata metadata) throws RemoteStorageException {
     return serve.callAsync(method, args("metadata", SERDE.serialize(metadata)), serve.callTimeoutMs)
-        .thenApply(answer -> null);
+        .thenApply(answer -> {
+          advance(answer); // before Kafka sees the write done: listings kept from before it are stale
+          return null;
+        });
+  }
+
+  /** A version, [metadata partition, offset applied there] (null: none), raises what is known applied. */
+  private void advance(Object version) {
+    if (version instanceof List<?> v && v.size() == 2 && v.get(0) instanceof Long p && v.get(1) instanceof Long o) {
+      applied.merge(p, o, Math::max);
+    }
+  }
+
+  /** rlmm serve's pushes: {"push": "applied", "offsets": [[metadata partition, offset], ...]}. */
+  private void pushed(Map<?, ?> push) {
+    if ("applied".equals(push.get("push")) && push.get("offsets") instanceof List<?> offsets) {
+      for (Object version : offsets) advance(version);
+    }
   }
 
   @Override
@@ -91,13 +136,41 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
   }
 
   private Iterator<RemoteLogSegmentMetadata> list(TopicIdPartition tp, Integer epoch) throws RemoteStorageException {
+    ListingKey key = new ListingKey(tp, epoch);
+    long session = serve.sessionNumber();
+    Listing kept = listings.get(key);
+    if (kept != null && kept.session() == session && serve.isConnected()
+        && kept.offset() >= applied.getOrDefault(kept.metadataPartition(), -1L)) {
+      return kept.segments().iterator();
+    }
+    long before = assignments;
     Object answer = serve.call("rlmm.list_remote_log_segments", args("topic_id_partition", tip(tp), "leader_epoch", epoch));
-    if (!(answer instanceof List<?> bins)) {
+    if (!(answer instanceof Map<?, ?> listing) || !(listing.get("segments") instanceof List<?> bins)) {
       throw new RemoteStorageException("rlmm serve answered list_remote_log_segments with " + answer);
     }
     List<RemoteLogSegmentMetadata> segments = new ArrayList<>(bins.size());
     for (Object bin : bins) segments.add(segment(bin));
+    segments = Collections.unmodifiableList(segments);
+    if (listing.get("version") instanceof List<?> v && v.size() == 2 && v.get(0) instanceof Long p
+        && v.get(1) instanceof Long o) {
+      keep(key, new Listing(session, p, o, segments), before);
+    }
     return segments.iterator();
+  }
+
+  /** Keeps a listing unless a leadership change or a new connection overtook its answer, or it is too many. */
+  private void keep(ListingKey key, Listing listing, long before) {
+    int size = listing.segments().size();
+    if (size > listCacheSegments) return;
+    synchronized (leadership) {
+      if (assignments != before || serve.sessionNumber() != listing.session()) return;
+      if (listedSegments + size > listCacheSegments) {
+        listings.clear(); // over the bound: start again rather than track an order of use
+        listedSegments = 0;
+      }
+      Listing old = listings.put(key, listing);
+      listedSegments += size - (old == null ? 0 : old.segments().size());
+    }
   }
 
   @Override
@@ -182,16 +255,24 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
     }
   }
 
-  /** Under leadership: the partitions' remembered readiness goes, and answers in flight are not kept. */
+  /** Under leadership: the partitions' remembered readiness and listings go, and answers in flight are not kept. */
   private void forget(Collection<TopicIdPartition> partitions) {
     assignments++;
     ready.keySet().removeAll(partitions);
+    Set<TopicIdPartition> gone = partitions instanceof Set<TopicIdPartition> set ? set : new HashSet<>(partitions);
+    listings.entrySet().removeIf(e -> {
+      if (!gone.contains(e.getKey().tp())) return false;
+      listedSegments -= e.getValue().segments().size();
+      return true;
+    });
   }
 
   /** Run by the connection right after each (re)connect. */
   private void resendLeadership() throws RemoteStorageException {
     synchronized (leadership) {
-      ready.clear(); // a new connection (maybe a new rlmm serve) decides readiness afresh
+      ready.clear(); // a new connection (maybe a new rlmm serve) decides readiness and listings afresh
+      listings.clear();
+      listedSegments = 0;
       if (!leaders.isEmpty() || !followers.isEmpty()) {
         serve.call("rlmm.on_partition_leadership_changes", args("leaders", tips(leaders), "followers", tips(followers)));
       }

@@ -41,7 +41,7 @@ public class RlmmRemoteStorageManager implements RemoteStorageManager {
   private static final int MAX_CHUNK = 16 << 20;
   /** Segments whose file is remembered. */
   private static final int KNOWN_FILES = 4096;
-  private final ServeConnection serve = new ServeConnection("rsm", null);
+  private final ServeConnection serve = new ServeConnection("rsm", null, null);
 
   private int chunkBytes = 1 << 20;
   /** Whether fetches may be answered with a file of rlmm's local store (read here, no bytes through the socket). */

@@ -32,7 +32,7 @@ final class ServeConnection implements Closeable {
   static final String VERSION = readVersion();
   /** The keys the bridge reads itself; every other one goes to rlmm serve in {@code configure}. */
   static final Set<String> BRIDGE_KEYS = Set.of("file", "command", "socket", "call.timeout.ms", "copy.timeout.ms",
-      "start.timeout.ms", "fetch.chunk.bytes");
+      "start.timeout.ms", "fetch.chunk.bytes", "fetch.file.reads", "list.cache.segments");
   private static final int MAX_FRAME = 64 << 20;
   private static final int EXIT_ALREADY_SERVING = 3;
   private static final long MIN_BACKOFF_MS = 1_000, MAX_BACKOFF_MS = 30_000, STABLE_MS = 60_000;
@@ -45,8 +45,16 @@ final class ServeConnection implements Closeable {
     void run() throws RemoteStorageException;
   }
 
+  /** Takes a frame rlmm serve sent unasked (no id; {@code push} names its kind), on the reader thread. */
+  interface OnPush {
+    void accept(Map<?, ?> push);
+  }
+
+  /** The wire protocol this bridge speaks (rlmm serve's PROTOCOL_VERSION). */
+  static final int PROTOCOL = 2;
   private final String role;
   private final OnConnect onConnect;
+  private final OnPush onPush;
   private final CompletableFuture<Void> firstConnect = new CompletableFuture<>();
   private Path file; // null in attach mode
   private Path socket;
@@ -62,9 +70,10 @@ final class ServeConnection implements Closeable {
   private volatile long sessions; // written by the supervisor thread alone
   private volatile String lastReason = "not configured";
 
-  ServeConnection(String role, OnConnect onConnect) {
+  ServeConnection(String role, OnConnect onConnect, OnPush onPush) {
     this.role = role;
     this.onConnect = onConnect;
+    this.onPush = onPush;
   }
 
   void configure(Map<String, ?> configs) {
@@ -341,7 +350,7 @@ final class ServeConnection implements Closeable {
   }
 
   private void handshake(Session s) throws Exception {
-    Map<?, ?> hello = (Map<?, ?>) await(s.request("hello", args("protocol", 1, "version", VERSION, "role", role,
+    Map<?, ?> hello = (Map<?, ?>) await(s.request("hello", args("protocol", PROTOCOL, "version", VERSION, "role", role,
         "jvm_pid", ProcessHandle.current().pid()), callTimeoutMs), "hello", callTimeoutMs);
     if (hello.get("error") instanceof Map<?, ?> e && "version_mismatch".equals(e.get("type"))) {
       throw new VersionMismatch(String.valueOf(e.get("message")));
@@ -504,6 +513,10 @@ final class ServeConnection implements Closeable {
           ByteBuffer body = ByteBuffer.allocate((int) n);
           if (!readFully(body)) throw new IOException("the socket closed inside a frame");
           if (!(Msgpack.unpack(body.array()) instanceof Map<?, ?> answer)) throw new IOException("a frame not a map");
+          if (!answer.containsKey("id")) {
+            push(answer);
+            continue;
+          }
           CompletableFuture<Map<?, ?>> f = answer.get("id") instanceof Long id ? pending.remove(id) : null;
           if (f != null) f.complete(answer);
         }
@@ -511,6 +524,15 @@ final class ServeConnection implements Closeable {
         why += ": " + e;
       }
       close(why);
+    }
+
+    private void push(Map<?, ?> frame) {
+      if (onPush == null) return;
+      try {
+        onPush.accept(frame);
+      } catch (RuntimeException e) {
+        LOG.warn("rlmm serve pushed a frame this bridge cannot take ({}): {}", role, e.toString());
+      }
     }
 
     private boolean readFully(ByteBuffer b) throws IOException {
