@@ -26,9 +26,9 @@ from remote._directory import (
     unlink_files,
     unlink_paths,
 )
+from remote._file_copy import copy_file
 from remote.errors import (
     InvalidRemotePathError,
-    InvalidSegmentDataError,
     RemoteIntegrityError,
     RemoteObjectExistsError,
     RemoteResourceNotFoundError,
@@ -161,23 +161,7 @@ class LocalRemoteStorageManager(RemoteStorageManager):
         if isinstance(source, bytes):
             _write_all(fd, tmp, source)
             return len(source), crc32c_of(source)
-        try:
-            src = open(source, "rb")  # noqa: SIM115 - closed below, errors split src/dest
-        except OSError as e:
-            raise InvalidSegmentDataError(f"cannot read segment file {source}: {e}") from e
-        size = crc = 0
-        with src:
-            while True:
-                try:
-                    chunk = src.read(_CHUNK)
-                except OSError as e:
-                    raise InvalidSegmentDataError(f"cannot read segment file {source}: {e}") from e
-                if not chunk:
-                    break
-                crc = crc32c_of(chunk, crc)
-                size += len(chunk)
-                _write_all(fd, tmp, chunk)
-        return size, crc
+        return copy_file(source, fd, tmp)
 
     @staticmethod
     def _checksum_of(path: Path) -> ObjectChecksum:

@@ -11,8 +11,10 @@ log file; a file that does not parse gives None (unknown), never a failed copy.
 from __future__ import annotations
 
 import logging
+import os
 
-from remote.errors import SegmentFormatError
+from remote._file_copy import mapped
+from remote.errors import InvalidSegmentDataError, SegmentFormatError
 from remote.segments import (
     LogSegmentFiles,
     LogSegmentSummary,
@@ -56,11 +58,21 @@ def smallest_timestamp(segment_data: LogSegmentData) -> int | None:
     path = segment_data.log_segment
     smallest = SmallestTimestamp(str(path))
     try:
-        for header, data in RecordBatchReader(path).batches():
-            smallest.add(header, data)
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise InvalidSegmentDataError(f"cannot read segment file {path}: {e}") from e
+    try:
+        # scanned in place in the page cache (the copy just read it): see _file_copy
+        with mapped(fd, os.fstat(fd).st_size) as view:
+            for header, data in RecordBatchReader(view, name=str(path)).batches():
+                smallest.add(header, data)
     except SegmentFormatError as e:
         log.warning("%s: smallest timestamp unknown, not recorded in the manifest: %s", path, e)
         return None
+    except (OSError, ValueError) as e:
+        raise InvalidSegmentDataError(f"cannot read segment file {path}: {e}") from e
+    finally:
+        os.close(fd)
     return smallest.value
 
 
