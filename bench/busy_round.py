@@ -96,7 +96,7 @@ async def _measure(kept: int, rounds: int, repeat: int) -> dict[str, Any]:
             await rlm.on_leadership_changes([source], start_tasks=False)
 
             async def busy_round() -> None:
-                rlm._no_foreign.clear()  # the metadata changed: the sidecar asks again
+                rlm._leftovers.no_foreign.clear()  # the metadata changed: the sidecar asks again
                 await rlm.copy_round(tp)
                 await rlm.expire_round(tp)
                 await rlm.foreign_segments(tp)
