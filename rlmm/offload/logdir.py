@@ -12,11 +12,8 @@ uncommitted or unreplicated segment is never eligible; a segment whose files are
 missing, truncated or corrupt raises SegmentCopyError naming the file.
 
 Scale: a round over thousands of partitions must not cost time proportional to all
-their segments. A directory's listing is reused while the directory's (inode, mtime)
-is unchanged: Kafka creates, deletes and renames files (rolls, snapshots, checkpoints,
-retention, compaction), each of which changes its directory's mtime. A listing is kept
-only when that mtime is older than ``SETTLED_S`` at the time it was read: mtimes tick
-coarsely, so a change in the same tick as a fresh mtime could leave it equal.
+their segments: a partition dir's listing is kept while the dir is unchanged
+(``dir_listings``).
 
 A partition whose active segment grows (its change token differs each round) must
 not cost time proportional to its segments either: with a kept listing come its
@@ -30,27 +27,32 @@ once per view: a round's view stats the dir once and answers from that one listi
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import os
 import time
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import overload
 
 from remote import SegmentFormatError
-from remote.segment_data import log_segment_data
-from remote.segments import (
-    LogSegmentFiles,
-    PartitionDir,
-    offset_file_name,
-    parse_partition_dir_name,
-    read_producer_snapshot,
-)
+from remote.segments import LogSegmentFiles, PartitionDir, offset_file_name, read_producer_snapshot
 from remote.segments.partition_dir import LOG_SUFFIX, SNAPSHOT_SUFFIX
 from rlmm.model import TopicIdPartition
+from rlmm.offload.dir_listings import (
+    NO_LISTING,
+    Listing,
+    LogDirCache,
+    RolledSegments,
+    log_path,
+    settled,
+)
 from rlmm.offload.errors import LogDirError, SegmentCopyError
+from rlmm.offload.log_dirs import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    log_dir_problem,
+    read_offset_checkpoint,
+)
 from rlmm.offload.log_source import (
     EpochStart,
     LocalSegment,
@@ -59,23 +61,14 @@ from rlmm.offload.log_source import (
     RetentionSettings,
     SegmentDescription,
 )
+from rlmm.offload.segment_description import describe_segment
 from rlmm.offload.settings import INTERNAL_TOPICS, OffloadSettings
 
 log = logging.getLogger(__name__)
 
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
-LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-# A listing or change token is trusted only once its files' mtimes are this old.
-SETTLED_S = 1.0
 # A producer snapshot that does not parse is taken for one Kafka is writing (it creates
 # the file, then writes it) while it is younger than this; older, it is corrupt.
 SNAPSHOT_WRITE_S = 30.0
-
-
-def _settled(*mtimes_ns: int) -> bool:
-    """True when every mtime is at least SETTLED_S in the past (see the module doc)."""
-    return time.time_ns() - max(mtimes_ns) >= SETTLED_S * 1e9
 
 
 def _file_size(path: str) -> int:
@@ -89,102 +82,12 @@ def _file_size(path: str) -> int:
         raise SegmentCopyError(f"{path}: cannot stat: {e}", path=path) from e
 
 
-class _Listing:
-    """A partition dir's segments and producer snapshots as one listing found them, at
-    the dir's (inode, mtime_ns) ``key``; only ints and strings (see LogDirSource)."""
-
-    __slots__ = ("active", "bases", "key", "sizes", "snapshots")
-
-    def __init__(
-        self, key: tuple[int, int], bases: tuple[int, ...], snapshots: tuple[int, ...], active: str
-    ) -> None:
-        self.key = key
-        self.bases = bases  # the segments' base offsets, ascending; the last is active
-        self.snapshots = snapshots  # the producer snapshots' offsets, ascending
-        self.active = active  # the active segment's .log path
-        self.sizes: tuple[int, ...] | None = None  # the rolled .log sizes, once stat'ed
-
-
-_NO_LISTING = _Listing((0, 0), (), (), "")
-
-
-def _log_path(directory: str, base_offset: int) -> str:
-    """The path of the ``.log`` file of the segment at ``base_offset`` in ``directory``."""
-    return os.path.join(directory, offset_file_name(base_offset, LOG_SUFFIX))
-
-
-class _Rolled(Sequence[LocalSegment]):
-    """A listing's rolled segments, each LocalSegment built only when it is read (see
-    LogView): the listing's ints are all a round's view holds per segment."""
-
-    __slots__ = ("_bases", "_dir", "_sizes")
-
-    def __init__(self, bases: tuple[int, ...], sizes: tuple[int, ...], directory: str) -> None:
-        self._bases = bases  # the active segment's base last
-        self._sizes = sizes
-        self._dir = directory
-
-    def __len__(self) -> int:
-        return len(self._sizes)
-
-    @overload
-    def __getitem__(self, i: int) -> LocalSegment: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[LocalSegment]: ...
-    def __getitem__(self, i: int | slice) -> LocalSegment | list[LocalSegment]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"rolled segment {i} of {len(self)}")
-        base = self._bases[i]
-        return LocalSegment(base, self._bases[i + 1], self._sizes[i], _log_path(self._dir, base))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
-
-    def __repr__(self) -> str:
-        return f"_Rolled({len(self)} segments in {self._dir!r})"
-
-
 def _being_written(path: str | Path) -> bool:
     """A file the broker may still be writing: modified within SNAPSHOT_WRITE_S."""
     try:
         return time.time_ns() - os.stat(path).st_mtime_ns < SNAPSHOT_WRITE_S * 1e9
     except FileNotFoundError:
         return True  # deleted since it was listed (retention): the next round lists again
-
-
-def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """Kafka's per-log-dir offset checkpoint: ``0``, a count, then ``topic partition offset``."""
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        raise LogDirError(f"{path}: cannot read: {e}") from e
-    if not lines:
-        # Kafka creates its checkpoint files empty at start and fills them on the
-        # first checkpoint (the log start one only after a minute).
-        return {}
-    try:
-        if int(lines[0]) != 0:
-            raise ValueError(f"unknown version {lines[0]!r}")
-        count = int(lines[1])
-        out: dict[tuple[str, int], int] = {}
-        for line in lines[2 : 2 + count]:
-            topic, partition, offset = line.split()
-            out[(topic, int(partition))] = int(offset)
-        if len(out) != count:
-            raise ValueError(f"{count} entries announced, {len(out)} found")
-        return out
-    except (IndexError, ValueError) as e:
-        raise LogDirError(f"{path}: not a Kafka offset checkpoint: {e}") from e
 
 
 class LogDirSource(LogSource):
@@ -209,8 +112,8 @@ class LogDirSource(LogSource):
         # Only ints and strings: thousands of partitions keep theirs for good, and Path
         # objects per segment would cost tens of MiB and a longer walk for every
         # garbage collection.
-        self._listing: _Listing | None = None
-        self._last = _NO_LISTING  # the last listing, settled or not
+        self._listing: Listing | None = None
+        self._last = NO_LISTING  # the last listing, settled or not
         # plain strings: change_token stats them for every partition each round
         self._dir = str(pdir.path)
         self._epochs_file = os.path.join(self._dir, LEADER_EPOCH_CHECKPOINT)
@@ -235,20 +138,20 @@ class LogDirSource(LogSource):
         self._log_start = log_start_offset
         self._high_watermark = high_watermark
 
-    def _listed(self, st: os.stat_result) -> _Listing:
+    def _listed(self, st: os.stat_result) -> Listing:
         """The dir's listing, made again only when the dir changed (``st``: its stat)."""
         key = (st.st_ino, st.st_mtime_ns)
         if self._listing is not None and self._listing.key == key:
             return self._listing
         found = self.pdir.offsets_of(LOG_SUFFIX, SNAPSHOT_SUFFIX)
         bases = tuple(found[LOG_SUFFIX])
-        active = _log_path(self._dir, bases[-1]) if bases else ""
-        listing = _Listing(key, bases, tuple(found[SNAPSHOT_SUFFIX]), active)
-        self._listing = listing if _settled(st.st_mtime_ns) else None
+        active = log_path(self._dir, bases[-1]) if bases else ""
+        listing = Listing(key, bases, tuple(found[SNAPSHOT_SUFFIX]), active)
+        self._listing = listing if settled(st.st_mtime_ns) else None
         self._last = listing
         return listing
 
-    def _current(self) -> _Listing:
+    def _current(self) -> Listing:
         listing = self._listed(os.stat(self._dir))
         if not listing.bases:
             raise LogDirError(f"{self.pdir.path}: no log segment")
@@ -263,12 +166,12 @@ class LogDirSource(LogSource):
             self.pdir,
         )
 
-    def _rolled_sizes(self, listing: _Listing) -> tuple[int, ...]:
+    def _rolled_sizes(self, listing: Listing) -> tuple[int, ...]:
         """The rolled segments' sizes; stat'ed once per kept listing (a rolled segment
         is never written again; deleting or replacing one changes the listing)."""
         if listing.sizes is not None:
             return listing.sizes
-        sizes = tuple(_file_size(_log_path(self._dir, base)) for base in listing.bases[:-1])
+        sizes = tuple(_file_size(log_path(self._dir, base)) for base in listing.bases[:-1])
         if listing is self._listing:
             listing.sizes = sizes
         return sizes
@@ -291,8 +194,8 @@ class LogDirSource(LogSource):
     def rolled_segments(self) -> Sequence[LocalSegment]:
         return self._rolled(self._current())
 
-    def _rolled(self, listing: _Listing) -> _Rolled:
-        return _Rolled(listing.bases, self._rolled_sizes(listing), self._dir)
+    def _rolled(self, listing: Listing) -> RolledSegments:
+        return RolledSegments(listing.bases, self._rolled_sizes(listing), self._dir)
 
     def active_segment_base_offset(self) -> int:
         return self._current().bases[-1]
@@ -308,7 +211,7 @@ class LogDirSource(LogSource):
     def log_end_offset(self) -> int:
         return self._end_offset(self._current())
 
-    def _end_offset(self, listing: _Listing) -> int:
+    def _end_offset(self, listing: Listing) -> int:
         bases = listing.bases
         active = self._files(bases, len(bases) - 1)
         try:
@@ -320,7 +223,7 @@ class LogDirSource(LogSource):
     def last_stable_offset(self) -> int:
         return self._stable_offset(self._current())
 
-    def _stable_offset(self, listing: _Listing, log_end_offset: int | None = None) -> int:
+    def _stable_offset(self, listing: Listing, log_end_offset: int | None = None) -> int:
         """The LSO (see the module doc); ``log_end_offset``: the listing's, when known."""
         if self._high_watermark is not None:
             lso = self._high_watermark
@@ -363,7 +266,7 @@ class LogDirSource(LogSource):
             return self._snapshot[1]
         entries = read_producer_snapshot(path)
         txns = tuple(e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0)
-        if key is not None and st is not None and _settled(st.st_mtime_ns):
+        if key is not None and st is not None and settled(st.st_mtime_ns):
             self._snapshot = (key, txns)
         return txns
 
@@ -383,7 +286,7 @@ class LogDirSource(LogSource):
             raise LogDirError(str(e)) from e
         # Kafka replaces the file (a new inode) to change it: read after the stat, the
         # epochs are at least as new as the key they are kept under.
-        if _settled(st.st_mtime_ns):
+        if settled(st.st_mtime_ns):
             self._epochs = (key, epochs)
         return epochs
 
@@ -416,7 +319,7 @@ class LogDirSource(LogSource):
                 epochs = None
         except OSError:
             return None
-        if not _settled(d.st_mtime_ns, a.st_mtime_ns, epochs[2] if epochs else 0):
+        if not settled(d.st_mtime_ns, a.st_mtime_ns, epochs[2] if epochs else 0):
             return None
         return (
             d.st_ino, d.st_mtime_ns, listing.bases[-1], a.st_ino, a.st_size, a.st_mtime_ns,
@@ -452,115 +355,7 @@ class LogDirSource(LogSource):
             files = self._find(self._last.bases, segment.base_offset)
         if files is None:
             raise SegmentCopyError(f"{segment.name}: segment is gone", path=segment.name)
-        for path in (files.log_path, files.offset_index_path, files.time_index_path):
-            if not path.is_file():
-                raise SegmentCopyError(f"{path}: missing; segment not copied", path=str(path))
-        try:
-            summary = files.summary(full_scan=self._verify_crc, verify_crc=self._verify_crc)
-            if summary.producer_snapshot_path is None:
-                missing = files.log_path.with_name(f"{segment.next_base_offset:020d}.snapshot")
-                raise SegmentCopyError(
-                    f"{missing}: producer snapshot of {files.log_path.name} is missing;"
-                    " segment not copied",
-                    path=str(missing),
-                )
-            # Checked, not only listed: Kafka creates a snapshot before writing it, and
-            # an empty or torn one must never reach the remote store.
-            read_producer_snapshot(summary.producer_snapshot_path)
-            data = log_segment_data(files, summary)
-        except SegmentFormatError as e:
-            raise SegmentCopyError(
-                f"{e} (segment not copied)", path=getattr(e, "path", None) or str(files.log_path)
-            ) from e
-        if summary.next_offset > segment.next_base_offset:
-            raise SegmentCopyError(
-                f"{files.log_path}: records run to offset {summary.end_offset}, past the next"
-                f" segment's base {segment.next_base_offset}",
-                path=str(files.log_path),
-            )
-        return SegmentDescription(
-            base_offset=summary.base_offset,
-            end_offset=summary.end_offset,
-            max_timestamp_ms=summary.max_timestamp_ms,
-            size_in_bytes=summary.size_in_bytes,
-            segment_leader_epochs=summary.segment_leader_epochs,
-            txn_index_empty=summary.txn_index_empty,
-            data=data,
-        )
-
-
-def log_dir_problem(log_dir: Path) -> str | None:
-    """Why ``log_dir`` does not look like one of Kafka's ``log.dirs`` entries, or None.
-
-    One that looks like a partition dir itself (``orders-0``, holding ``.log`` files),
-    or that holds no partition dir (``<topic>-<partition>/``) at all, is most likely the
-    wrong directory: the sidecar would report success over nothing.
-    """
-    try:
-        entries = list(os.scandir(log_dir))
-    except OSError as e:
-        return f"log dir {log_dir} cannot be read: {e}"
-    if any(e.name.endswith(".log") and e.is_file() for e in entries) or any(
-        e.name == "partition.metadata" for e in entries
-    ):
-        return (
-            f"log dir {log_dir} looks like a partition dir itself: --log-dir takes the"
-            f" broker's log.dirs entry ({log_dir.parent}?), which holds <topic>-<partition>/ dirs"
-        )
-    for entry in entries:
-        if entry.is_dir():
-            with contextlib.suppress(SegmentFormatError):
-                parse_partition_dir_name(entry.name)
-                return None
-    return (
-        f"log dir {log_dir} holds no partition dir (<topic>-<partition>/): is it the"
-        " broker's log.dirs entry?"
-    )
-
-
-@dataclass
-class LogDirCache:
-    """What ``scan_log_dirs`` found in earlier rounds, reused while unchanged: each log
-    dir's partition dir names (with their inodes) at its (inode, mtime), and the source
-    of each partition dir found with a topic id. A source outlives a change of its log
-    dir as long as its partition dir is the same directory (name and inode): Kafka
-    rewrites its checkpoint files in the log dir every few seconds, which moves the log
-    dir's mtime but changes no partition. A partition dir deleted and created again is a
-    new directory: Kafka renames it away first (``-delete``) and removes it only a minute
-    later, so its name is gone for a round or more and its inode cannot be reused before."""
-
-    names: dict[Path, tuple[tuple[int, int], dict[str, int]]] = field(default_factory=dict)
-    # per log dir, by partition dir name (no Path made or hashed per partition a round):
-    # the source, and the partition dir's inode it was found at
-    sources: dict[Path, dict[str, tuple[LogDirSource, int]]] = field(default_factory=dict)
-
-    def dir_names(self, log_dir: Path) -> dict[str, int]:
-        """The directories in ``log_dir`` by name, sorted, with their inodes."""
-        st = os.stat(log_dir)
-        key = (st.st_ino, st.st_mtime_ns)
-        known = self.names.get(log_dir)
-        if known is not None and known[0] == key:
-            return known[1]
-        # DirEntry.inode() is the d_ino the listing already holds: no stat per entry.
-        found = sorted((e.name, e.inode()) for e in os.scandir(log_dir) if e.is_dir())
-        names = dict(found)
-        kept = self.sources.get(log_dir, {})
-        for name in [n for n, (_, inode) in kept.items() if names.get(n) != inode]:
-            del kept[name]
-        if _settled(st.st_mtime_ns):
-            self.names[log_dir] = (key, names)
-        else:
-            self.names.pop(log_dir, None)
-        return names
-
-    def source(self, log_dir: Path, name: str) -> LogDirSource | None:
-        kept = self.sources.get(log_dir)
-        found = None if kept is None else kept.get(name)
-        return None if found is None else found[0]
-
-    def keep(self, log_dir: Path, name: str, source: LogDirSource, names: dict[str, int]) -> None:
-        """Reuse ``source`` for ``log_dir/name`` while it is the directory in ``names``."""
-        self.sources.setdefault(log_dir, {})[name] = (source, names[name])
+        return describe_segment(files, segment, self._verify_crc)
 
 
 def scan_log_dirs(
@@ -640,4 +435,10 @@ def _source(
     )
 
 
-__all__ = ["LogDirCache", "LogDirSource", "read_offset_checkpoint", "scan_log_dirs"]
+__all__ = [
+    "LogDirCache",
+    "LogDirSource",
+    "log_dir_problem",
+    "read_offset_checkpoint",
+    "scan_log_dirs",
+]
