@@ -43,7 +43,7 @@ from bisect import bisect_right
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from eventlog._log_dir import (
     META_FILE,
@@ -132,6 +132,8 @@ def _positive_int(name: str, value: object, minimum: int = 1) -> int:
 
 class FileEventLog(EventLog):
     """A partitioned, durable log in ``dir``; one writer process, any number of readers."""
+
+    directory_option: ClassVar[str | None] = "dir"
 
     def __init__(
         self,

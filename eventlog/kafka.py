@@ -196,6 +196,8 @@ class KafkaEventLog(EventLog):
 
     # Kafka's own RLMM property names (``remote.log.metadata.*``), as a mapping.
     extra_options: ClassVar[frozenset[str]] = frozenset({"properties"})
+    shared: ClassVar[bool] = True
+    kafka_client: ClassVar[bool] = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> KafkaEventLog:

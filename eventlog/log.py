@@ -26,6 +26,17 @@ class EventLog(ABC):
     # Settings ``from_options`` takes besides the constructor's arguments.
     extra_options: ClassVar[frozenset[str]] = frozenset()
 
+    # ---- what the log can do: rlmm asks these, never the type's name ----
+    # Processes on several hosts read and write the one log (the brokers of a cluster
+    # share it): what a replicated cluster's sidecars need.
+    shared: ClassVar[bool] = False
+    # The setting naming the directory on this host that holds the log: rlmm defaults
+    # it under its data_dir, and a reader checks it exists before opening the log.
+    directory_option: ClassVar[str | None] = None
+    # The log is a topic of a Kafka cluster: Kafka's client properties (rlmm's
+    # ``kafka_properties``) configure it, and its ``bootstrap_servers`` name the cluster.
+    kafka_client: ClassVar[bool] = False
+
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> EventLog:
         """A log from configuration settings (``type`` removed): by default the

@@ -9,7 +9,9 @@ built-in backend is one module plus one entry here, a third-party one an entry p
 
 Invariants: this module imports no backend at import time (kafka pulls in aiokafka's
 network stack), and an installed one only when its type is asked for; a built-in name
-wins over an installed one; a type's settings are its class's ``from_options``
+wins over an installed one; rlmm asks a type's class what it can do (its capability
+attributes: ``shared``, ``directory_option``, ``kafka_client``), never its name; a
+type's settings are its class's ``from_options``
 arguments: the constructor's, less those that take Python objects, plus the class's
 ``extra_options``; an unknown type, or an installed one that does not load, is an
 EventLogConfigError naming the group and the installed types (or the distribution
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -88,6 +90,13 @@ def known_options(kind: str) -> frozenset[str]:
     )
 
 
+def types_where(test: Callable[[type[EventLog]], bool]) -> tuple[str, ...]:
+    """The built-in types whose class passes ``test`` (a question about the class's
+    capabilities: ``shared``, ``directory_option``, ``kafka_client``), for a message
+    that names the types that would do."""
+    return tuple(kind for kind in EVENT_LOG_TYPES if test(backend(kind)))
+
+
 def log_start_offsets(config: Mapping[str, Any]) -> dict[int, int]:
     """Each partition's first retained offset in the configured log, read without
     opening it (``EventLog.log_start_offsets``); empty when its type cannot tell."""
@@ -110,4 +119,5 @@ __all__ = [
     "known_options",
     "load_event_log",
     "log_start_offsets",
+    "types_where",
 ]

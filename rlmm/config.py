@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from eventlog import EventLogConfigError
-from eventlog.registry import EVENT_LOG_TYPES, known_options
+from eventlog.registry import EVENT_LOG_TYPES, backend, known_options, types_where
 from remote.registry import check_remote_options
 from rlmm.errors import ConfigError
 from snapshot.registry import SNAPSHOT_STORE_TYPES
@@ -150,8 +150,9 @@ class RlmmConfig:
     def event_log_options(self) -> dict[str, Any]:
         """Arguments for eventlog.load_event_log, with data_dir defaults filled in."""
         options = dict(self.eventlog)
-        if options.get("type", "file") == "file":
-            options.setdefault("dir", str(self.data_dir / "metadata-log"))
+        directory = backend(options.get("type", "file")).directory_option
+        if directory is not None:
+            options.setdefault(directory, str(self.data_dir / "metadata-log"))
         return options
 
     def remote_options(self) -> dict[str, Any]:
@@ -410,14 +411,15 @@ def _validate(merged: dict[str, Any], source: str) -> RlmmConfig:
     kafka_properties: dict[str, str] = merged.pop("kafka_properties", {})
     written: dict[str, str] = merged.pop(_WRITTEN, {})
     eventlog = dict(merged["eventlog"])
-    if kafka_properties and eventlog.get("type") == "kafka":
+    _check_eventlog(eventlog, written)
+    if kafka_properties and backend(eventlog.get("type", "file")).kafka_client:
         eventlog["properties"] = dict(kafka_properties)
     elif kafka_properties:
+        kinds = " or ".join(repr(k) for k in types_where(lambda c: c.kafka_client))
         raise ConfigError(
-            f"Kafka settings {sorted(kafka_properties)} need eventlog.type = 'kafka'"
-            f" (it is {eventlog.get('type')!r})"
+            f"Kafka settings {sorted(kafka_properties)} need an event log on a Kafka"
+            f" cluster: eventlog.type = {kinds} (it is {eventlog.get('type', 'file')!r})"
         )
-    _check_eventlog(eventlog, written)
     _check_positive(eventlog, "partitions", "eventlog")
     manager = dict(merged["manager"])
     snapshot = dict(merged["snapshot"])

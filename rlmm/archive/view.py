@@ -29,7 +29,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, TypeVar
 
 from eventlog import EventLog, EventLogError
-from eventlog.registry import backend, log_start_offsets
+from eventlog.registry import backend, log_start_offsets, types_where
 from rlmm.archive.errors import ArchiveError, MetadataLogUnavailableError
 from rlmm.archive.lineage import Gap, LineageRange, gaps, lineage_ranges
 from rlmm.cache import RemotePartitionMetadataStore
@@ -92,9 +92,12 @@ def open_read_only_event_log(config: RlmmConfig) -> EventLog:
     kind = config.eventlog.get("type", "file")
     options = backend(kind).read_only_options(config.eventlog, wait_ms=READ_ONLY_WAIT_MS)
     if options is None:
+        readable = " or ".join(
+            repr(k) for k in types_where(lambda c: c.shared or c.directory_option is not None)
+        )
         raise ArchiveError(
             f"eventlog.type = {kind!r} cannot be viewed from another process"
-            " (use 'file' or 'kafka')"
+            f" (use {readable}: a log in a directory or on a cluster)"
         )
     return open_event_log(dataclasses.replace(config, eventlog=MappingProxyType(options)))
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import EventLog, EventLogError
+from eventlog.registry import backend
 from remote.errors import SegmentFormatError
 from remote.segments.batch import RecordBatchReader, parse_batch_header
 from remote.segments.records import decode_batch
@@ -103,9 +104,11 @@ def dump_segment_file(path: Path) -> Iterator[DumpedEvent]:
 
 def reading_event_log(config: RlmmConfig) -> EventLog:
     """The configured event log, opened so that reading it changes nothing;
-    MetadataLogUnavailableError when a file log's directory does not exist."""
-    if config.eventlog.get("type", "file") == "file":
-        directory = Path(config.event_log_options()["dir"])
+    MetadataLogUnavailableError when the directory that holds it does not exist."""
+    options = config.event_log_options()
+    setting = backend(options.get("type", "file")).directory_option
+    if setting is not None:
+        directory = Path(options[setting])
         if not directory.is_dir():
             raise MetadataLogUnavailableError(
                 f"event log directory {directory} does not exist ({eventlog_source(config)})"

@@ -98,7 +98,11 @@ def test_kafka_property_names(tmp_path: Path) -> None:
         ({"manager.write_timeout_s": -1}, {}, "manager.write_timeout_s must be a positive"),
         ({"eventlog.type": "zookeeper"}, {}, "eventlog.type = 'zookeeper': unknown event log type"),
         ({}, {"RLMM_BOGUS_X": "1"}, "RLMM_BOGUS_X"),
-        ({"remote.log.metadata.consumer.x": "1"}, {}, "need eventlog.type = 'kafka'"),
+        (
+            {"remote.log.metadata.consumer.x": "1"},
+            {},
+            "need an event log on a Kafka cluster: eventlog.type = 'kafka'",
+        ),
         ({"archive.side_index": ""}, {}, "archive.side_index must be"),
         ({"archive.side_index": 3}, {}, "archive.side_index must be"),
         ({"archive.bogus": "x"}, {}, "unknown setting 'archive.bogus'"),
