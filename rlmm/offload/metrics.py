@@ -153,7 +153,16 @@ class OffloadMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
+        # In this order: the registry exposes its families in the order they register.
+        self._add_transfer_counters(self.registry)
+        self._add_partition_gauges(self.registry)
+        self._add_round_metrics(self.registry)
+        self._add_sidecar_metrics(self.registry)
+        self._add_throttle_metrics(self.registry)
+        self.readiness = Readiness(self.registry)
+
+    def _add_transfer_counters(self, r: CollectorRegistry) -> None:
+        """Per topic, what was copied, deleted and fetched (Kafka's Remote*PerSec)."""
         self.copy_bytes = Counter(
             "rlmm_remote_copy_bytes",
             "Bytes copied to remote storage (RemoteCopyBytesPerSec)",
@@ -202,6 +211,9 @@ class OffloadMetrics:
             _TOPIC,
             registry=r,
         )
+
+    def _add_partition_gauges(self, r: CollectorRegistry) -> None:
+        """Per partition, the lags, the remote log and the unarchived tail of the last round."""
         self.copy_lag_bytes = PartitionGauge(
             "rlmm_remote_copy_lag_bytes",
             "Bytes eligible but not yet copied (RemoteCopyLagBytes)",
@@ -251,6 +263,14 @@ class OffloadMetrics:
             " written after it are on the broker only (absent: nothing archived)",
             r,
         )
+        self.partition_gauges = (
+            self.copy_lag_bytes, self.copy_lag_segments, self.delete_lag_bytes,
+            self.delete_lag_segments, self.remote_log_size, self.metadata_count,
+            self.unarchived_offsets, self.unarchived_bytes, self.archive_newest_record_age,
+        )  # fmt: skip
+
+    def _add_round_metrics(self, r: CollectorRegistry) -> None:
+        """What the rounds did: runs, failures, missed offsets, the metadata's lag and refusals."""
         self.event_log_lag = Gauge(
             "rlmm_metadata_event_log_lag",
             "Metadata events published but not yet applied, per metadata partition",
@@ -289,6 +309,9 @@ class OffloadMetrics:
             "1 while the last round found the metadata topic refused to this principal",
             registry=r,
         )
+
+    def _add_sidecar_metrics(self, r: CollectorRegistry) -> None:
+        """The sidecar's state: its interval, what it leads, the topics it skips."""
         self.task_interval = Gauge(
             "rlmm_offload_task_interval_seconds",
             "remote.log.manager.task.interval.ms, in seconds (for alerts on late rounds)",
@@ -326,6 +349,9 @@ class OffloadMetrics:
         )
         for reason in ("kafka-tiered", "foreign-segments"):
             self.topics_skipped.labels(reason)
+
+    def _add_throttle_metrics(self, r: CollectorRegistry) -> None:
+        """The copy quota's throttle times (Kafka's remote-copy-throttle-time-*)."""
         self.copy_throttle_time = Summary(
             "rlmm_remote_copy_throttle_time_seconds",
             "Throttle times copies found over the copy quota (RemoteLogManager"
@@ -341,12 +367,6 @@ class OffloadMetrics:
         self._throttles: deque[tuple[float, float]] = deque()
         self._throttles_lock = threading.Lock()  # the scrape runs on the server's thread
         self.copy_throttle_time_max.set_function(self._throttle_max)
-        self.readiness = Readiness(r)
-        self.partition_gauges = (
-            self.copy_lag_bytes, self.copy_lag_segments, self.delete_lag_bytes,
-            self.delete_lag_segments, self.remote_log_size, self.metadata_count,
-            self.unarchived_offsets, self.unarchived_bytes, self.archive_newest_record_age,
-        )  # fmt: skip
 
     def partition_exposition(self, names: Collection[str] | None = None) -> bytes:
         """The per-partition gauges' lines (of the families ``names``, all when None)."""
