@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from eventlog import EventLogConfigError
+from eventlog import EventLog, EventLogConfigError
 from eventlog.registry import EVENT_LOG_TYPES, backend, known_options, types_where
 from remote.registry import check_remote_options
 from rlmm.errors import ConfigError
@@ -147,10 +147,20 @@ class RlmmConfig:
         default_factory=lambda: MappingProxyType(dict(DEFAULTS["archive"]))
     )
 
+    @property
+    def event_log_type(self) -> str:
+        """``eventlog.type``, its default filled in."""
+        return str(self.eventlog.get("type", DEFAULTS["eventlog"]["type"]))
+
+    def event_log_backend(self) -> type[EventLog]:
+        """The configured event log's class: what callers ask what the log can do
+        (``shared``, ``directory_option``, ``kafka_client``), never its type's name."""
+        return backend(self.event_log_type)
+
     def event_log_options(self) -> dict[str, Any]:
         """Arguments for eventlog.load_event_log, with data_dir defaults filled in."""
         options = dict(self.eventlog)
-        directory = backend(options.get("type", "file")).directory_option
+        directory = self.event_log_backend().directory_option
         if directory is not None:
             options.setdefault(directory, str(self.data_dir / "metadata-log"))
         return options

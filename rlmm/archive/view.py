@@ -29,7 +29,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, TypeVar
 
 from eventlog import EventLog, EventLogError
-from eventlog.registry import backend, log_start_offsets, types_where
+from eventlog.registry import log_start_offsets, types_where
 from rlmm.archive.errors import ArchiveError, MetadataLogUnavailableError
 from rlmm.archive.lineage import Gap, LineageRange, gaps, lineage_ranges
 from rlmm.cache import RemotePartitionMetadataStore
@@ -89,8 +89,10 @@ class _PublishedSnapshots:
 
 def open_read_only_event_log(config: RlmmConfig) -> EventLog:
     """The configured event log, set up to read only (not started)."""
-    kind = config.eventlog.get("type", "file")
-    options = backend(kind).read_only_options(config.eventlog, wait_ms=READ_ONLY_WAIT_MS)
+    kind = config.event_log_type
+    options = config.event_log_backend().read_only_options(
+        config.eventlog, wait_ms=READ_ONLY_WAIT_MS
+    )
     if options is None:
         readable = " or ".join(
             repr(k) for k in types_where(lambda c: c.shared or c.directory_option is not None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
-from eventlog.registry import backend, types_where
+from eventlog.registry import types_where
 from rlmm.config import RlmmConfig
 from rlmm.model import TopicIdPartition
 from rlmm.offload.cluster import ClusterClient, ClusterView
@@ -90,8 +90,8 @@ class ClusterLeadership:
         if view is None:
             return lead_all(sources)
         assignment = assign(sources, view, self.config.broker_id)
-        kind = self.config.event_log_options().get("type", "file")
-        if assignment.replicated and not backend(kind).shared:
+        kind = self.config.event_log_type
+        if assignment.replicated and not self.config.event_log_backend().shared:
             tp = assignment.replicated[0]
             state = view.partitions[(tp.topic, tp.partition)]
             shared = " or ".join(f'"{k}"' for k in types_where(lambda c: c.shared))

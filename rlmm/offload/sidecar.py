@@ -52,6 +52,7 @@ from prometheus_client import ProcessCollector
 
 from eventlog import EventLog
 from eventlog.errors import EventLogAuthError, EventLogConfigError
+from eventlog.registry import known_options
 from rlmm.archive.view import READ_ONLY_WAIT_MS
 from rlmm.config import RlmmConfig
 from rlmm.errors import ConfigError
@@ -109,7 +110,7 @@ class Sidecar:
         broker_id = check_node_id(node_id, configured)
         # The broker's id is the sidecar's: its segments' broker id, its snapshot owner.
         config = dataclasses.replace(config, broker_id=broker_id)
-        if config.eventlog.get("type") == "kafka":
+        if "refused_timeout_ms" in known_options(config.event_log_type):
             # Nothing listening is not a broker starting slowly: say so as soon as the
             # reading commands do, unless configured (a broker in the same pod).
             eventlog = {"refused_timeout_ms": READ_ONLY_WAIT_MS, **config.eventlog}
@@ -178,7 +179,7 @@ class Sidecar:
     def leadership_source(self) -> str:
         """Where leadership comes from, for the startup line."""
         eventlog = self.config.event_log_options()
-        if eventlog.get("type") == "kafka":
+        if self.config.event_log_backend().kafka_client:
             return f"from the cluster at {eventlog.get('bootstrap_servers')} (the event log's)"
         client = self.settings.cluster_client
         if client.get("bootstrap.servers"):

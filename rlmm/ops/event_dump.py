@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import EventLog, EventLogError
-from eventlog.registry import backend
 from remote.errors import SegmentFormatError
 from remote.segments.batch import RecordBatchReader, parse_batch_header
 from remote.segments.records import decode_batch
@@ -106,7 +105,7 @@ def reading_event_log(config: RlmmConfig) -> EventLog:
     """The configured event log, opened so that reading it changes nothing;
     MetadataLogUnavailableError when the directory that holds it does not exist."""
     options = config.event_log_options()
-    setting = backend(options.get("type", "file")).directory_option
+    setting = config.event_log_backend().directory_option
     if setting is not None:
         directory = Path(options[setting])
         if not directory.is_dir():

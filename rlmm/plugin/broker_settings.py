@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from eventlog.registry import backend
 from rlmm.config import RlmmConfig, flatten_table, load_config, parse_scalar
 from rlmm.errors import ConfigError
 
@@ -31,6 +32,10 @@ BRIDGE_KEYS = frozenset(
      "fetch.chunk.bytes", "fetch.file.reads", "list.cache.segments"}
 )  # fmt: skip
 _METADATA_PREFIX = "remote.log.metadata."
+# A broker's RLMM keeps its metadata where Kafka's own TopicBasedRemoteLogMetadataManager
+# does (the cluster's __remote_log_metadata), unless the TOML says otherwise: then a
+# cluster moves between the two with a rolling restart and keeps every segment.
+BROKER_EVENT_LOG_TYPE = "kafka"
 # What Kafka adds for its own use (the log dir is the broker's, never ours to write).
 _BROKER_ONLY = frozenset({"log.dir", "cluster.id"})
 
@@ -70,8 +75,8 @@ def broker_overrides(
         overrides["broker_id"] = ours
     kind = file.get("eventlog.type", (env or {}).get("RLMM_EVENTLOG_TYPE"))
     if kind is None:
-        overrides["eventlog.type"] = kind = "kafka"
-    if kind == "kafka":
+        overrides["eventlog.type"] = kind = BROKER_EVENT_LOG_TYPE
+    if backend(str(kind)).kafka_client:
         for key, value in props.items():
             if key.startswith(_METADATA_PREFIX):
                 overrides[key] = parse_scalar(str(value))
