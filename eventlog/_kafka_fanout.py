@@ -79,7 +79,13 @@ class KafkaFanout:
         if self._consumer is not None:
             return
         consumer = self._consumer_factory()
-        await consumer.start()
+        try:
+            await consumer.start()
+        except BaseException:
+            # a start that failed (or was cancelled) half way still holds a client
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+            raise
         self._consumer = consumer
         self._task = asyncio.create_task(self._run(), name=f"kafka-fanout-{self._topic}")
 

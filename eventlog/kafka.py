@@ -383,6 +383,42 @@ class KafkaEventLog(EventLog):
             client_id=self._client_id,
             timeout_ms=self._request_timeout_ms,
         )
+        self._control = AIOKafkaClient(**self._client_kwargs())
+        self._producer = AIOKafkaProducer(
+            **self._client_kwargs(),
+            acks="all",
+            enable_idempotence=False,
+            **self._producer_config,
+        )
+        self._fanout = KafkaFanout(
+            self._new_consumer,
+            self.topic,
+            poll_timeout_ms=self._poll_timeout_ms,
+            max_buffered_batches=self._max_buffered_batches,
+            retry_backoff_ms=self._retry_backoff_ms,
+            access=Access(self._security.principal, "READ", self.topic),
+        )
+        # Each client's bootstrap is round trips of its own to a broker that may have
+        # just started (a restarted broker's RLMM starts here, the broker's partitions
+        # waiting on it): run them and the topic's check at once, not one after another.
+        # None of them needs the topic to exist; every one ends before an error is raised,
+        # so _close_clients finds each client started or not, never half way.
+        outcomes = await asyncio.gather(
+            self._ensure_topic(),
+            self._control.bootstrap(),
+            self._producer.start(),
+            self._fanout.start(),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        if self.topic_created:
+            # Apache Kafka makes a new topic's partitions leaders asynchronously: wait
+            # until every one answers, so the first appends and reads do not bounce.
+            await self._end_offsets_now(range(self._partitions))
+
+    async def _ensure_topic(self) -> None:
         admin = AIOKafkaAdminClient(**self._client_kwargs())
         try:
             await admin.start()
@@ -398,28 +434,6 @@ class KafkaEventLog(EventLog):
             )
         finally:
             await admin.close()
-        self._control = AIOKafkaClient(**self._client_kwargs())
-        await self._control.bootstrap()
-        if self.topic_created:
-            # Apache Kafka makes a new topic's partitions leaders asynchronously: wait
-            # until every one answers, so the first appends and reads do not bounce.
-            await self._end_offsets_now(range(self._partitions))
-        self._producer = AIOKafkaProducer(
-            **self._client_kwargs(),
-            acks="all",
-            enable_idempotence=False,
-            **self._producer_config,
-        )
-        await self._producer.start()
-        self._fanout = KafkaFanout(
-            self._new_consumer,
-            self.topic,
-            poll_timeout_ms=self._poll_timeout_ms,
-            max_buffered_batches=self._max_buffered_batches,
-            retry_backoff_ms=self._retry_backoff_ms,
-            access=Access(self._security.principal, "READ", self.topic),
-        )
-        await self._fanout.start()
 
     async def _close_clients(self) -> None:
         # Close in reverse order; each step runs even if an earlier one failed.
