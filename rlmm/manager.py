@@ -10,21 +10,24 @@ Invariants:
 - reads are plain synchronous cache lookups: an unassigned partition raises
   RemoteResourceNotFoundError, an assigned one that has not caught up to the end
   offset seen at assignment raises RemoteStorageNotReadyError.
+
+The manager assigns partitions, publishes writes and answers reads; its parts keep
+one job each: the apply loops (rlmm.apply_loops), the waits for an applied offset and
+the rejections writers learn of (rlmm.applied_waits), the snapshots
+(rlmm.snapshot_keeper) and the counters (rlmm.manager_stats).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import heapq
-import itertools
 import logging
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from eventlog import EventLog, EventLogClosedError, EventLogError, OffsetBeforeLogStartError
+from eventlog import EventLog, EventLogError
 from eventlog.errors import EventLogAuthError
+from rlmm.applied_waits import AppliedWaits, Rejections
+from rlmm.apply_loops import ApplyLoops
 from rlmm.cache import RemoteLogMetadataCache, SegmentSummary
 from rlmm.codec import encode
 from rlmm.errors import (
@@ -35,6 +38,7 @@ from rlmm.errors import (
     RemoteStorageTimeoutError,
     SnapshotBlockError,
 )
+from rlmm.manager_stats import ManagerStats
 from rlmm.model import (
     RemoteLogMetadata,
     RemoteLogSegmentMetadata,
@@ -44,35 +48,18 @@ from rlmm.model import (
     TopicIdPartition,
     is_rlmm_segment_uuid,
 )
-from rlmm.offload_metadata import AUTH_RETRY_S, OffloadMetadataManager
+from rlmm.offload_metadata import OffloadMetadataManager
 from rlmm.partitioning import metadata_partition_for
-from rlmm.replay import MetadataReplay, ReplayStats
+from rlmm.replay import MetadataReplay
+from rlmm.snapshot_keeper import SnapshotKeeper
 from rlmm.snapshotting import SnapshotPolicy, Snapshotter
 
 log = logging.getLogger(__name__)
-
-_MAX_REMEMBERED_REJECTIONS = 10_000
 
 
 def _unsigned(raw: bytes) -> bool:
     """The uuid bytes ``raw`` lack rlmm's signature (a segment another writer named)."""
     return not is_rlmm_segment_uuid(raw)
-
-
-@dataclass
-class ManagerStats(ReplayStats):
-    """Counters of the apply loop (exposed for operators and tests); the replay's
-    (applied, skipped, full replays, restored) and the manager's own."""
-
-    read_errors: int = 0
-    snapshots_written: int = 0
-    snapshot_failures: int = 0
-    partitions_restored: int = 0  # restarted from a snapshot after retention (see _consume)
-    last_errors: list[str] = field(default_factory=list)
-
-    def note(self, message: str) -> None:
-        self.last_errors.append(message)
-        del self.last_errors[:-20]
 
 
 @dataclass(slots=True)
@@ -100,23 +87,23 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
         self._write_timeout_s = write_timeout_s
         self._close_log = close_event_log
         self.stats = ManagerStats()
+        self._rejections = Rejections(self.stats)
         # Records become state in the replay; its store and applied offsets, named here.
-        self._replay = MetadataReplay(self._n, self.stats, rejected=self._remember_rejection)
+        self._replay = MetadataReplay(self._n, self.stats, rejected=self._rejections.remember)
         self._store = self._replay.store
         self._applied = self._replay.applied
-        # metadata partition -> why Kafka refuses to let us read it (an ACL, a credential)
-        self._denied: dict[int, str] = {}
-        self._denied_assignments: dict[TopicIdPartition, str] = {}
-        self._assigned: dict[TopicIdPartition, _Assignment] = {}
-        self._consumers: dict[int, asyncio.Task[None]] = {}
-        self._waiters: dict[int, list[tuple[int, int, asyncio.Future[None]]]] = {}
-        self._seq = itertools.count()
-        self._rejections: OrderedDict[tuple[int, int], RemoteStorageError] = OrderedDict()
+        self._waits = AppliedWaits(self._applied)
         self._snapshotter = (
             Snapshotter(snapshot_policy, self._n, event_log)
             if snapshot_policy is not None
             else None
         )
+        self._snapshots = SnapshotKeeper(self._snapshotter, self._replay, self.stats)
+        self._loops = ApplyLoops(event_log, self._replay, self.stats, self._waits, self._snapshots)
+        # the loops' own dict (metadata partition -> its apply loop), named here
+        self._consumers = self._loops.tasks
+        self._denied_assignments: dict[TopicIdPartition, str] = {}
+        self._assigned: dict[TopicIdPartition, _Assignment] = {}
         self._started = False
         self._closed = False
 
@@ -126,31 +113,7 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
         """Start the event log and seed the cache from the newest valid snapshot."""
         if self._started:
             return
-        # Reading the snapshot and recovering the log are independent I/O: overlap them.
-        loading = (
-            asyncio.ensure_future(self._snapshotter.load())
-            if self._snapshotter is not None
-            else None
-        )
-        try:
-            await self._log.start()
-        except BaseException:
-            if loading is not None:
-                loading.cancel()
-                await asyncio.wait([loading])
-                if not loading.cancelled():
-                    loading.exception()  # retrieved: the log's error is the one to raise
-            raise
-        if self._snapshotter is not None and loading is not None:
-            snap = await loading
-            if snap is not None:
-                # Lazy restore: this only indexes each user partition's encoded block;
-                # a block is decoded on the partition's first use (metadata_store).
-                source = (
-                    f"the snapshot in {self._snapshotter.policy.directory} restored at start"
-                    f" (applied offsets {dict(sorted(snap.applied_offsets.items()))})"
-                )
-                self._replay.restore(snap, source)
+        await self._snapshots.restore_while(self._log.start())
         self._started = True
 
     async def close(self) -> None:
@@ -158,19 +121,9 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
         if self._closed:
             return
         self._closed = True
-        consumers = list(self._consumers.values())
-        self._consumers.clear()
-        for task in consumers:
-            task.cancel()
-        for task in consumers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._snapshotter is not None and self._started:
-            await self._snapshotter.wait_idle()
-            await self._snapshot_now()
-        if self._snapshotter is not None:
-            self._snapshotter.close()
-        self._fail_waiters(None, RemoteStorageError("the remote log metadata manager was closed"))
+        await self._loops.stop_all()
+        await self._snapshots.take_last(self._started)
+        self._waits.fail(None, RemoteStorageError("the remote log metadata manager was closed"))
         if self._close_log:
             await self._log.close()
 
@@ -221,8 +174,7 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
             self._assigned[tp] = _Assignment(p, ends[p] - 1)
         for p in needed:
             if p not in self._consumers:
-                self._applied.setdefault(p, -1)
-                self._consumers[p] = asyncio.create_task(self._consume(p), name=f"rlmm-apply-{p}")
+                self._loops.start(p)
 
     async def on_stop_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
         """Unassign user partitions; a metadata partition no one needs is dropped."""
@@ -232,39 +184,9 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
             self._denied_assignments.pop(tp, None)
         still_needed = {a.metadata_partition for a in self._assigned.values()}
         for p in [p for p in self._consumers if p not in still_needed]:
-            task = self._consumers.pop(p)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await self._loops.stop(p)
             self._replay.forget(p)
-            self._fail_waiters(
-                p, RemoteResourceNotFoundError(f"metadata partition {p} was stopped")
-            )
-
-    def _reset_partition(self, p: int, error: SnapshotBlockError) -> None:
-        """Drop metadata partition ``p``'s restored state: it is replayed from offset 0."""
-        self.stats.note(str(error))
-        self._replay.reset(p, error)
-
-    def _replay_from_log(self, p: int, error: SnapshotBlockError) -> None:
-        """:meth:`_reset_partition` from outside the apply loop: restart its consumer.
-
-        Runs synchronously in a caller's task while the consumer task of ``p`` waits at
-        an await, so the old consumer applies nothing after the reset.
-        """
-        old = self._consumers.pop(p, None)
-        if old is not None:
-            old.cancel()
-        self._reset_partition(p, error)
-        if old is not None:
-            self._consumers[p] = asyncio.create_task(
-                self._consume_after(old, p), name=f"rlmm-apply-{p}"
-            )
-
-    async def _consume_after(self, old: asyncio.Task[None], p: int) -> None:
-        with contextlib.suppress(asyncio.CancelledError):
-            await old
-        await self._consume(p)
+            self._waits.fail(p, RemoteResourceNotFoundError(f"metadata partition {p} was stopped"))
 
     def is_ready(self, tp: TopicIdPartition) -> bool:
         a = self._assigned.get(tp)
@@ -277,7 +199,7 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
             return self._denied_assignments.get(tp, f"{tp} is not assigned to this manager")
         if self.is_ready(tp):
             return None
-        denied = self._denied.get(a.metadata_partition)
+        denied = self._loops.denied.get(a.metadata_partition)
         if denied is not None:
             return denied
         return (
@@ -294,7 +216,7 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
                 raise RemoteStorageNotReadyError(tp, self._denied_assignments[tp])
             if a is None:
                 raise RemoteResourceNotFoundError(f"{tp} is not assigned to this manager")
-            waits.append(self._wait_applied(a.metadata_partition, a.ready_offset))
+            waits.append(self._waits.wait(a.metadata_partition, a.ready_offset))
         try:
             await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
         except TimeoutError as e:
@@ -339,7 +261,7 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
         try:
             self._store.check(event)
         except SnapshotBlockError as e:
-            self._replay_from_log(p, e)
+            self._loops.replay_from_log(p, e)
             raise
         try:
             offset = await self._log.append(p, encode(event))
@@ -353,146 +275,22 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
         try:
             # asyncio.timeout, not wait_for: no extra task per write on the hot path.
             async with asyncio.timeout(self._write_timeout_s):
-                await self._wait_applied(p, offset)
+                await self._waits.wait(p, offset)
         except TimeoutError as e:
             raise RemoteStorageTimeoutError(
                 f"event for {tp} was published at metadata partition {p} offset {offset} but not"
                 f" applied within {self._write_timeout_s}s"
             ) from e
-        rejection = self._rejections.pop((p, offset), None)
+        rejection = self._rejections.take(p, offset)
         if rejection is not None:
             raise rejection
 
-    def _wait_applied(self, p: int, offset: int) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._applied.get(p, -1) >= offset:
-            fut.set_result(None)
-        else:
-            heapq.heappush(self._waiters.setdefault(p, []), (offset, next(self._seq), fut))
-        return fut
-
-    def _wake_waiters(self, p: int) -> None:
-        heap = self._waiters.get(p)
-        applied = self._applied.get(p, -1)
-        while heap and heap[0][0] <= applied:
-            fut = heapq.heappop(heap)[2]
-            if not fut.done():
-                fut.set_result(None)
-
-    def _fail_waiters(self, p: int | None, error: Exception) -> None:
-        for key in [p] if p is not None else list(self._waiters):
-            for _, _, fut in self._waiters.pop(key, []):
-                if not fut.done():
-                    fut.set_exception(error)
-
-    # ---- apply loop -----------------------------------------------------------------------
-
-    async def _consume(self, p: int) -> None:
-        backoff = 0.05
-        while True:
-            start = self._applied.get(p, -1) + 1
-            batches = self._log.read_batches(p, start)
-            try:
-                async for batch in batches:
-                    try:
-                        self._apply_batch(p, batch)
-                    except SnapshotBlockError as e:
-                        self._reset_partition(p, e)
-                        break  # read again from offset 0
-                    backoff = 0.05
-                    self._denied.pop(p, None)
-                else:
-                    return  # the log was closed
-                continue
-            except asyncio.CancelledError:
-                raise
-            except EventLogClosedError:
-                return  # closed under us (its owner closed it): it does not come back
-            except Exception as e:  # the loop never dies: log, back off, resume
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    # A client turned our cancellation into its own error.
-                    raise asyncio.CancelledError() from e
-                if isinstance(e, OffsetBeforeLogStartError) and await self._restore_partition(p, e):
-                    continue
-                self.stats.read_errors += 1
-                self.stats.note(f"read of metadata partition {p} from {start}: {e!r}")
-                if isinstance(e, EventLogAuthError):
-                    # Fail closed: the partitions stay not ready, saying why; retried
-                    # slowly (an operator may grant the ACL), logged once per reason.
-                    if self._denied.get(p) != str(e):
-                        log.error("metadata partition %d cannot be read: %s", p, e)
-                    self._denied[p] = str(e)
-                    # whoever waits on this partition learns why now, not at a timeout
-                    self._fail_waiters(p, RemoteStorageNotReadyError(message=str(e)))
-                    await asyncio.sleep(AUTH_RETRY_S)
-                    continue
-                log.warning("reading metadata partition %d from offset %d failed: %r", p, start, e)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            finally:
-                aclose = getattr(batches, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-
-    def _apply_batch(self, p: int, batch: list[tuple[int, bytes]]) -> None:
-        self._replay.apply_batch(p, batch)
-        self._wake_waiters(p)
-        if self._snapshotter is not None and self._snapshotter.note_applied(len(batch)):
-            self._snapshotter.schedule(self._snapshot_now)
-
-    def _remember_rejection(
-        self, p: int, offset: int, error: RemoteStorageError, message: str
-    ) -> None:
-        """The replay skipped this record: its writer (if it waits) fails with ``error``."""
-        self.stats.note(message)
-        self._rejections[(p, offset)] = error
-        if len(self._rejections) > _MAX_REMEMBERED_REJECTIONS:
-            self._rejections.popitem(last=False)
-
     # ---- snapshots ------------------------------------------------------------------------
-
-    async def _snapshot_now(self) -> None:
-        taken = None if self._snapshotter is None else self._replay.snapshot_state()
-        if self._snapshotter is None or taken is None:
-            return  # no snapshots, or nothing applied yet (every partition replays from 0)
-        applied, state = taken
-        try:
-            await self._snapshotter.write(applied, state)
-            self.stats.snapshots_written += 1
-        except Exception as e:  # a failed snapshot costs replay time, never correctness
-            self.stats.snapshot_failures += 1
-            self.stats.note(f"snapshot failed: {e!r}")
-            log.warning("writing a snapshot failed: %r", e)
-
-    async def _restore_partition(self, p: int, error: OffsetBeforeLogStartError) -> bool:
-        """Restart metadata partition ``p`` from a snapshot the log can continue from.
-
-        Retention deleted the offsets ``p`` would replay next: the partition's state is
-        replaced by a published snapshot's (its applied offset is at or past the log
-        start) and the tail is replayed from there. False if no snapshot qualifies.
-        """
-        if self._snapshotter is None:
-            return False
-        snap = await self._snapshotter.find({p: error.log_start})
-        if snap is None:
-            return False
-        self._replay.adopt(p, snap)
-        self.stats.partitions_restored += 1
-        log.warning(
-            "metadata partition %d: the log starts at %d (retention), restarted from a"
-            " snapshot at offset %d",
-            p,
-            error.log_start,
-            snap.applied_offsets[p],
-        )
-        self._wake_waiters(p)
-        return True
 
     async def snapshot(self) -> None:
         """Take a snapshot now (in addition to the policy's schedule)."""
         self._ensure_open()
-        await self._snapshot_now()
+        await self._snapshots.take()
 
     # ---- reads ----------------------------------------------------------------------------
 
@@ -504,7 +302,7 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
                 raise RemoteStorageNotReadyError(tp, self._denied_assignments[tp])
             raise RemoteResourceNotFoundError(f"{tp} is not assigned to this manager")
         if self._applied.get(a.metadata_partition, -1) < a.ready_offset:
-            denied = self._denied.get(a.metadata_partition)
+            denied = self._loops.denied.get(a.metadata_partition)
             raise RemoteStorageNotReadyError(tp, denied)
         return a
 
@@ -515,7 +313,7 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
         try:
             return self._store.caches.get(tp)
         except SnapshotBlockError as e:
-            self._replay_from_log(metadata_partition_for(tp, self._n), e)
+            self._loops.replay_from_log(metadata_partition_for(tp, self._n), e)
             raise
 
     def remote_log_segment_metadata(
