@@ -12,6 +12,10 @@ lookup is a not-ready error and ``is_ready`` is false. The partitions Kafka assi
 are kept here and handed to the manager once it has started, so an assignment made
 while it starts is never lost.
 
+A copy that a stopped serve left COPY_SEGMENT_STARTED (its copy and Kafka's cleanup of
+it both went to the dead process) is cleaned once, ``dangling_copies.GRACE_S`` after the
+manager starts, as Kafka's cleanup would have.
+
 Versions: a listing is answered with the partition's metadata position (its metadata
 partition and the offset applied there), and a write with the position once applied;
 ``applied_offsets`` is what the server pushes to the bridge as it moves. The bridge
@@ -42,6 +46,7 @@ from rlmm.model import (
     TopicIdPartition,
 )
 from rlmm.offload_metadata import OffloadMetadataManager
+from rlmm.plugin import dangling_copies
 from rlmm.plugin.broker_settings import broker_config, unknown_props
 from rlmm.plugin.metrics import ServeReadiness
 from rlmm.plugin.protocol import (
@@ -52,6 +57,7 @@ from rlmm.plugin.protocol import (
     topic_id_partition,
     topic_id_partitions,
 )
+from rlmm.plugin.storage_calls import StorageCalls
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +78,7 @@ class MetadataCalls:
         config_path: Path | None,
         readiness: ServeReadiness,
         overrides: Mapping[str, Any] | None = None,
+        storage: StorageCalls | None = None,
     ) -> None:
         self._config_path = config_path
         self._overrides = dict(overrides or {})
@@ -82,6 +89,11 @@ class MetadataCalls:
         self._followers: set[TopicIdPartition] = set()
         self._closed = False
         self._encodings: dict[tuple[uuid.UUID, RemoteLogSegmentState], bytes] = {}
+        self._storage = storage
+        # COPY_SEGMENT_STARTED segments added through this process and not updated since:
+        # their copies are this process's (see dangling_copies)
+        self._added_here: set[uuid.UUID] = set()
+        self._janitor: asyncio.Task[None] | None = None
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -147,7 +159,27 @@ class MetadataCalls:
                     set(self._leaders), set(self._followers)
                 )
             self._readiness.ready("manager")
+            if self._storage is not None:
+                self._janitor = asyncio.create_task(
+                    self._clean_dangling(config.broker_id), name="rlmm-serve-dangling-copies"
+                )
             return
+
+    async def _clean_dangling(self, broker_id: int) -> None:
+        """Once, GRACE_S after the manager started: the copies a stopped serve left
+        COPY_SEGMENT_STARTED in the partitions this broker leads (dangling_copies)."""
+        await asyncio.sleep(dangling_copies.GRACE_S)
+        manager, storage = self._manager, self._storage
+        if manager is None or storage is None or storage.store is None or self._closed:
+            return
+        found = dangling_copies.dangling(
+            manager,
+            set(self._leaders),
+            broker_id,
+            lambda segment: segment in self._added_here or storage.copying(segment),
+        )
+        if found:
+            await dangling_copies.clean(manager, storage.store, found, broker_id)
 
     def _ready_manager(self) -> OffloadMetadataManager:
         if self._manager is None:
@@ -165,6 +197,7 @@ class MetadataCalls:
     async def add_remote_log_segment_metadata(self, args: Mapping[str, Any]) -> Position:
         metadata = metadata_arg(args, "metadata", RemoteLogSegmentMetadata)
         manager = self._ready_manager()
+        self._added_here.add(metadata.remote_log_segment_id.id)
         await manager.add_remote_log_segment_metadata(metadata)
         return _position(manager, metadata.topic_id_partition)
 
@@ -172,6 +205,7 @@ class MetadataCalls:
         update = metadata_arg(args, "metadata", RemoteLogSegmentMetadataUpdate)
         manager = self._ready_manager()
         await manager.update_remote_log_segment_metadata(update)
+        self._added_here.discard(update.remote_log_segment_id.id)
         return _position(manager, update.topic_id_partition)
 
     async def put_remote_partition_delete_metadata(self, args: Mapping[str, Any]) -> Position:
@@ -255,10 +289,11 @@ class MetadataCalls:
         if self._closed:
             return
         self._closed = True
-        if self._starting is not None and not self._starting.done():
-            self._starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._starting
+        for task in (self._starting, self._janitor):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._manager is not None:
             await self._manager.close()
 

@@ -100,7 +100,9 @@ class PluginServer:
         self.version = release()
         self.metrics = PluginMetrics(self.version)
         self.storage = StorageCalls(config_path, self.metrics, overrides)
-        self.metadata = MetadataCalls(config_path, self.metrics.readiness, overrides)
+        self.metadata = MetadataCalls(
+            config_path, self.metrics.readiness, overrides, storage=self.storage
+        )
         self._methods: dict[str, Handler] = {
             "configure": self._configure,
             **self.storage.handlers(),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -61,6 +62,7 @@ class StorageCalls:
         self._store: RemoteStorageManager | None = None
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="rlmm-serve-rsm")
         self._closed = False
+        self._copying: set[uuid.UUID] = set()
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -74,6 +76,10 @@ class StorageCalls:
     @property
     def store(self) -> RemoteStorageManager | None:
         return self._store
+
+    def copying(self, segment: uuid.UUID) -> bool:
+        """Whether a copy of this segment id runs in this process now."""
+        return segment in self._copying
 
     async def configure(self, props: Mapping[str, str]) -> None:
         if self._store is not None:
@@ -108,11 +114,15 @@ class StorageCalls:
         )
         topic = metadata.topic_id_partition.topic
         started = time.monotonic()
+        segment = metadata.remote_log_segment_id.id
+        self._copying.add(segment)
         try:
             custom = await self._run(store.copy_log_segment_data, metadata, data)
         except BaseException:
             self._metrics.copy_errors.labels(topic).inc()
             raise
+        finally:
+            self._copying.discard(segment)
         self._metrics.copied(topic, metadata.segment_size_in_bytes, time.monotonic() - started)
         log.info(
             "copied %s offsets %d-%d (%d bytes)",
