@@ -4,9 +4,11 @@ partition applied, and whether the record published there was rejected.
 Invariants: a wait is a future completed by the apply loop (``wake``) once the
 partition's applied offset reaches its offset, never polled; each partition's waits
 are a heap by offset, so a wake pops only the waits it satisfies; a failed partition's
-waits leave it all at once. The replay's rejection of the record at (partition,
-offset) is remembered until its writer takes it, the newest
-``_MAX_REMEMBERED_REJECTIONS`` at most (a writer that gave up never takes its own).
+waits leave it all at once. ``moved`` is done at the first wake after it was asked
+for (whoever follows the applied offsets as they move waits on it, never polls). The
+replay's rejection of the record at (partition, offset) is remembered until its writer
+takes it, the newest ``_MAX_REMEMBERED_REJECTIONS`` at most (a writer that gave up
+never takes its own).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class AppliedWaits:
         self._waiters: dict[int, list[tuple[int, int, asyncio.Future[None]]]] = {}
         # ties broken by arrival: futures are not comparable
         self._seq = itertools.count()
+        self._moved: asyncio.Future[None] | None = None
 
     def wait(self, p: int, offset: int) -> asyncio.Future[None]:
         """Done once metadata partition ``p`` has applied ``offset``."""
@@ -42,8 +45,18 @@ class AppliedWaits:
             heapq.heappush(self._waiters.setdefault(p, []), (offset, next(self._seq), fut))
         return fut
 
+    def moved(self) -> asyncio.Future[None]:
+        """Done at the next wake of any partition (one future shared by every caller:
+        shield it before a wait that may be cancelled)."""
+        if self._moved is None or self._moved.done():
+            self._moved = asyncio.get_running_loop().create_future()
+        return self._moved
+
     def wake(self, p: int) -> None:
         """Complete the waits of ``p`` that its applied offset now reaches."""
+        moved = self._moved
+        if moved is not None and not moved.done():
+            moved.set_result(None)
         heap = self._waiters.get(p)
         applied = self._applied.get(p, -1)
         while heap and heap[0][0] <= applied:

@@ -12,6 +12,7 @@ mypy checks every call made through them, the offloader's included.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any
 
@@ -102,6 +103,9 @@ class NotReadyRlmm(OffloadMetadataManager):
 
     def applied_offset_of(self, tp: TopicIdPartition) -> int | None:
         return None
+
+    async def applied_moved(self) -> None:
+        await asyncio.Event().wait()  # nothing is ever applied here
 
     def metadata_position_of(self, tp: TopicIdPartition) -> tuple[int, int] | None:
         return None
@@ -231,6 +235,9 @@ class SwappableRlmm(OffloadMetadataManager):
 
     def applied_offset_of(self, tp: TopicIdPartition) -> int | None:
         return self._target.applied_offset_of(tp)
+
+    def applied_moved(self) -> Coroutine[Any, Any, None]:
+        return self._target.applied_moved()
 
     def metadata_position_of(self, tp: TopicIdPartition) -> tuple[int, int] | None:
         return self._target.metadata_position_of(tp)

@@ -426,6 +426,9 @@ class TopicBasedRemoteLogMetadataManager(OffloadMetadataManager):
         a = self._assigned.get(tp)
         return None if a is None else self._applied.get(a.metadata_partition)
 
+    async def applied_moved(self) -> None:
+        await asyncio.shield(self._waits.moved())
+
     def metadata_position_of(self, tp: TopicIdPartition) -> tuple[int, int] | None:
         a = self._assigned.get(tp)
         if a is None:

@@ -66,6 +66,11 @@ class OffloadMetadataManager(RemoteLogMetadataManager):
         While this value holds, ``tp``'s metadata has not changed."""
 
     @abstractmethod
+    async def applied_moved(self) -> None:
+        """Return once some metadata partition's applied offset has moved since the call
+        (a manager that serves nothing never returns)."""
+
+    @abstractmethod
     def metadata_position_of(self, tp: TopicIdPartition) -> tuple[int, int] | None:
         """``tp``'s metadata partition and the offset applied there so far (-1: none yet);
         None: not assigned. A version of ``tp``'s metadata: while the offset holds, what

@@ -94,6 +94,7 @@ class MetadataCalls:
         # their copies are this process's (see dangling_copies)
         self._added_here: set[uuid.UUID] = set()
         self._janitor: asyncio.Task[None] | None = None
+        self._started = asyncio.Event()
 
     def handlers(self) -> dict[str, Handler]:
         return {
@@ -153,6 +154,7 @@ class MetadataCalls:
                 delay = min(delay * 2, most)
                 continue
             self._manager = manager
+            self._started.set()
             log.info("remote log metadata manager started over %r", config.eventlog.get("type"))
             if self._leaders or self._followers:
                 await manager.on_partition_leadership_changes(
@@ -262,6 +264,12 @@ class MetadataCalls:
     def applied_offsets(self) -> dict[int, int]:
         """Metadata partition -> the offset applied there (empty before the manager)."""
         return {} if self._manager is None else self._manager.applied_offsets
+
+    async def applied_moved(self) -> None:
+        """Return once the manager has started and applied something since the call."""
+        await self._started.wait()
+        assert self._manager is not None
+        await self._manager.applied_moved()
 
     def is_ready(self, args: Mapping[str, Any]) -> bool:
         tp = topic_id_partition(args.get("topic_id_partition"))

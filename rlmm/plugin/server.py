@@ -12,7 +12,7 @@ call runs up to its first wait before the next frame is read, so an inline answe
 reflects every call sent before it on the same connection (as far as the call changes
 state before it waits: leadership and stop do). On the RLMM class's connection, frames
 without an id are pushed too: ``{"push": "applied", "offsets": [[metadata partition,
-offset], ...]}`` as the manager applies events (checked every ``PUSH_INTERVAL_S``), so the
+offset], ...]}`` as the manager applies events (at most one push per ``PUSH_COALESCE_S``), so the
 bridge knows when a listing it keeps has gone stale.
 
 Invariants:
@@ -60,10 +60,11 @@ ROLES = ("rsm", "rlmm")
 # Inline answers wait for the socket to drain only past this many unsent bytes.
 WRITE_HIGH_WATER = 1 << 20
 Handler = Callable[[Mapping[str, Any]], Awaitable[Any]]
-# How often the applied offsets are compared with what the bridge was last told. Its own
-# writes are answered with their position, so this only bounds how long a listing of
-# a partition changed by another broker's write can be kept.
-PUSH_INTERVAL_S = 0.1
+# Pushes of the applied offsets follow the applies, at most one per this interval (a
+# burst of batches is one push). The bridge's own writes are answered with their
+# position, so this only bounds how long a listing changed by another broker's write is
+# kept.
+PUSH_COALESCE_S = 0.05
 
 
 def release() -> str:
@@ -361,13 +362,15 @@ class PluginServer:
         moves (see the module); ends with the connection."""
         told: dict[int, int] = {}
         while not writer.is_closing():
-            await asyncio.sleep(PUSH_INTERVAL_S)
+            await self.metadata.applied_moved()  # an idle broker: no wake-up at all
             moved = {p: o for p, o in self.metadata.applied_offsets().items() if told.get(p) != o}
-            if not moved:
-                continue
-            told.update(moved)
-            # a few bytes per metadata partition: never waits for the socket to drain
-            writer.write(frame({"push": "applied", "offsets": [[p, o] for p, o in moved.items()]}))
+            if moved:
+                told.update(moved)
+                # a few bytes per metadata partition: never waits for the socket to drain
+                writer.write(
+                    frame({"push": "applied", "offsets": [[p, o] for p, o in moved.items()]})
+                )
+            await asyncio.sleep(PUSH_COALESCE_S)  # a burst of applied batches: one push
 
     async def _configure(self, args: Mapping[str, Any]) -> None:
         role = arg(args, "role", str)

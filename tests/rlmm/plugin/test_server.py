@@ -682,7 +682,7 @@ async def test_an_rsm_connection_is_pushed_nothing(
         await rsm.hello("rsm")
         await bridge.call("rlmm.add_remote_log_segment_metadata", metadata=wire(md))
         await asyncio.wait_for(bridge.pushes.get(), 10)  # the RLMM's connection was told
-        await asyncio.sleep(0.3)  # three push intervals
+        await asyncio.sleep(0.3)  # six push intervals
         assert rsm.pushes.empty()
     finally:
         await rsm.close()
