@@ -266,7 +266,8 @@ class MetadataCalls:
         return {} if self._manager is None else self._manager.applied_offsets
 
     async def applied_moved(self) -> None:
-        """Return once the manager has started and applied something since the call."""
+        """Return once the manager has started and applied something since the call
+        (with the manager started, the wait begins before the call first yields)."""
         await self._started.wait()
         assert self._manager is not None
         await self._manager.applied_moved()

@@ -362,14 +362,16 @@ class PluginServer:
         moves (see the module); ends with the connection."""
         told: dict[int, int] = {}
         while not writer.is_closing():
-            await self.metadata.applied_moved()  # an idle broker: no wake-up at all
             moved = {p: o for p, o in self.metadata.applied_offsets().items() if told.get(p) != o}
-            if moved:
-                told.update(moved)
-                # a few bytes per metadata partition: never waits for the socket to drain
-                writer.write(
-                    frame({"push": "applied", "offsets": [[p, o] for p, o in moved.items()]})
-                )
+            if not moved:
+                # Compared and then waited for without a turn of the loop between: an
+                # apply in between would be a wake-up lost, and a push never sent.
+                await self.metadata.applied_moved()  # an idle broker: no wake-up at all
+                continue
+            told.update(moved)
+            # a few bytes per metadata partition: never waits for the socket to drain
+            offsets = [[p, o] for p, o in moved.items()]
+            writer.write(frame({"push": "applied", "offsets": offsets}))
             await asyncio.sleep(PUSH_COALESCE_S)  # a burst of applied batches: one push
 
     async def _configure(self, args: Mapping[str, Any]) -> None:

@@ -745,6 +745,24 @@ async def test_a_kafka_style_remote_read_moves_about_what_kafka_takes(tmp_path: 
         await asyncio.wait_for(task, 30)
 
 
+async def run_harness(name: str, *args: object) -> dict[str, str]:
+    """Run ``tests/integration/java/<name>.java`` against the plugin's jar and Kafka's
+    libraries (java's single-file launcher); its ``key value`` lines, once it exited 0."""
+    from tests.fixtures.apache_kafka import kafka_libs, require_tools
+
+    jar = plugin_jar()
+    java, _mvn = require_tools()
+    harness = Path(__file__).with_name("java") / f"{name}.java"
+    proc = await asyncio.create_subprocess_exec(
+        java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness), *map(str, args),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    assert proc.returncode == 0, (out + err).decode()
+    return dict(line.split(" ", 1) for line in out.decode().splitlines())
+
+
 async def test_a_kept_listing_is_asked_again_only_once_its_metadata_moved(
     tmp_path: Path,
 ) -> None:
@@ -753,23 +771,12 @@ async def test_a_kept_listing_is_asked_again_only_once_its_metadata_moved(
     seen by the very next listing, another broker's as soon as rlmm serve pushes the
     offset, and a stopped partition is asked again (and refused)."""
     from rlmm.plugin.server import PluginServer
-    from tests.fixtures.apache_kafka import kafka_libs, require_tools
     from tests.rlmm.plugin.test_server import started, write_config
 
-    jar = plugin_jar()
-    java, _mvn = require_tools()
     server = PluginServer(write_config(tmp_path), tmp_path / "serve.sock")
     task = await started(server)
     try:
-        harness = Path(__file__).with_name("java") / "ListingCaller.java"
-        proc = await asyncio.create_subprocess_exec(
-            java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness), str(server.socket_path), "1000",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            stdin=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), 180)
-        assert proc.returncode == 0, (out + err).decode()
-        said = dict(line.split(" ", 1) for line in out.decode().splitlines())
+        said = await run_harness("ListingCaller", server.socket_path, "1000")
         assert "unexpected" not in said, said
         assert said["empty"] == "1000 0"
         assert said["own"] == "[COPY_SEGMENT_STARTED]"
@@ -797,23 +804,12 @@ async def test_a_ready_partition_is_not_asked_again_until_its_leadership_changes
     only after the partition's leadership changes or stops (a stopped partition is not
     ready, however often it was before)."""
     from rlmm.plugin.server import PluginServer
-    from tests.fixtures.apache_kafka import kafka_libs, require_tools
     from tests.rlmm.plugin.test_server import started, write_config
 
-    jar = plugin_jar()
-    java, _mvn = require_tools()
     server = PluginServer(write_config(tmp_path), tmp_path / "serve.sock")
     task = await started(server)
     try:
-        harness = Path(__file__).with_name("java") / "ReadinessCaller.java"
-        proc = await asyncio.create_subprocess_exec(
-            java, "-cp", f"{jar}:{kafka_libs()}/*", str(harness), str(server.socket_path), "1000",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            stdin=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), 180)
-        assert proc.returncode == 0, (out + err).decode()
-        said = dict(line.split(" ", 1) for line in out.decode().splitlines())
+        said = await run_harness("ReadinessCaller", server.socket_path, "1000")
         assert said["asked"] == "1000 true 1000"
         assert said["stopped"] == "false"
         asked = server.metrics.registry.get_sample_value(

@@ -662,6 +662,12 @@ async def test_listings_and_writes_name_the_metadata_position_and_moves_are_push
                 return int(offsets[partition])
 
     assert await asyncio.wait_for(pushed_offset(), 10) == written[1]
+    # a write applied while the pusher waits out its coalescing interval is pushed too
+    # (compared before each wait: no wake-up is lost between a push and the next wait)
+    finished = finished_update(md, b"custom")
+    again = await bridge.call("rlmm.update_remote_log_segment_metadata", metadata=wire(finished))
+    written = again
+    assert await asyncio.wait_for(pushed_offset(), 10) == again[1]
     # a partition not assigned here has no version: the bridge must not keep its answer
     other = wire_tp(new_tp("other"))
     with pytest.raises(CallError):
