@@ -10,8 +10,9 @@ DELETE_SEGMENT_STARTED ones): it stays COPY_SEGMENT_STARTED, its objects stored 
 never read, and ``rlmm verify`` reports it.
 
 Invariant: once per process, ``GRACE_S`` after the manager started (Kafka's own cleanup
-of a failed copy gets its chance first), a segment is cleaned only if all of these
-hold: this broker leads its partition, this broker added it (its broker id), it is
+of a failed copy gets its chance first; later if Kafka has not yet handed this broker
+its partitions, up to ``LEADERSHIP_WAITS`` times that), a segment is cleaned only if
+all of these hold: this broker leads its partition, this broker added it (its broker id), it is
 still COPY_SEGMENT_STARTED, and it was not added through this process (so its copy
 began under a process that is gone) nor is a copy of it running here. Cleaning is
 Kafka's own sequence (DELETE_SEGMENT_STARTED, the objects deleted, then
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 # Kafka cleans a failed copy at once; a new serve waits this long before it looks.
 GRACE_S = 10.0
+# A broker that has not assigned its partitions by then is looked at again, each GRACE_S,
+# this many times in all.
+LEADERSHIP_WAITS = 6
 _STARTED = frozenset({RemoteLogSegmentState.COPY_SEGMENT_STARTED})
 
 
@@ -110,4 +114,4 @@ def _update(
     return RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, now, None, state, broker_id)
 
 
-__all__ = ["GRACE_S", "clean", "dangling"]
+__all__ = ["GRACE_S", "LEADERSHIP_WAITS", "clean", "dangling"]

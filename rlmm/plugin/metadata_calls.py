@@ -170,7 +170,10 @@ class MetadataCalls:
     async def _clean_dangling(self, broker_id: int) -> None:
         """Once, GRACE_S after the manager started: the copies a stopped serve left
         COPY_SEGMENT_STARTED in the partitions this broker leads (dangling_copies)."""
-        await asyncio.sleep(dangling_copies.GRACE_S)
+        for _ in range(dangling_copies.LEADERSHIP_WAITS):
+            await asyncio.sleep(dangling_copies.GRACE_S)
+            if self._leaders:
+                break  # else Kafka has not handed this broker its partitions yet
         manager, storage = self._manager, self._storage
         if manager is None or storage is None or storage.store is None or self._closed:
             return
@@ -199,8 +202,13 @@ class MetadataCalls:
     async def add_remote_log_segment_metadata(self, args: Mapping[str, Any]) -> Position:
         metadata = metadata_arg(args, "metadata", RemoteLogSegmentMetadata)
         manager = self._ready_manager()
-        self._added_here.add(metadata.remote_log_segment_id.id)
-        await manager.add_remote_log_segment_metadata(metadata)
+        segment = metadata.remote_log_segment_id.id
+        self._added_here.add(segment)
+        try:
+            await manager.add_remote_log_segment_metadata(metadata)
+        except BaseException:
+            self._added_here.discard(segment)  # nothing was added to clean or keep
+            raise
         return _position(manager, metadata.topic_id_partition)
 
     async def update_remote_log_segment_metadata(self, args: Mapping[str, Any]) -> Position:
