@@ -193,7 +193,7 @@ def main() -> None:
     out = Path(sys.argv[1]) / str(os.getpid())
     out.mkdir(parents=True, exist_ok=True)
     # The sidecar caps glibc's arenas at its start; this thread must not take one first.
-    from rlmm.offload.native_memory import NativeMemory
+    from rlmm.process.native_memory import NativeMemory
 
     NativeMemory().bound()
     frames = int(os.environ.get("MEMTRACE_FRAMES", "25"))

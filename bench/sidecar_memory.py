@@ -1,5 +1,5 @@
 """Benchmark: the `rlmm offload` sidecar's memory over a long run, with its native-memory
-bound (``rlmm.offload.native_memory``) and without it.
+bound (``rlmm.process.native_memory``) and without it.
 
 For each side, a real ``rlmm offload`` process (the CLI, its own process) runs with a
 1 s task interval over a log dir of ``--partitions`` partitions into which this script

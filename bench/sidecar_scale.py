@@ -285,7 +285,7 @@ COSTS = (
 
 
 def runtime_costs(port: int) -> dict[str, float]:
-    """The sidecar's housekeeping counters (rlmm.offload.runtime_costs), through a
+    """The sidecar's housekeeping counters (rlmm.process.runtime_costs), through a
     ``name[]``-filtered scrape: a full one would cost the sidecar more than an idle round."""
     query = "&".join(f"name[]={n}" for n in COSTS)
     try:

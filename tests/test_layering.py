@@ -4,6 +4,7 @@ uses only rlmm.model / rlmm.errors of the project, and nothing imports the outer
 (the `rlmm offload` sidecar command is a CLI command over it). Inside the core:
 rlmm.model and rlmm.errors are a leaf, the codec imports nothing of the cache, the
 cache only the codec's public surface, and no one else the private modules of either.
+The process's housekeeping (rlmm.process) imports nothing of the project.
 One replay: the manager and the archive view both turn event-log records into state
 through rlmm.replay, and no other module has an apply body of its own (decoding a
 record and applying it, or asking the store whether an event is a redelivery).
@@ -254,6 +255,14 @@ def test_nothing_imports_the_outer_layer() -> None:
                 if outer is not None and not own.startswith(outer):
                     importer = next((o for o in OUTER if own.startswith(o)), own)
                     assert (importer, outer) in OUTER_ALLOWED, f"{own} imports the outer layer {m}"
+
+
+def test_the_process_housekeeping_imports_nothing_of_the_project() -> None:
+    """rlmm.process (heap freezing, glibc's malloc, their costs) is a leaf: any
+    long-running process of the outer layer can take it without the rest."""
+    for path in modules("rlmm/process"):
+        bad = {m for m in names_imported_by(path) if not within(m, "rlmm.process")}
+        assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
 
 
 def test_the_core_and_the_archive_do_not_import_the_ops_library() -> None:

@@ -30,15 +30,15 @@ from rlmm.offload.health import round_problem
 from rlmm.offload.leadership import Assignment
 from rlmm.offload.leadership_poll import LeadershipPoll
 from rlmm.offload.logdir import LogDirCache, LogDirSource, log_dir_problem, scan_log_dirs
-from rlmm.offload.long_lived import LongLivedHeap
 from rlmm.offload.metrics import OffloadMetrics
-from rlmm.offload.native_memory import NativeMemory
 from rlmm.offload.remote_log_manager import RemoteLogManager
 from rlmm.offload.run_report import RoundResults, SidecarReport
 from rlmm.offload.settings import OffloadSettings
 from rlmm.offload.tasks import cancel_task
 from rlmm.offload.topic_configs import TopicConfigKeeper
 from rlmm.offload.topic_switches import TopicSwitches
+from rlmm.process.long_lived import LongLivedHeap
+from rlmm.process.native_memory import NativeMemory
 
 # The sidecar's lines keep the logger name operators filter on, whichever module says them.
 log = logging.getLogger("rlmm.offload.sidecar")

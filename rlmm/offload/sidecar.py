@@ -72,19 +72,19 @@ from rlmm.offload.health import NOT_STARTED
 from rlmm.offload.leadership import check_node_id, lead_all, read_node_id
 from rlmm.offload.leadership_poll import LeadershipPoll
 from rlmm.offload.logdir import LogDirSource, scan_log_dirs
-from rlmm.offload.long_lived import LongLivedHeap
 from rlmm.offload.metrics import MetricsServer, OffloadMetrics
-from rlmm.offload.native_memory import NativeMemory
 from rlmm.offload.remote_log_manager import RemoteLogManager
 from rlmm.offload.round_loop import RoundLoop
 from rlmm.offload.run_report import SidecarReport
-from rlmm.offload.runtime_costs import RuntimeCosts
 from rlmm.offload.settings import OffloadSettings
 from rlmm.offload.skipped_topics import SkippedTopics
 from rlmm.offload.tasks import dump_tasks
 from rlmm.offload.topic_configs import TopicConfigKeeper
 from rlmm.offload.topic_switches import TopicSwitches
 from rlmm.offload_metadata import AUTH_RETRY_S, OffloadMetadataManager
+from rlmm.process.long_lived import LongLivedHeap
+from rlmm.process.native_memory import NativeMemory
+from rlmm.process.runtime_costs import RuntimeCosts
 
 log = logging.getLogger(__name__)
 # Loopback unless told otherwise: a scrape from another host needs --metrics-host.

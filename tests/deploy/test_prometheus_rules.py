@@ -49,7 +49,7 @@ def test_rules_read_only_exported_metrics() -> None:
 
 def test_process_metrics_in_the_rules_are_the_process_collectors() -> None:
     """The sidecar registers prometheus_client's ProcessCollector (checked on a real
-    sidecar in tests/rlmm/offload/test_native_memory.py): the rules read only its names."""
+    sidecar in tests/rlmm/process/test_native_memory.py): the rules read only its names."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     exported = {family.name for family in registry.collect()}

@@ -1,6 +1,6 @@
-"""The sidecar's housekeeping costs (rlmm.offload.runtime_costs): Python's collections
-timed by generation and malloc_trim's time, on /metrics's registry (the sidecar's own
-are checked in test_native_memory)."""
+"""The housekeeping costs (rlmm.process.runtime_costs): Python's collections timed by
+generation and malloc_trim's time, on a registry as /metrics serves it (the sidecar's
+own are checked in tests/rlmm/offload/test_sidecar_housekeeping.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import itertools
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from rlmm.offload.long_lived import LongLivedHeap
-from rlmm.offload.native_memory import NativeMemory
-from rlmm.offload.runtime_costs import RuntimeCosts
+from rlmm.process.long_lived import LongLivedHeap
+from rlmm.process.native_memory import NativeMemory
+from rlmm.process.runtime_costs import RuntimeCosts
 
 
 def test_a_full_collection_is_timed_under_its_generation() -> None:

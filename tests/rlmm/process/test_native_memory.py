@@ -1,6 +1,7 @@
-"""The sidecar's bound on native memory (rlmm.offload.native_memory): glibc's arenas
-capped and its mmap threshold fixed at start, malloc_trim after every round, and
-nothing done where glibc is not the allocator or the switch is set.
+"""The bound on native memory (rlmm.process.native_memory): glibc's arenas capped and
+its mmap threshold fixed, and nothing done where glibc is not the allocator or the
+switch is set (the sidecar's bound at start and trims after each round are checked in
+tests/rlmm/offload/test_sidecar_housekeeping.py).
 
 The allocator checks run in a fresh interpreter: mallopt is process-wide, and arenas
 already made by the test process's threads would hide what the cap does.
@@ -8,7 +9,6 @@ already made by the test process's threads would hide what the cap does.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import subprocess
@@ -18,10 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlmm.config import load_config
-from rlmm.offload.display import Display
-from rlmm.offload.native_memory import ARENA_MAX, SWITCH_ENV, NativeMemory, _glibc
-from rlmm.offload.sidecar import Sidecar
-from tests.rlmm.offload.conftest import one_partition_sidecar
+from rlmm.process.native_memory import ARENA_MAX, SWITCH_ENV, NativeMemory, _glibc
 
 ROOT = Path(__file__).resolve().parents[3]
 glibc_only = pytest.mark.skipif(_glibc() is None, reason="glibc's malloc is not the allocator")
@@ -31,7 +28,7 @@ glibc_only = pytest.mark.skipif(_glibc() is None, reason="glibc's malloc is not 
 # threshold the 2 MiB block comes from an arena, under a fixed one it is mmapped).
 PROBE = r"""
 import ctypes, json, re, threading
-from rlmm.offload.native_memory import NativeMemory
+from rlmm.process.native_memory import NativeMemory
 bounded = NativeMemory().bound()
 libc = ctypes.CDLL(None)
 barrier = threading.Barrier(8)
@@ -111,30 +108,3 @@ def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert memory.trims == 0 and memory.bounded == {}
     # a code-path switch, not a setting: the configuration neither refuses nor reads it
     assert load_config(env={SWITCH_ENV: "1"}).offload == load_config(env={}).offload
-
-
-@glibc_only
-async def test_the_sidecar_bounds_at_start_and_trims_after_each_round(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv(SWITCH_ENV, raising=False)
-    config, logs = one_partition_sidecar(tmp_path)
-    sidecar = Sidecar(config, [logs], once=True, display=Display(rich=False))
-    hooks = len(gc.callbacks)
-    report = await sidecar.run()
-    assert report.rounds == 1 and report.tally.copied > 0
-    assert sidecar.native_memory.trims == report.rounds
-    # on /metrics (rlmm.offload.runtime_costs), and the gc hook gone once stopped
-    registry = sidecar.metrics.registry
-    assert registry.get_sample_value("rlmm_offload_malloc_trims_total") == report.rounds
-    assert registry.get_sample_value("rlmm_offload_malloc_trim_seconds_total") >= 0
-    for generation in "012":
-        labels = {"generation": generation}
-        assert registry.get_sample_value("rlmm_python_gc_seconds_total", labels) is not None
-    assert len(gc.callbacks) == hooks
-    assert registry.get_sample_value("process_resident_memory_bytes") > 0
-    assert registry.get_sample_value("process_open_fds") > 0
-    assert registry.get_sample_value("process_start_time_seconds") > 0  # (an alert reads it)
-    # (an operator's MALLOC_* in this environment would be left alone)
-    expected = {"MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_"} - set(os.environ)
-    assert set(sidecar.native_memory.bounded) == expected

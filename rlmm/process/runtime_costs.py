@@ -25,8 +25,8 @@ from typing import Any
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rlmm.offload.long_lived import LongLivedHeap
-from rlmm.offload.native_memory import NativeMemory
+from rlmm.process.long_lived import LongLivedHeap
+from rlmm.process.native_memory import NativeMemory
 
 GENERATIONS = 3  # CPython's collector generations 0, 1 and 2
 

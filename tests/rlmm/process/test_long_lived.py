@@ -1,19 +1,15 @@
-"""The sidecar's long-lived state frozen out of the collector's walks
-(rlmm.offload.long_lived): after the first round that led, each later round's young
-objects collected at its end, the heap refrozen once survivors pile up, on /metrics,
-and given back when the sidecar stops."""
+"""Long-lived state frozen out of the collector's walks (rlmm.process.long_lived): after
+the first round, each later round's young objects collected at its end, the heap
+refrozen once survivors pile up, and everything given back at ``thaw`` (the sidecar's
+own freeze, /metrics and stop are checked in
+tests/rlmm/offload/test_sidecar_housekeeping.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import weakref
-from pathlib import Path
 
-from rlmm.offload.display import Display
-from rlmm.offload.long_lived import REFREEZE_FLOOR, REFREEZE_SHARE, LongLivedHeap
-from rlmm.offload.sidecar import Sidecar
-from tests.rlmm.offload.conftest import one_partition_sidecar
+from rlmm.process.long_lived import REFREEZE_FLOOR, REFREEZE_SHARE, LongLivedHeap
 
 
 class Cycle:
@@ -47,29 +43,6 @@ def test_freeze_once_then_thaw() -> None:
         heap.thaw()
     assert not heap.frozen and gc.get_freeze_count() == 0 and _tracked(kept)
     heap.thaw()  # idempotent
-
-
-async def test_the_sidecar_freezes_after_its_first_round_and_thaws_at_stop(
-    tmp_path: Path,
-) -> None:
-    config, logs = one_partition_sidecar(tmp_path, '"remote.log.manager.task.interval.ms" = 100\n')
-    sidecar = Sidecar(config, [logs], display=Display(rich=False))
-    run = asyncio.create_task(sidecar.run())
-    try:
-        async with asyncio.timeout(60):
-            while not sidecar.long_lived.frozen:
-                assert not run.done(), run.result()
-                await asyncio.sleep(0.02)
-        registry = sidecar.metrics.registry
-        frozen = sidecar.long_lived.frozen_count
-        assert registry.get_sample_value("rlmm_python_gc_frozen_objects") == frozen
-        assert frozen > 1000  # the imports and the partition's state
-        assert registry.get_sample_value("rlmm_python_gc_refreezes_total") == 0
-    finally:
-        sidecar.stop()
-        report = await asyncio.wait_for(run, 60)
-    assert report.rounds >= 1 and report.tally.copied > 0
-    assert not sidecar.long_lived.frozen and gc.get_freeze_count() == 0
 
 
 def test_after_round_freezes_first_then_collects_each_rounds_young_objects() -> None:
