@@ -31,14 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench._machine import machine
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 from tests.fixtures.kafka import TansuBroker
 
 VALUE = b"x" * 100
 
 
 async def bench_appends(bootstrap: str, writers: int, seconds: float) -> dict[str, Any]:
-    log = KafkaEventLog(bootstrap, 4, topic=f"bench-{uuid4().hex[:8]}", replication_factor=1)
+    log = KafkaEventLog(
+        bootstrap, 4, KafkaLogSettings(topic=f"bench-{uuid4().hex[:8]}", replication_factor=1)
+    )
     async with log:
         deadline = time.perf_counter() + seconds
 
@@ -56,7 +58,9 @@ async def bench_appends(bootstrap: str, writers: int, seconds: float) -> dict[st
 
 
 async def bench_raw_producer(bootstrap: str, writers: int, seconds: float) -> dict[str, Any]:
-    log = KafkaEventLog(bootstrap, 4, topic=f"bench-{uuid4().hex[:8]}", replication_factor=1)
+    log = KafkaEventLog(
+        bootstrap, 4, KafkaLogSettings(topic=f"bench-{uuid4().hex[:8]}", replication_factor=1)
+    )
     async with log:  # only to create the topic the same way
         topic = log.topic
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
@@ -80,7 +84,9 @@ async def bench_raw_producer(bootstrap: str, writers: int, seconds: float) -> di
 
 
 async def bench_replay(bootstrap: str, records: int) -> dict[str, Any]:
-    log = KafkaEventLog(bootstrap, 50, topic=f"bench-{uuid4().hex[:8]}", replication_factor=1)
+    log = KafkaEventLog(
+        bootstrap, 50, KafkaLogSettings(topic=f"bench-{uuid4().hex[:8]}", replication_factor=1)
+    )
     async with log:
         for start in range(0, records, 500):
             await log.append_batch(0, [VALUE] * min(500, records - start))

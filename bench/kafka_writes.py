@@ -41,7 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._machine import machine
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 from rlmm.codec import encode
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import (
@@ -62,9 +62,11 @@ def new_log(bootstrap: str, fetch_max_wait_ms: int) -> KafkaEventLog:
     return KafkaEventLog(
         bootstrap,
         PARTITIONS,
-        topic=f"bench-rlmm-{uuid.uuid4().hex[:8]}",
-        replication_factor=1,
-        consumer_config={"fetch_max_wait_ms": fetch_max_wait_ms},
+        KafkaLogSettings(
+            topic=f"bench-rlmm-{uuid.uuid4().hex[:8]}",
+            replication_factor=1,
+            consumer_config={"fetch_max_wait_ms": fetch_max_wait_ms},
+        ),
     )
 
 

@@ -3,7 +3,9 @@
 Where things live: ``log`` (the EventLog ABC), one module per backend (``file``,
 ``kafka``, ``memory``), ``registry`` (every ``eventlog.type``: ``load_event_log``
 builds the configured one, ``known_options`` lists a type's settings for rlmm's config
-check and the docs), ``errors``; private helpers in ``_``-prefixed modules.
+check and the docs), ``errors``, ``kafka_client`` (the Kafka client layer the kafka
+backend shares with rlmm's offloader and restore); private helpers in ``_``-prefixed
+modules.
 
 Invariant: this package imports no sibling package (eventlog is a leaf), and imports
 no backend: ``eventlog.file.FileEventLog``, ``eventlog.kafka.KafkaEventLog`` (which

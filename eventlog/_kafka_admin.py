@@ -24,7 +24,6 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
 
-from eventlog._kafka_brokers import UNREACHABLE, BrokerReachability, address_of
 from eventlog.errors import (
     EventLogAuthError,
     EventLogAuthorizationError,
@@ -33,6 +32,7 @@ from eventlog.errors import (
     EventLogRecordTooLargeError,
     EventLogTransportError,
 )
+from eventlog.kafka_client import UNREACHABLE, BrokerReachability, address_of
 
 log = logging.getLogger(__name__)
 

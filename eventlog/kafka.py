@@ -2,7 +2,10 @@
 
 Job: append records with acks=all, read partitions by manual assignment through
 one shared consumer, report log end offsets, and create or verify the topic on
-start. Kafka's RLMM property names are accepted via :meth:`KafkaEventLog.from_properties`.
+start. Its settings are a KafkaLogSettings (``eventlog._kafka_settings``, exported
+here); Kafka's RLMM property names are accepted via :meth:`KafkaEventLog.from_properties`.
+The Kafka client helpers it shares with rlmm's offloader and restore are
+``eventlog.kafka_client``'s.
 
 Invariant: an offset returned by ``append``/``append_batch`` comes from the
 broker's acknowledgement (acks=all), so it is replicated per the topic's
@@ -10,16 +13,12 @@ min.insync.replicas; ``append_batch`` is one record batch, so it lands atomicall
 and in order. Retries are bounded by ``delivery_timeout_ms``. The producer is not
 idempotent (Tansu supports only that), so a retried append whose first attempt
 did land may be stored twice: delivery is at least once, never silently lost.
-
-One piece: ``KafkaEventLog.__init__`` (over 80 lines) has one keyword argument per
-setting of the ``kafka`` event log, because the registry derives the type's settings
-(rlmm's config check and the docs) from the constructor's signature; the body checks
-them, builds the TLS context and the clients' settings from them and keeps them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -31,15 +30,10 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 
 from eventlog._cancellation import raise_if_cancelling
 from eventlog._kafka_admin import Access, ensure_topic, fetch_end_offsets, translate_error
-
-# Re-exported: another client of the same cluster (the sidecar's leadership client)
-# reports to the log's BrokerReachability.
-from eventlog._kafka_brokers import UNREACHABLE as UNREACHABLE
-from eventlog._kafka_brokers import BrokerReachability as BrokerReachability
-from eventlog._kafka_brokers import address_of as address_of
-from eventlog._kafka_config import ClientSecurity, map_properties
+from eventlog._kafka_config import map_properties
 from eventlog._kafka_fanout import KafkaFanout
 from eventlog._kafka_probe import probe_credentials, probe_reachable, wait_listening
+from eventlog._kafka_settings import COMPRESSION_ATTRS, DEFAULT_TOPIC, KafkaLogSettings
 from eventlog.errors import (
     EventLogClosedError,
     EventLogConfigError,
@@ -50,28 +44,17 @@ from eventlog.errors import (
     InvalidOffsetError,
     InvalidRecordError,
 )
+
+# Re-exported: another client of the same cluster (the sidecar's leadership client)
+# reports to the log's BrokerReachability; eventlog.kafka_client is their home.
+from eventlog.kafka_client import UNREACHABLE as UNREACHABLE
+from eventlog.kafka_client import BrokerReachability as BrokerReachability
 from eventlog.log import EventLog
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TOPIC = "__remote_log_metadata"
 BOOTSTRAP_PROPERTY = "remote.log.metadata.common.client.bootstrap.servers"
-# RecordBatch attribute bits per producer compression.type (as aiokafka's producer).
-_COMPRESSION_ATTRS: dict[Any, int] = {None: 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-
-
-def client_settings_from_properties(props: Mapping[str, str]) -> dict[str, Any]:
-    """aiokafka client keyword arguments (bootstrap servers and security) from Kafka
-    client properties without a prefix (``bootstrap.servers``, ``security.protocol``,
-    ``sasl.*``, ``ssl.*``), checked as the event log's own are."""
-    prefix = "remote.log.metadata.common.client."
-    mapped = map_properties({prefix + k: v for k, v in props.items()}).kwargs
-    fields = ClientSecurity.__dataclass_fields__
-    unknown = sorted(k for k in mapped if k != "bootstrap_servers" and k not in fields)
-    if unknown:
-        raise EventLogConfigError(f"not a connection setting: {unknown}")
-    bootstrap = mapped.pop("bootstrap_servers")
-    return {"bootstrap_servers": bootstrap, **ClientSecurity(**mapped).kwargs()}
+DEFAULT_PARTITIONS = 50
 
 
 class KafkaEventLog(EventLog):
@@ -80,111 +63,30 @@ class KafkaEventLog(EventLog):
     def __init__(
         self,
         bootstrap_servers: str | list[str],
-        partitions: int = 50,
-        *,
-        topic: str = DEFAULT_TOPIC,
-        replication_factor: int = 3,
-        retention_ms: int = -1,
-        create_topic: bool = True,
-        consume_wait_ms: int = 120_000,
-        client_id: str = "rlmm-eventlog",
-        request_timeout_ms: int = 30_000,
-        retry_backoff_ms: int = 100,
-        retry_backoff_max_ms: int = 1_000,
-        delivery_timeout_ms: int = 120_000,
-        init_timeout_ms: int = 30_000,
-        init_retry_backoff_ms: int = 100,
-        refused_timeout_ms: int | None = None,
-        linger_ms: int = 5,
-        max_request_size: int = 1_048_576,
-        poll_timeout_ms: int = 500,
-        max_buffered_batches: int = 16,
-        security_protocol: str = "PLAINTEXT",
-        ssl_context: Any = None,
-        cafile: str | None = None,
-        certfile: str | None = None,
-        keyfile: str | None = None,
-        key_password: str | None = None,
-        sasl_mechanism: str = "PLAIN",
-        sasl_plain_username: str | None = None,
-        sasl_plain_password: str | None = None,
-        sasl_kerberos_service_name: str = "kafka",
-        sasl_kerberos_domain_name: str | None = None,
-        sasl_oauth_token_provider: Any = None,
-        client_certificate_subject: str | None = None,
-        producer_config: Mapping[str, Any] | None = None,
-        consumer_config: Mapping[str, Any] | None = None,
+        partitions: int = DEFAULT_PARTITIONS,
+        settings: KafkaLogSettings | None = None,
     ) -> None:
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise EventLogConfigError(f"partitions must be a positive int, got {partitions!r}")
-        if replication_factor < 1:
-            raise EventLogConfigError(
-                f"replication_factor must be >= 1, got {replication_factor!r}"
-            )
-        if not topic:
-            raise EventLogConfigError("topic must be a non-empty name")
-        if ssl_context is None and (cafile or certfile):
-            from aiokafka.helpers import create_ssl_context
-
-            ssl_context = create_ssl_context(
-                cafile=cafile, certfile=certfile, keyfile=keyfile, password=key_password
-            )
-        self._security = ClientSecurity(
-            security_protocol=security_protocol,
-            ssl_context=ssl_context,
-            sasl_mechanism=sasl_mechanism,
-            sasl_plain_username=sasl_plain_username,
-            sasl_plain_password=sasl_plain_password,
-            sasl_kerberos_service_name=sasl_kerberos_service_name,
-            sasl_kerberos_domain_name=sasl_kerberos_domain_name,
-            sasl_oauth_token_provider=sasl_oauth_token_provider,
-            client_certificate_subject=client_certificate_subject,
-        )
+        self.settings = settings = settings if settings is not None else KafkaLogSettings()
+        self._security = settings.security
         self._bootstrap_servers = bootstrap_servers
         self._partitions = partitions
-        self.topic = topic
-        self.replication_factor = replication_factor
-        self.retention_ms = retention_ms
-        self.create_topic = create_topic
-        # Kafka's remote.log.metadata.consume.wait.ms: how long the manager waits for
-        # its own write to come back through the log; kept here for the manager.
-        self.consume_wait_ms = consume_wait_ms
-        self._client_id = client_id
-        self._request_timeout_ms = request_timeout_ms
-        self._retry_backoff_ms = retry_backoff_ms
-        self._retry_backoff_max_ms = retry_backoff_max_ms
-        self._delivery_timeout_ms = delivery_timeout_ms
-        self._init_timeout_ms = init_timeout_ms
-        self._init_retry_backoff_ms = init_retry_backoff_ms
-        # A bootstrap that refuses every connection has no broker listening (down, or a
-        # wrong address): retried this long when set (the sidecar sets it), not
-        # init_timeout_ms, which is for a broker that accepts connections while it
-        # starts. None: as long as anything else (a broker's own plugin process starts
-        # before the broker listens, and retries its start anyway).
-        self._refused_timeout_ms = refused_timeout_ms
+        self.topic = settings.topic
+        self.replication_factor = settings.replication_factor
+        self.retention_ms = settings.retention_ms
+        self.create_topic = settings.create_topic
+        self.consume_wait_ms = settings.consume_wait_ms
         # Brokers its requests could not reach: one line per outage, not per attempt
         # (shared with another client of the process: ``brokers``).
         self.brokers = BrokerReachability()
-        self._refused_s = None if refused_timeout_ms is None else refused_timeout_ms / 1000
-        self._max_request_size = max_request_size
+        refused_ms = settings.refused_timeout_ms
+        self._refused_s = None if refused_ms is None else refused_ms / 1000
         self._producer_config: dict[str, Any] = {
-            "linger_ms": linger_ms,
-            "max_request_size": max_request_size,
+            "linger_ms": settings.linger_ms,
+            "max_request_size": settings.max_request_size,
+            **settings.producer_config,
         }
-        self._producer_config.update(producer_config or {})
-        self._consumer_config = dict(consumer_config or {})
-        if self._producer_config.get("compression_type") not in _COMPRESSION_ATTRS:
-            raise EventLogConfigError(
-                f"compression_type {self._producer_config['compression_type']!r} is not one of "
-                "gzip, snappy, lz4, zstd"
-            )
-        for forbidden in ("acks", "enable_auto_commit", "group_id", "auto_offset_reset"):
-            if forbidden in self._producer_config or forbidden in self._consumer_config:
-                raise EventLogConfigError(
-                    f"{forbidden} is fixed by KafkaEventLog (acks=all, no consumer group)"
-                )
-        self._poll_timeout_ms = poll_timeout_ms
-        self._max_buffered_batches = max_buffered_batches
         self._producer: AIOKafkaProducer | None = None
         self._control: AIOKafkaClient | None = None
         self._fanout: KafkaFanout | None = None
@@ -200,9 +102,20 @@ class KafkaEventLog(EventLog):
     kafka_client: ClassVar[bool] = True
 
     @classmethod
+    def options(cls) -> dict[str, Any]:
+        """The cluster, the partition count, KafkaLogSettings' configuration keys and
+        ``properties``."""
+        return {
+            "bootstrap_servers": inspect.Parameter.empty,
+            "partitions": DEFAULT_PARTITIONS,
+            **KafkaLogSettings.config_keys(),
+            **dict.fromkeys(cls.extra_options, inspect.Parameter.empty),
+        }
+
+    @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> KafkaEventLog:
-        """From settings: the constructor's arguments and, under ``properties``, Kafka's
-        RLMM property names (mapped by ``from_properties``; the arguments win)."""
+        """From settings: ``options()``' keys; under ``properties``, Kafka's RLMM property
+        names (mapped by ``from_properties``; the other keys win)."""
         kwargs = dict(options)
         properties = kwargs.pop("properties", None)
         if "bootstrap_servers" not in kwargs:
@@ -211,7 +124,7 @@ class KafkaEventLog(EventLog):
                 f" {BOOTSTRAP_PROPERTY})"
             )
         if not properties:
-            return cls(**kwargs)
+            return cls._from_flat(kwargs)
         props = dict(properties)
         servers = kwargs["bootstrap_servers"]
         # from_properties wants Kafka's bootstrap property even when ours names it.
@@ -222,7 +135,8 @@ class KafkaEventLog(EventLog):
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], **overrides: Any) -> KafkaEventLog:
-        """Build from Kafka's RLMM properties (``remote.log.metadata.*``); see _kafka_config."""
+        """Build from Kafka's RLMM properties (``remote.log.metadata.*``; see
+        _kafka_config); ``overrides`` are ``options()``' keys, and win."""
         mapped = map_properties(props)
         kwargs = dict(mapped.kwargs)
         if mapped.producer_config:
@@ -230,8 +144,13 @@ class KafkaEventLog(EventLog):
         if mapped.consumer_config:
             kwargs["consumer_config"] = mapped.consumer_config
         kwargs.update(overrides)
-        bootstrap = kwargs.pop("bootstrap_servers")
-        return cls(bootstrap, **kwargs)
+        return cls._from_flat(kwargs)
+
+    @classmethod
+    def _from_flat(cls, options: dict[str, Any]) -> KafkaEventLog:
+        bootstrap = options.pop("bootstrap_servers")
+        partitions = options.pop("partitions", DEFAULT_PARTITIONS)
+        return cls(bootstrap, partitions, KafkaLogSettings.from_options(options))
 
     @classmethod
     def read_only_options(cls, options: Mapping[str, Any], *, wait_ms: int) -> dict[str, Any]:
@@ -263,9 +182,9 @@ class KafkaEventLog(EventLog):
     def _client_kwargs(self) -> dict[str, Any]:
         return {
             "bootstrap_servers": self._bootstrap_servers,
-            "client_id": self._client_id,
-            "request_timeout_ms": self._request_timeout_ms,
-            "retry_backoff_ms": self._retry_backoff_ms,
+            "client_id": self.settings.client_id,
+            "request_timeout_ms": self.settings.request_timeout_ms,
+            "retry_backoff_ms": self.settings.retry_backoff_ms,
             **self._security.kwargs(),
         }
 
@@ -273,7 +192,7 @@ class KafkaEventLog(EventLog):
         # Kafka's consumer default: a fetch returns as soon as a record arrives, so the
         # wait only sets how often an idle consumer asks (200 ms cost rlmm serve about
         # 1% of a core at rest); consumer_config's fetch_max_wait_ms overrides it.
-        config: dict[str, Any] = {"fetch_max_wait_ms": 500, **self._consumer_config}
+        config: dict[str, Any] = {"fetch_max_wait_ms": 500, **self.settings.consumer_config}
         return AIOKafkaConsumer(
             **self._client_kwargs(),
             group_id=None,
@@ -302,8 +221,8 @@ class KafkaEventLog(EventLog):
             if self._started:
                 return
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + self._init_timeout_ms / 1000
-            backoff = self._init_retry_backoff_ms / 1000
+            deadline = loop.time() + self.settings.init_timeout_ms / 1000
+            backoff = self.settings.init_retry_backoff_ms / 1000
             where = f"start kafka log {self.topic} at {self._bootstrap_servers}"
             reason = "no attempt finished"
             refused_since: float | None = None  # when the refusals in a row began
@@ -326,7 +245,7 @@ class KafkaEventLog(EventLog):
                         reason = str(err).removeprefix(f"{where}: ")
                     if isinstance(exc, TimeoutError) or loop.time() + backoff >= deadline:
                         raise EventLogTransportError(
-                            f"{where}: not reachable within {self._init_timeout_ms} ms"
+                            f"{where}: not reachable within {self.settings.init_timeout_ms} ms"
                             f" ({reason}); the wait is Kafka's"
                             " remote.log.metadata.initialization.retry.max.timeout.ms",
                             retriable=True,
@@ -343,9 +262,9 @@ class KafkaEventLog(EventLog):
                     if refused_since is not None and pause <= 0:
                         raise EventLogTransportError(
                             f"{where}: nothing listens there ({reason}, refused for"
-                            f" {self._refused_timeout_ms} ms): check bootstrap_servers and that"
-                            " the broker runs; eventlog.refused_timeout_ms sets this wait (a"
-                            " broker that accepts connections is waited for up to"
+                            f" {self.settings.refused_timeout_ms} ms): check bootstrap_servers"
+                            " and that the broker runs; eventlog.refused_timeout_ms sets this"
+                            " wait (a broker that accepts connections is waited for up to"
                             " eventlog.init_timeout_ms)",
                             retriable=True,
                         ) from exc
@@ -354,7 +273,7 @@ class KafkaEventLog(EventLog):
                         await wait_listening(self._bootstrap_servers, pause)
                     else:
                         await asyncio.sleep(pause)
-                    backoff = min(backoff * 2, self._retry_backoff_max_ms / 1000)
+                    backoff = min(backoff * 2, self.settings.retry_backoff_max_ms / 1000)
             self._started = True
             self._guard = asyncio.create_task(self._close_at_shutdown(), name=f"{self.topic}-guard")
 
@@ -376,12 +295,12 @@ class KafkaEventLog(EventLog):
             raise
 
     async def _start_once(self) -> None:
-        await probe_reachable(self._bootstrap_servers, timeout_ms=self._request_timeout_ms)
+        await probe_reachable(self._bootstrap_servers, timeout_ms=self.settings.request_timeout_ms)
         await probe_credentials(
             self._bootstrap_servers,
             self._security,
-            client_id=self._client_id,
-            timeout_ms=self._request_timeout_ms,
+            client_id=self.settings.client_id,
+            timeout_ms=self.settings.request_timeout_ms,
         )
         self._control = AIOKafkaClient(**self._client_kwargs())
         self._producer = AIOKafkaProducer(
@@ -393,9 +312,9 @@ class KafkaEventLog(EventLog):
         self._fanout = KafkaFanout(
             self._new_consumer,
             self.topic,
-            poll_timeout_ms=self._poll_timeout_ms,
-            max_buffered_batches=self._max_buffered_batches,
-            retry_backoff_ms=self._retry_backoff_ms,
+            poll_timeout_ms=self.settings.poll_timeout_ms,
+            max_buffered_batches=self.settings.max_buffered_batches,
+            retry_backoff_ms=self.settings.retry_backoff_ms,
             access=Access(self._security.principal, "READ", self.topic),
         )
         # Each client's bootstrap is round trips of its own to a broker that may have
@@ -429,7 +348,7 @@ class KafkaEventLog(EventLog):
                 self.replication_factor,
                 {"retention.ms": str(self.retention_ms), "cleanup.policy": "delete"},
                 create=self.create_topic,
-                timeout_s=self._request_timeout_ms / 1000,
+                timeout_s=self.settings.request_timeout_ms / 1000,
                 principal=self._security.principal,
             )
         finally:
@@ -508,13 +427,14 @@ class KafkaEventLog(EventLog):
 
     def _build_batch(self, records: list[bytes], what: str) -> BatchBuilder:
         """One record batch holding every record (all land or none do)."""
-        codec = _COMPRESSION_ATTRS[self._producer_config.get("compression_type")]
-        batch = BatchBuilder(self._max_request_size, codec)
+        codec = COMPRESSION_ATTRS[self._producer_config.get("compression_type")]
+        batch = BatchBuilder(self.settings.max_request_size, codec)
         for i, value in enumerate(records):
             if batch.append(key=None, value=value, timestamp=None) is None:
                 raise EventLogRecordTooLargeError(
                     f"{what}: record {i} does not fit; the batch exceeds max_request_size="
-                    f"{self._max_request_size} bytes ({sum(map(len, records))} bytes of values)"
+                    f"{self.settings.max_request_size} bytes"
+                    f" ({sum(map(len, records))} bytes of values)"
                 )
         batch.close()
         return batch
@@ -527,8 +447,8 @@ class KafkaEventLog(EventLog):
     async def _with_retries(self, attempt: Any, what: str, operation: str) -> Any:
         """Run ``attempt`` until it succeeds, fails non-retriably, or delivery times out."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._delivery_timeout_ms / 1000
-        backoff = self._retry_backoff_ms / 1000
+        deadline = loop.time() + self.settings.delivery_timeout_ms / 1000
+        backoff = self.settings.retry_backoff_ms / 1000
         tries = 0
         while True:
             tries += 1
@@ -548,7 +468,7 @@ class KafkaEventLog(EventLog):
                 if loop.time() + backoff >= deadline:
                     raise EventLogTransportError(
                         f"{what}: gave up after {tries} attempts in "
-                        f"{self._delivery_timeout_ms} ms: {err}",
+                        f"{self.settings.delivery_timeout_ms} ms: {err}",
                         retriable=True,
                     ) from exc
                 # A broker that cannot be reached was named once (self.brokers): its
@@ -558,7 +478,7 @@ class KafkaEventLog(EventLog):
                     "%s failed (attempt %d), retrying: %s", what, tries, err,
                 )  # fmt: skip
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._retry_backoff_max_ms / 1000)
+                backoff = min(backoff * 2, self.settings.retry_backoff_max_ms / 1000)
 
     # -- reads ----------------------------------------------------------------
 
@@ -584,9 +504,9 @@ class KafkaEventLog(EventLog):
             self._control,
             self.topic,
             partitions,
-            timeout_s=self._request_timeout_ms / 1000,
-            backoff_s=self._retry_backoff_ms / 1000 / 2,
-            max_backoff_s=self._retry_backoff_max_ms / 1000,
+            timeout_s=self.settings.request_timeout_ms / 1000,
+            backoff_s=self.settings.retry_backoff_ms / 1000 / 2,
+            max_backoff_s=self.settings.retry_backoff_max_ms / 1000,
             principal=self._security.principal,
             brokers=self.brokers,
         )
@@ -610,3 +530,13 @@ class KafkaEventLog(EventLog):
                 yield batch
         finally:
             await batches.aclose()
+
+
+__all__ = [
+    "BOOTSTRAP_PROPERTY",
+    "DEFAULT_TOPIC",
+    "UNREACHABLE",
+    "BrokerReachability",
+    "KafkaEventLog",
+    "KafkaLogSettings",
+]

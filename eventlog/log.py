@@ -23,7 +23,8 @@ class EventLog(ABC):
     ``from_options``.
     """
 
-    # Settings ``from_options`` takes besides the constructor's arguments.
+    # Settings ``from_options`` takes besides the constructor's arguments (with the
+    # default ``options``).
     extra_options: ClassVar[frozenset[str]] = frozenset()
 
     # ---- what the log can do: rlmm asks these, never the type's name ----
@@ -36,6 +37,21 @@ class EventLog(ABC):
     # The log is a topic of a Kafka cluster: Kafka's client properties (rlmm's
     # ``kafka_properties``) configure it, and its ``bootstrap_servers`` name the cluster.
     kafka_client: ClassVar[bool] = False
+
+    @classmethod
+    def options(cls) -> dict[str, Any]:
+        """The settings a configuration can give this type (``type`` aside), each with
+        its default (``inspect.Parameter.empty`` for one without): rlmm's config check
+        and the docs read them through ``eventlog.registry.known_options``. By default
+        the constructor's named parameters plus ``extra_options``; a backend whose
+        settings are not its constructor's arguments (KafkaEventLog's settings object)
+        overrides it, with a ``from_options`` that takes them."""
+        import inspect
+
+        params = inspect.signature(cls).parameters.values()
+        variadic = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+        named = {p.name: p.default for p in params if p.name != "self" and p.kind not in variadic}
+        return {**named, **dict.fromkeys(cls.extra_options, inspect.Parameter.empty)}
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> EventLog:

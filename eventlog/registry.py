@@ -11,9 +11,9 @@ Invariants: this module imports no backend at import time (kafka pulls in aiokaf
 network stack), and an installed one only when its type is asked for; a built-in name
 wins over an installed one; rlmm asks a type's class what it can do (its capability
 attributes: ``shared``, ``directory_option``, ``kafka_client``), never its name; a
-type's settings are its class's ``from_options``
-arguments: the constructor's, less those that take Python objects, plus the class's
-``extra_options``; an unknown type, or an installed one that does not load, is an
+type's settings are what its class's ``options()`` names (by default the constructor's
+arguments plus the class's ``extra_options``; the kafka type's settings object's keys),
+read without building anything; an unknown type, or an installed one that does not load, is an
 EventLogConfigError naming the group and the installed types (or the distribution
 and the error).
 """
@@ -21,7 +21,6 @@ and the error).
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -37,8 +36,6 @@ EVENT_LOG_BACKENDS: Mapping[str, str] = {
 EVENT_LOG_TYPES = tuple(EVENT_LOG_BACKENDS)
 # The entry point group through which other packages install event log types.
 ENTRY_POINT_GROUP = "rlmm.event_logs"
-# Constructor arguments that take Python objects: no configuration file can give them.
-_OBJECT_ARGUMENTS = frozenset({"ssl_context", "sasl_oauth_token_provider"})
 
 
 def backend(kind: str) -> type[EventLog]:
@@ -80,14 +77,8 @@ def _installed_backend(ep: EntryPoint) -> type[EventLog]:
 
 def known_options(kind: str) -> frozenset[str]:
     """The settings of one event log type, besides ``type`` (those a configuration can
-    give)."""
-    cls = backend(kind)
-    params = inspect.signature(cls).parameters.values()
-    return cls.extra_options | frozenset(
-        p.name
-        for p in params
-        if p.name != "self" and p.kind is not p.VAR_KEYWORD and p.name not in _OBJECT_ARGUMENTS
-    )
+    give): its class's ``EventLog.options()``."""
+    return frozenset(backend(kind).options())
 
 
 def types_where(test: Callable[[type[EventLog]], bool]) -> tuple[str, ...]:

@@ -2,10 +2,11 @@
 page, every key the page lists is accepted, with the default the code has.
 
 The truth is where the config check finds it: ``rlmm.config.DEFAULTS`` (and its
-``[offload]`` tables), the event log and remote registries (each type's keys from its
-constructor or layout), Kafka's property names that ``eventlog._kafka_config`` maps,
-and the environment variables ``rlmm.config`` leaves alone. A table row names its keys
-in backticks in its first cell; its section is the heading above it."""
+``[offload]`` tables), the event log and remote registries (an event log type's keys
+from its class's ``options()``, a remote type's from its constructor or layout), Kafka's
+property names that ``eventlog._kafka_config`` maps, and the environment variables
+``rlmm.config`` leaves alone. A table row names its keys in backticks in its first
+cell; its section is the heading above it."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def test_every_event_log_type_lists_the_keys_it_takes() -> None:
     assert set(sections) == set(EVENT_LOG_TYPES)
     for kind, heading in sections.items():
         assert keys_of("[eventlog]", heading) == set(known_options(kind)), kind
-        defaults = {**signature_defaults(backend(kind)), **DEFAULTS["eventlog"]}
+        defaults = {**backend(kind).options(), **DEFAULTS["eventlog"]}
         check_defaults("[eventlog]", heading, defaults)
 
 

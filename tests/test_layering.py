@@ -15,7 +15,8 @@ behind the fail-closed facade as well as over the manager.
 And the rules of section 4: the backends are the modules the registries name; no
 backend imports another, and no other module of its package (the base modules, the
 registries, the shared helpers) imports one; in rlmm only the factory builds remote
-storage and snapshot stores from configuration."""
+storage and snapshot stores from configuration. Outside eventlog no module imports the
+kafka backend module: a Kafka client of rlmm's own takes eventlog.kafka_client."""
 
 from __future__ import annotations
 
@@ -338,3 +339,27 @@ def test_only_the_factory_builds_remote_storage_and_snapshot_stores() -> None:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute)
         }
         assert not calls & builders, f"{own} calls {sorted(calls & builders)}"
+
+
+# The modules outside eventlog that may import the kafka event log's backend module:
+# none, for rlmm.factory builds every event log through eventlog.registry. A Kafka
+# client of rlmm's own (the offloader's leadership client, restore's clients) takes
+# the client layer they share with the backend, eventlog.kafka_client.
+KAFKA_BACKEND = "eventlog.kafka"
+KAFKA_BACKEND_IMPORTERS: frozenset[str] = frozenset()
+
+
+@pytest.mark.parametrize("package", [p for p in PACKAGES if p != "eventlog"])
+def test_only_eventlog_imports_the_kafka_backend_module(package: str) -> None:
+    checked = set()
+    for path in modules(package):
+        own = module_name(path)
+        if own in KAFKA_BACKEND_IMPORTERS:
+            continue
+        checked.add(own)
+        bad = {m for m in names_imported_by(path) if within(m, KAFKA_BACKEND)}
+        assert not bad, (
+            f"{own} imports {sorted(bad)}: the Kafka client layer is eventlog.kafka_client"
+        )
+    if package == "rlmm":
+        assert {"rlmm.offload.cluster", "rlmm.offload.sidecar", "rlmm.restore"} <= checked

@@ -30,7 +30,7 @@ from aiokafka.protocol.admin import DescribeConfigsRequest
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
 
-from eventlog.kafka import UNREACHABLE, BrokerReachability, address_of
+from eventlog.kafka_client import UNREACHABLE, BrokerReachability, address_of
 from rlmm.offload.errors import LeadershipError, OffloadError
 
 log = logging.getLogger(__name__)

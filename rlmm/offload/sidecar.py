@@ -202,7 +202,7 @@ class Sidecar:
             return None
         if "bootstrap.servers" not in client:
             raise ConfigError(f'offload settings {sorted(client)} need offload."bootstrap.servers"')
-        from eventlog.kafka import client_settings_from_properties
+        from eventlog.kafka_client import client_settings_from_properties
 
         try:
             kwargs = client_settings_from_properties(client)

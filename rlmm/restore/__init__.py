@@ -80,7 +80,7 @@ def client_settings(bootstrap_servers: str, properties: Mapping[str, str] | None
     """aiokafka keyword arguments for the target cluster from Kafka's client property
     names (``security.protocol``, ``sasl.*``, ``ssl.*``), as the sidecar takes them."""
     from eventlog.errors import EventLogConfigError
-    from eventlog.kafka import client_settings_from_properties
+    from eventlog.kafka_client import client_settings_from_properties
 
     props = {**(properties or {}), "bootstrap.servers": bootstrap_servers}
     try:

@@ -59,14 +59,13 @@ async def make_log(
         elif backend == "file":
             log = FileEventLog(tmp_path / "eventlog", partitions)
         else:
-            from eventlog.kafka import KafkaEventLog
+            from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 
             # One broker on loopback: replication factor 1 (Apache Kafka refuses 3).
             log = KafkaEventLog(
                 bootstrap_servers=bootstrap,
                 partitions=partitions,
-                topic=topic,
-                replication_factor=1,
+                settings=KafkaLogSettings(topic=topic, replication_factor=1),
             )
         opened.append(log)
         await log.start()

@@ -29,8 +29,9 @@ async def test_load_event_log_builds_memory_and_file(tmp_path: Path) -> None:
 
 
 def test_known_options_are_what_each_backend_takes() -> None:
-    """One registry: the settings a config may give each type (its constructor's
-    arguments, less those that take Python objects)."""
+    """One registry: the settings a config may give each type (its class's
+    ``options()``: the constructor's arguments, or the kafka log's settings object's
+    keys, which leave out those that take Python objects)."""
     assert known_options("memory") == {"partitions"}
     assert {"dir", "partitions", "fsync", "read_only"} <= known_options("file")
     kafka = known_options("kafka")

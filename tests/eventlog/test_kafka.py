@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -25,7 +26,7 @@ from eventlog.errors import (
     InvalidRecordError,
     UnknownPartitionError,
 )
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 from tests.fixtures.kafka import BrokerStartError, TansuBroker
 
 pytestmark = pytest.mark.kafka
@@ -35,10 +36,10 @@ def new_topic() -> str:
     return f"rlmm-test-{uuid4().hex[:8]}"
 
 
-def make_log(bootstrap: str, partitions: int = 3, **kwargs: object) -> KafkaEventLog:
-    kwargs.setdefault("topic", new_topic())
-    kwargs.setdefault("replication_factor", 1)
-    return KafkaEventLog(bootstrap, partitions, **kwargs)  # type: ignore[arg-type]
+def make_log(bootstrap: str, partitions: int = 3, **settings: Any) -> KafkaEventLog:
+    settings.setdefault("topic", new_topic())
+    settings.setdefault("replication_factor", 1)
+    return KafkaEventLog(bootstrap, partitions, KafkaLogSettings(**settings))
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from aiokafka import errors as kafka_errors
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.structs import TopicPartition
 
-from eventlog._kafka_brokers import BrokerReachability
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
+from eventlog.kafka_client import BrokerReachability
 
 TOPIC = "__remote_log_metadata"
 
@@ -107,10 +107,10 @@ async def test_end_offsets_over_a_dead_leader_name_it_once_not_per_attempt(
     1, a leader of one of them, is down: it used to warn at every attempt with
     aiokafka's NodeNotReadyError; now one line names broker 1 and its address, and the
     answer comes once the cluster has moved the partition."""
-    log = KafkaEventLog(
-        "kafka-1.kafka:9092", 2, retry_backoff_ms=1, retry_backoff_max_ms=1,
-        delivery_timeout_ms=10_000,
-    )  # fmt: skip
+    settings = KafkaLogSettings(
+        retry_backoff_ms=1, retry_backoff_max_ms=1, delivery_timeout_ms=10_000
+    )
+    log = KafkaEventLog("kafka-1.kafka:9092", 2, settings)
     client = FakeClient(fail_over_after=6)
     log._control = client  # type: ignore[assignment]
     log._started = True

@@ -24,7 +24,9 @@ from eventlog.errors import (
     EventLogRecordTooLargeError,
     EventLogTransportError,
 )
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
+from eventlog.kafka_client import ClientSecurity
+from eventlog.registry import known_options
 from tests.fixtures.ports import free_port
 
 P = "remote.log.metadata."
@@ -57,17 +59,17 @@ def test_from_properties_maps_kafka_rlmm_names() -> None:
     assert log.replication_factor == 1
     assert log.retention_ms == 604800000
     assert log.consume_wait_ms == 5000
-    assert log._init_timeout_ms == 9000
+    assert log.settings.init_timeout_ms == 9000
     assert log._client_kwargs()["client_id"] == "rlmm-7"
     assert log._client_kwargs()["request_timeout_ms"] == 1234
-    assert log._delivery_timeout_ms == 15000
+    assert log.settings.delivery_timeout_ms == 15000
     assert log._producer_config == {
         "linger_ms": 2,
         "max_request_size": 1_048_576,
         "compression_type": "gzip",
         "metadata_max_age_ms": 60000,
     }
-    assert log._consumer_config == {
+    assert log.settings.consumer_config == {
         "fetch_max_wait_ms": 100,
         "max_partition_fetch_bytes": 65536,
         "metadata_max_age_ms": 60000,
@@ -163,7 +165,12 @@ def test_pem_ssl_properties_build_an_ssl_context(tmp_path: Path) -> None:
 
 def test_cafile_arguments_build_an_ssl_context(tmp_path: Path) -> None:
     ca, keystore = _self_signed_pem(tmp_path)
-    log = KafkaEventLog("k:9093", security_protocol="SSL", cafile=str(ca), certfile=str(keystore))
+    log = KafkaEventLog(
+        "k:9093",
+        settings=KafkaLogSettings.from_options(
+            {"security_protocol": "SSL", "cafile": str(ca), "certfile": str(keystore)}
+        ),
+    )
     assert isinstance(log._client_kwargs()["ssl_context"], ssl.SSLContext)
 
 
@@ -199,15 +206,59 @@ def test_constructor_validation() -> None:
     with pytest.raises(EventLogConfigError, match="partitions"):
         KafkaEventLog("k:9092", 0)
     with pytest.raises(EventLogConfigError, match="replication_factor"):
-        KafkaEventLog("k:9092", 1, replication_factor=0)
+        KafkaEventLog("k:9092", 1, KafkaLogSettings(replication_factor=0))
     with pytest.raises(EventLogConfigError, match="acks"):
-        KafkaEventLog("k:9092", producer_config={"acks": 1})
+        KafkaEventLog("k:9092", settings=KafkaLogSettings(producer_config={"acks": 1}))
     with pytest.raises(EventLogConfigError, match="group_id"):
-        KafkaEventLog("k:9092", consumer_config={"group_id": "g"})
+        KafkaEventLog("k:9092", settings=KafkaLogSettings(consumer_config={"group_id": "g"}))
     with pytest.raises(EventLogConfigError, match="compression_type"):
-        KafkaEventLog("k:9092", producer_config={"compression_type": "brotli"})
+        KafkaEventLog(
+            "k:9092", settings=KafkaLogSettings(producer_config={"compression_type": "brotli"})
+        )
     with pytest.raises(EventLogConfigError, match="username"):
-        KafkaEventLog("k:9092", security_protocol="SASL_SSL", sasl_mechanism="PLAIN")
+        ClientSecurity(security_protocol="SASL_SSL", sasl_mechanism="PLAIN")
+
+
+def test_settings_from_a_configuration_s_flat_keys() -> None:
+    """The ``[eventlog]`` keys a configuration gives are KafkaLogSettings' fields, its
+    ClientSecurity's and the PEM file names; another key is refused by name."""
+    settings = KafkaLogSettings.from_options(
+        {"topic": "t", "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256",
+         "sasl_plain_username": "u", "sasl_plain_password": "p", "linger_ms": 1}
+    )  # fmt: skip
+    assert (settings.topic, settings.linger_ms) == ("t", 1)
+    assert settings.security.principal == "User:u"
+    assert "p" not in repr(settings.security)
+    with pytest.raises(EventLogConfigError, match="topik"):
+        KafkaLogSettings.from_options({"topik": "t"})
+    with pytest.raises(EventLogConfigError, match="security"):
+        KafkaLogSettings.from_options({"security": ClientSecurity()})
+    # the keys it reads are the ones the registry lists (less the cluster's own)
+    keys = set(KafkaLogSettings.config_keys())
+    assert keys | {"bootstrap_servers", "partitions", "properties"} == known_options("kafka")
+    assert not keys & {"ssl_context", "sasl_oauth_token_provider", "security"}
+
+
+def test_settings_keep_their_own_copy_of_the_client_configs() -> None:
+    given = {"linger_ms": 9}
+    settings = KafkaLogSettings(producer_config=given)
+    given["acks"] = 1  # the caller's dict changing later changes nothing
+    assert dict(settings.producer_config) == {"linger_ms": 9}
+    with pytest.raises(TypeError):
+        settings.producer_config["acks"] = 1  # type: ignore[index]
+
+
+def test_options_build_the_log_and_win_over_properties() -> None:
+    log = KafkaEventLog.from_options(
+        {
+            "bootstrap_servers": "k:9092",
+            "partitions": 4,
+            "topic": "ours",
+            "properties": {f"{P}topic.name": "theirs", f"{P}consume.wait.ms": "7"},
+        }
+    )
+    assert (log.partition_count, log.topic, log.consume_wait_ms) == (4, "ours", 7)
+    assert log.settings.consume_wait_ms == 7
 
 
 def test_translate_error_keeps_retry_policy_and_names_the_operation() -> None:
@@ -232,7 +283,9 @@ def test_translate_error_keeps_retry_policy_and_names_the_operation() -> None:
 
 async def test_unreachable_bootstrap_fails_fast_with_transport_error() -> None:
     port = free_port()  # nothing listens there
-    log = KafkaEventLog(f"127.0.0.1:{port}", 1, init_timeout_ms=1_500, request_timeout_ms=1_000)
+    log = KafkaEventLog(
+        f"127.0.0.1:{port}", 1, KafkaLogSettings(init_timeout_ms=1_500, request_timeout_ms=1_000)
+    )
     started = time.monotonic()
     with pytest.raises(EventLogTransportError) as info:
         await log.start()
@@ -247,7 +300,7 @@ async def test_a_refused_bootstrap_fails_within_the_wait_in_one_line() -> None:
     """Nothing listens there: the reason (refused) in one line, the wait's setting named,
     and aiokafka's error text not twice."""
     port = free_port()  # nothing listens there
-    log = KafkaEventLog(f"127.0.0.1:{port}", 1, init_timeout_ms=2_000)
+    log = KafkaEventLog(f"127.0.0.1:{port}", 1, KafkaLogSettings(init_timeout_ms=2_000))
     started = time.monotonic()
     with pytest.raises(EventLogTransportError) as info:
         await log.start()
@@ -270,7 +323,7 @@ async def test_a_refused_connection_is_not_waited_for_as_a_slow_start() -> None:
     connection refused."""
     port = free_port()  # nothing listens there
     # init_timeout_ms: the default 30 s
-    log = KafkaEventLog(f"127.0.0.1:{port}", 1, refused_timeout_ms=5_000)
+    log = KafkaEventLog(f"127.0.0.1:{port}", 1, KafkaLogSettings(refused_timeout_ms=5_000))
     started = time.monotonic()
     with pytest.raises(EventLogTransportError) as info:
         await log.start()
@@ -283,7 +336,7 @@ async def test_a_refused_connection_is_not_waited_for_as_a_slow_start() -> None:
     assert "\n" not in message and message.count("start kafka log") == 1, message
     # Unset, a refusal is waited for as long as anything else (a broker's plugin
     # process starts before the broker listens).
-    unset = KafkaEventLog(f"127.0.0.1:{port}", 1, init_timeout_ms=2_500)
+    unset = KafkaEventLog(f"127.0.0.1:{port}", 1, KafkaLogSettings(init_timeout_ms=2_500))
     with pytest.raises(EventLogTransportError, match="not reachable within 2500 ms"):
         await unset.start()
     await unset.close()
@@ -294,10 +347,10 @@ async def test_a_broker_that_accepts_while_starting_is_waited_for_past_the_refus
     without answering yet (loading its logs): once something listens the wait is
     init_timeout_ms, not refused_timeout_ms."""
     port = free_port()
-    log = KafkaEventLog(
-        f"127.0.0.1:{port}", 1, init_timeout_ms=4_000, refused_timeout_ms=1_500,
-        request_timeout_ms=500,
-    )  # fmt: skip
+    settings = KafkaLogSettings(
+        init_timeout_ms=4_000, refused_timeout_ms=1_500, request_timeout_ms=500
+    )
+    log = KafkaEventLog(f"127.0.0.1:{port}", 1, settings)
     held: list[asyncio.StreamWriter] = []
 
     async def accept(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -330,10 +383,11 @@ async def test_a_retry_after_refusals_starts_once_a_broker_listens_not_a_backoff
     the next attempt starts within a poll (50 ms), not at the end of the backoff: it was
     half a second on average at 1 s, and so the broker's restart waited on it."""
     port = free_port()
-    log = KafkaEventLog(
-        f"127.0.0.1:{port}", 1, init_timeout_ms=8_000, init_retry_backoff_ms=3_000,
-        retry_backoff_max_ms=3_000, request_timeout_ms=500,
+    settings = KafkaLogSettings(
+        init_timeout_ms=8_000, init_retry_backoff_ms=3_000, retry_backoff_max_ms=3_000,
+        request_timeout_ms=500,
     )  # fmt: skip
+    log = KafkaEventLog(f"127.0.0.1:{port}", 1, settings)
     spoke: list[float] = []  # when a connection sent its first bytes (a Kafka request)
     held: list[asyncio.StreamWriter] = []
 
@@ -385,7 +439,9 @@ async def test_one_resolvable_bootstrap_server_is_enough_to_try() -> None:
     """A name that does not resolve beside a reachable-but-refusing one: retried (the
     other may come up), and both reasons are given."""
     port = free_port()
-    log = KafkaEventLog(f"nosuchhost.invalid:9092,127.0.0.1:{port}", 1, init_timeout_ms=1_000)
+    log = KafkaEventLog(
+        f"nosuchhost.invalid:9092,127.0.0.1:{port}", 1, KafkaLogSettings(init_timeout_ms=1_000)
+    )
     with pytest.raises(EventLogTransportError) as info:
         await log.start()
     await log.close()
@@ -411,7 +467,9 @@ async def test_silent_peer_times_out_instead_of_hanging() -> None:
 
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    log = KafkaEventLog(f"127.0.0.1:{port}", 1, init_timeout_ms=1_000, request_timeout_ms=500)
+    log = KafkaEventLog(
+        f"127.0.0.1:{port}", 1, KafkaLogSettings(init_timeout_ms=1_000, request_timeout_ms=500)
+    )
     try:
         started = time.monotonic()
         with pytest.raises(EventLogTransportError, match="not reachable"):

@@ -15,7 +15,7 @@ from uuid import uuid4
 import pytest
 
 from eventlog.errors import EventLogTransportError
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 from tests.fixtures.kafka import RestartableBroker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -29,11 +29,13 @@ async def test_no_acknowledged_event_lost_across_sigkill_and_restart(
     log = KafkaEventLog(
         crashable_kafka.bootstrap,
         2,
-        topic=topic,
-        replication_factor=1,
-        request_timeout_ms=2_000,
-        delivery_timeout_ms=20_000,
-        retry_backoff_max_ms=300,
+        KafkaLogSettings(
+            topic=topic,
+            replication_factor=1,
+            request_timeout_ms=2_000,
+            delivery_timeout_ms=20_000,
+            retry_backoff_max_ms=300,
+        ),
     )
     acked: dict[int, bytes] = {}
     failures: list[EventLogTransportError] = []
@@ -108,7 +110,9 @@ async def test_no_acknowledged_event_lost_across_sigkill_and_restart(
             assert not holes, f"Apache Kafka left holes at {sorted(holes)}"
 
     # A fresh instance (a restarted RLMM) replays the same history from storage.
-    fresh = KafkaEventLog(crashable_kafka.bootstrap, 2, topic=topic, replication_factor=1)
+    fresh = KafkaEventLog(
+        crashable_kafka.bootstrap, 2, KafkaLogSettings(topic=topic, replication_factor=1)
+    )
     async with fresh:
         assert (await fresh.end_offsets([0]))[0] == end
         replay: dict[int, bytes] = {}

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 from rlmm.codec import encode
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import RemoteLogMetadata, RemoteLogSegmentState, TopicIdPartition
@@ -88,9 +88,11 @@ async def main(spec: dict[str, Any]) -> int:
     log = KafkaEventLog(
         spec["bootstrap"],
         spec["partitions"],
-        topic=spec["topic"],
-        replication_factor=1,
-        consumer_config={"fetch_max_wait_ms": spec.get("fetch_max_wait_ms", 20)},
+        KafkaLogSettings(
+            topic=spec["topic"],
+            replication_factor=1,
+            consumer_config={"fetch_max_wait_ms": spec.get("fetch_max_wait_ms", 20)},
+        ),
     )
     policy = None
     if spec.get("snapshot_dir"):

@@ -29,7 +29,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import (
     RemoteLogSegmentMetadata,
@@ -136,9 +136,7 @@ async def test_manager_lists_exactly_what_kafkas_rlmm_tiered(
     log = KafkaEventLog(
         broker.bootstrap,
         METADATA_PARTITIONS,
-        topic=METADATA_TOPIC,
-        replication_factor=1,
-        create_topic=False,
+        KafkaLogSettings(topic=METADATA_TOPIC, replication_factor=1, create_topic=False),
     )
     async with TopicBasedRemoteLogMetadataManager(log, close_event_log=True) as manager:
         await manager.on_partition_leadership_changes([], [tp])  # a follower: read only

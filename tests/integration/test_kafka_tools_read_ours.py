@@ -23,7 +23,7 @@ from uuid import UUID, uuid4
 import pytest
 
 from eventlog.file import FileEventLog
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import (
     RemoteLogMetadata,
@@ -183,7 +183,9 @@ async def test_console_consumer_formats_what_our_manager_published(
 ) -> None:
     topic = f"rlmm-ours-{uuid4().hex[:8]}"  # not Kafka's RLMM's own topic
     tps = topic_partitions()
-    log = KafkaEventLog(apache_kafka_broker.bootstrap, N, topic=topic, replication_factor=1)
+    log = KafkaEventLog(
+        apache_kafka_broker.bootstrap, N, KafkaLogSettings(topic=topic, replication_factor=1)
+    )
     async with TopicBasedRemoteLogMetadataManager(log, close_event_log=True) as manager:
         await manager.on_partition_leadership_changes(tps, [])
         await manager.wait_until_ready(tps, 30)

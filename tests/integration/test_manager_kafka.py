@@ -16,7 +16,7 @@ from uuid import uuid4
 
 import pytest
 
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 from rlmm.codec import decode, encode
 from rlmm.errors import RemoteResourceNotFoundError, RemoteStorageNotReadyError
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
@@ -52,9 +52,11 @@ def kafka_log(bootstrap: str, topic: str, partitions: int = N) -> KafkaEventLog:
     return KafkaEventLog(
         bootstrap,
         partitions,
-        topic=topic,
-        replication_factor=1,
-        consumer_config={"fetch_max_wait_ms": FETCH_MAX_WAIT_MS},
+        KafkaLogSettings(
+            topic=topic,
+            replication_factor=1,
+            consumer_config={"fetch_max_wait_ms": FETCH_MAX_WAIT_MS},
+        ),
     )
 
 

@@ -24,7 +24,7 @@ from uuid import uuid4
 import pytest
 
 from eventlog.errors import EventLogError, EventLogTransportError
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 from rlmm.codec import encode
 from rlmm.errors import (
     InvalidStateTransitionError,
@@ -64,12 +64,14 @@ async def test_manager_recovers_from_broker_sigkill_without_restarting(
     log = KafkaEventLog(
         crashable_kafka.bootstrap,
         N,
-        topic=topic,
-        replication_factor=1,
-        request_timeout_ms=2_000,
-        delivery_timeout_ms=20_000,
-        retry_backoff_max_ms=300,
-        consumer_config={"fetch_max_wait_ms": 20},
+        KafkaLogSettings(
+            topic=topic,
+            replication_factor=1,
+            request_timeout_ms=2_000,
+            delivery_timeout_ms=20_000,
+            retry_backoff_max_ms=300,
+            consumer_config={"fetch_max_wait_ms": 20},
+        ),
     )
     manager = TopicBasedRemoteLogMetadataManager(log, write_timeout_s=30, close_event_log=True)
     tps = [tp(i) for i in range(4)]

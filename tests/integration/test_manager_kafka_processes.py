@@ -23,7 +23,7 @@ from uuid import uuid4
 
 import pytest
 
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 from rlmm.codec import decode
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.model import RemoteLogSegmentId, RemoteLogSegmentState, TopicIdPartition
@@ -247,9 +247,11 @@ async def test_sigkilled_manager_resumes_from_snapshot(
     log = KafkaEventLog(
         kafka_bootstrap,
         n,
-        topic=topic,
-        replication_factor=1,
-        consumer_config={"fetch_max_wait_ms": FETCH_MAX_WAIT_MS},
+        KafkaLogSettings(
+            topic=topic,
+            replication_factor=1,
+            consumer_config={"fetch_max_wait_ms": FETCH_MAX_WAIT_MS},
+        ),
     )
     async with TopicBasedRemoteLogMetadataManager(
         log, snapshot_policy=policy, close_event_log=True

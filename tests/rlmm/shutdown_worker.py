@@ -32,14 +32,14 @@ def open_log(backend: str, where: str, topic: str, index: int) -> EventLog:
 
         # One writer per directory (LOCK): each manager its own log.
         return FileEventLog(Path(where) / f"log-{index}", PARTITIONS)
-    from eventlog.kafka import KafkaEventLog
+    from eventlog.kafka import KafkaEventLog, KafkaLogSettings
 
     return KafkaEventLog(
         where,
         PARTITIONS,
-        topic=topic,
-        replication_factor=1,
-        consumer_config={"fetch_max_wait_ms": 20},
+        KafkaLogSettings(
+            topic=topic, replication_factor=1, consumer_config={"fetch_max_wait_ms": 20}
+        ),
     )
 
 

@@ -1,13 +1,22 @@
-"""Which brokers a process could not reach: one line when a broker goes, one when it is back.
+"""The Kafka client layer: what any aiokafka client of a Kafka cluster needs besides
+the event log itself, shared by the ``kafka`` backend (``eventlog.kafka``) and by rlmm's
+offloader and restore, which talk to the same cluster with clients of their own.
 
-Job: a request sent to one broker (a partition leader's end offsets, the sidecar's
+Here: the clients' connection settings from Kafka's client property names
+(``client_settings_from_properties``, with ``ClientSecurity``, the security part), and
+which brokers a process could not reach (``BrokerReachability``, ``UNREACHABLE``,
+``address_of``). A module outside ``eventlog`` that needs a Kafka client imports this
+one, never the backend module (tests/test_layering.py holds that).
+
+Invariants: connection settings are checked as the event log's own are, and a property
+that is not a connection setting is an EventLogConfigError naming it, never dropped.
+Brokers: a request sent to one broker (a partition leader's end offsets, the sidecar's
 leadership question) fails with aiokafka's NodeNotReadyError or KafkaConnectionError
-while that broker is down, once per attempt until the cluster has moved its partitions:
-a failover showed as a stream of those, with no sentence saying which broker went
-away. The callers report each failure and each answer here instead.
-
-Invariant: one WARNING line per broker per outage, naming it and its address; one
-INFO line when it answers again, saying how long it did not; nothing per attempt. One
+while that broker is down, once per attempt until the cluster has moved its partitions,
+so a failover showed as a stream of those, with no sentence saying which broker went
+away; the callers report each failure and each answer to a BrokerReachability instead,
+which logs one WARNING line per broker per outage, naming it and its address, one INFO
+line when it answers again, saying how long it did not, and nothing per attempt. One
 instance may be shared by every client of a process (the sidecar's event log and its
 leadership client), so one outage is one line.
 """
@@ -16,10 +25,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka import errors as kafka_errors
+
+from eventlog._kafka_config import ClientSecurity, map_properties
+from eventlog.errors import EventLogConfigError
 
 # Its own name: a long-running process shows its INFO lines (a broker back) without
 # the rest of the event log's.
@@ -27,6 +39,20 @@ log = logging.getLogger("eventlog.brokers")
 
 # A request to one broker that failed because it cannot be reached (not an answer).
 UNREACHABLE = (kafka_errors.NodeNotReadyError, kafka_errors.KafkaConnectionError)
+
+
+def client_settings_from_properties(props: Mapping[str, str]) -> dict[str, Any]:
+    """aiokafka client keyword arguments (bootstrap servers and security) from Kafka
+    client properties without a prefix (``bootstrap.servers``, ``security.protocol``,
+    ``sasl.*``, ``ssl.*``), checked as the event log's own are."""
+    prefix = "remote.log.metadata.common.client."
+    mapped = map_properties({prefix + k: v for k, v in props.items()}).kwargs
+    fields = ClientSecurity.__dataclass_fields__
+    unknown = sorted(k for k in mapped if k != "bootstrap_servers" and k not in fields)
+    if unknown:
+        raise EventLogConfigError(f"not a connection setting: {unknown}")
+    bootstrap = mapped.pop("bootstrap_servers")
+    return {"bootstrap_servers": bootstrap, **ClientSecurity(**mapped).kwargs()}
 
 
 def address_of(client: Any, node: int) -> str:
@@ -74,4 +100,10 @@ class BrokerReachability:
         return {node: address for node, (address, _since) in self._down.items()}
 
 
-__all__ = ["UNREACHABLE", "BrokerReachability", "address_of"]
+__all__ = [
+    "UNREACHABLE",
+    "BrokerReachability",
+    "ClientSecurity",
+    "address_of",
+    "client_settings_from_properties",
+]
