@@ -332,6 +332,9 @@ prefix = "cluster"
 endpoint_url = "{s3_url}"
 region = "us-east-1"
 max_attempts = 3
+# The copy's own tries after the client's: 30 s by default, scaled as the alert windows
+# are, since the run compresses an operator's timeline.
+copy_retry_s = {30.0 * s.scale:.1f}
 connect_timeout = 2.0
 read_timeout = 3.0
 [offload]

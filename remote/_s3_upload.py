@@ -6,6 +6,11 @@ Invariants:
   header (S3 verifies it) and in the ``crc32c`` user metadata (we verify on fetch);
 - a 412 means the key exists: identical size + stored CRC is a successful retry,
   anything else is RemoteObjectExistsError, and the existing object is never touched;
+- an S3 call that still fails as unavailable after the client's own retries is tried
+  again, with backoff, for up to ``copy_retry_s`` from its first failure, by the same
+  task: the copy keeps its objects that landed and its parts that were acknowledged, so
+  a retried copy never uploads a byte twice (a write-once 412 on the retry is the
+  earlier try having landed); ``stop`` cuts those waits short;
 - when the copy fails, every object it created (or may have created: a write whose
   outcome is unknown after a 5xx or timeout) is deleted and every multipart upload it
   opened is aborted before the error propagates; objects found already present and
@@ -22,6 +27,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +54,10 @@ CRC_METADATA_KEY = "crc32c"
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PARTS = 10_000
 _READ_CHUNK = 8 * 1024 * 1024
+# Backoff between the copy's own tries of one S3 call (the client's retries sit inside
+# each try): doubling from the first to the cap.
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 8.0
 
 
 def crc_header(crc: int) -> str:
@@ -63,7 +73,7 @@ class _CopyAbortedError(RemoteStorageError):
     """A part skipped because another task of the same copy already failed."""
 
 
-@dataclass
+@dataclass(eq=False)  # identity: the uploader's list of live copies removes this one
 class _CopyState:
     """What one copy has done so far, shared by its tasks (guarded by ``lock``)."""
 
@@ -74,7 +84,9 @@ class _CopyState:
 
     def add_created(self, key: str) -> None:
         with self.lock:
-            self.created.append(key)
+            # A call retried after an unknown outcome names its key again.
+            if key not in self.created:
+                self.created.append(key)
 
 
 @dataclass
@@ -104,6 +116,8 @@ class UploadSettings:
     multipart_threshold: int
     part_size: int
     object_args: dict[str, Any]  # SSE headers for PutObject / CreateMultipartUpload
+    # How long one call is tried again once the client's retries ran out (0: never).
+    copy_retry_s: float = 0.0
 
 
 class SegmentUploader:
@@ -115,6 +129,18 @@ class SegmentUploader:
         self._calls = calls
         self._pool = pool
         self._settings = settings
+        self._stopping = threading.Event()
+        self._live: list[_CopyState] = []
+        self._live_lock = threading.Lock()
+
+    def stop(self) -> None:
+        """Fail every copy in flight at its next wait between tries, and every later
+        one at its first unavailable call (the store is closing)."""
+        self._stopping.set()
+        with self._live_lock:
+            live = list(self._live)
+        for state in live:
+            state.failed.set()
 
     def upload(
         self, segment_data: LogSegmentData, key_of: Callable[[ObjectKind], str]
@@ -128,6 +154,21 @@ class SegmentUploader:
             plan.append((kind, key_of(kind), source, _size_of(source)))
         state = _CopyState()
         pool = self._pool()
+        with self._live_lock:
+            self._live.append(state)
+        try:
+            return self._upload(state, pool, segment_data, plan)
+        finally:
+            with self._live_lock:
+                self._live.remove(state)
+
+    def _upload(
+        self,
+        state: _CopyState,
+        pool: cf.Executor,
+        segment_data: LogSegmentData,
+        plan: list[tuple[ObjectKind, str, Path | bytes, int]],
+    ) -> SegmentManifest:
         large: list[tuple[ObjectKind, _Multipart]] = []
         small: list[tuple[ObjectKind, cf.Future[ObjectChecksum]]] = []
         objects: dict[ObjectKind, ObjectChecksum] = {}
@@ -163,6 +204,39 @@ class SegmentUploader:
             raise
         return SegmentManifest(objects, smallest)
 
+    # --- one call, tried again ---------------------------------------------------------
+
+    def _call(
+        self, state: _CopyState, operation: str, key: str, *, creates: bool = False, **params: Any
+    ) -> dict[str, Any]:
+        """``S3Calls.call``, tried again while S3 stays unavailable, for up to
+        ``copy_retry_s`` from the first failure. ``creates``: a failed try may have
+        written ``key`` (its outcome is unknown), which makes the key this copy's to
+        clean up should the copy fail."""
+        budget = self._settings.copy_retry_s
+        give_up_at = None
+        delay = RETRY_FIRST_S
+        tries = 1
+        while True:
+            try:
+                return self._calls.call(operation, key, **params)
+            except RemoteStorageUnavailableError as e:
+                if creates:
+                    state.add_created(key)
+                now = time.monotonic()
+                give_up_at = now + budget if give_up_at is None else give_up_at
+                if now + delay > give_up_at or self._stopping.is_set():
+                    raise
+                log.info(
+                    "s3 %s %s: %s; trying again in %.1f s (try %d; what this copy already"
+                    " stored stays)",
+                    operation, self._url(key), e, delay, tries + 1,
+                )  # fmt: skip
+                if state.failed.wait(delay):
+                    raise  # another task of the copy failed, or the store is closing
+                delay = min(delay * 2, RETRY_MAX_S)
+                tries += 1
+
     # --- single PUT ----------------------------------------------------------------------
 
     def _put(self, state: _CopyState, key: str, source: Path | bytes) -> ObjectChecksum:
@@ -172,9 +246,11 @@ class SegmentUploader:
             data = source if isinstance(source, bytes) else _read_file(source)
             checksum = ObjectChecksum(len(data), crc32c_of(data))
             try:
-                self._calls.call(
+                self._call(
+                    state,
                     "put_object",
                     key,
+                    creates=True,
                     Body=data,
                     ContentLength=len(data),
                     ChecksumCRC32C=crc_header(checksum.crc32c),
@@ -227,7 +303,8 @@ class SegmentUploader:
             # The whole-object CRC must be known when the upload is created (it goes into
             # the object's metadata), hence one read pass first (page-cache fast).
             multipart.crc = _crc_of_fd(fd, path, size)
-            multipart.upload_id = upload_id = self._calls.call(
+            multipart.upload_id = upload_id = self._call(
+                state,
                 "create_multipart_upload",
                 key,
                 ChecksumAlgorithm="CRC32C",
@@ -271,9 +348,11 @@ class SegmentUploader:
             multipart.stop()
         checksum = ObjectChecksum(multipart.size, multipart.crc)
         try:
-            self._calls.call(
+            self._call(
+                state,
                 "complete_multipart_upload",
                 key,
+                creates=True,
                 UploadId=upload_id,
                 MultipartUpload={"Parts": completed},
                 IfNoneMatch="*",
@@ -317,7 +396,8 @@ class SegmentUploader:
                     f"bytes at position {offset}"
                 )
             checksum = crc_header(crc32c_of(data))
-            response = self._calls.call(
+            response = self._call(
+                state,
                 "upload_part",
                 key,
                 UploadId=upload_id,

@@ -98,8 +98,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
     fetches). ``sse``: None, ``"AES256"`` (SSE-S3) or ``"aws:kms"`` (SSE-KMS, with
     ``sse_kms_key_id`` or the bucket's default key). Retries: botocore's ``retry_mode``
     (adaptive: backoff plus client-side rate limiting on throttling) with
-    ``max_attempts`` attempts per request. Credentials: boto3's default chain, or a named
-    ``profile``, or ``aws_access_key_id`` / ``aws_secret_access_key`` (and
+    ``max_attempts`` attempts per request; a copy then tries a call that still finds S3
+    unavailable again for up to ``copy_retry_s`` seconds, keeping what it already
+    stored (0: the copy fails at once, cleaning up). Credentials: boto3's default chain,
+    or a named ``profile``, or ``aws_access_key_id`` / ``aws_secret_access_key`` (and
     ``aws_session_token``), which never appear in a repr, log line or error.
     """
 
@@ -117,6 +119,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         sse_kms_key_id: str | None = None,
         bucket_key_enabled: bool = False,
         max_attempts: int = S3_DEFAULTS.max_attempts,
+        copy_retry_s: float = 30.0,
         retry_mode: str = S3_DEFAULTS.retry_mode,
         connect_timeout: float = S3_DEFAULTS.connect_timeout,
         read_timeout: float = S3_DEFAULTS.read_timeout,
@@ -143,6 +146,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
             raise ConfigError(f"s3 remote storage: retry_mode={retry_mode!r}")
         if max_attempts < 1:
             raise ConfigError(f"s3 remote storage: max_attempts={max_attempts} < 1")
+        if isinstance(copy_retry_s, bool) or not isinstance(copy_retry_s, int | float):
+            raise ConfigError(f"s3 remote storage: copy_retry_s={copy_retry_s!r} is not seconds")
+        if copy_retry_s < 0:
+            raise ConfigError(f"s3 remote storage: copy_retry_s={copy_retry_s} < 0")
         self._bucket = bucket
         self._prefix = check_prefix(prefix)
         self._max_concurrency = max_concurrency
@@ -155,7 +162,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._uploader = SegmentUploader(
             self._calls,
             self._get_pool,
-            UploadSettings(multipart_threshold, part_size, object_args),
+            UploadSettings(multipart_threshold, part_size, object_args, float(copy_retry_s)),
         )
         self._pool: cf.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -373,6 +380,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 return
             self._closed = True
             pool, self._pool = self._pool, None
+        self._uploader.stop()  # a copy waiting out S3's unavailability gives up now
         if pool is not None:
             pool.shutdown(wait=True)
         self._client.close()

@@ -9,6 +9,7 @@ object, no open multipart upload.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,8 +49,11 @@ def failing(times: int, make: Callable[[AWSRequest], AWSResponse | None]) -> tup
 @pytest.fixture
 def big(s3_server_factory: S3Factory) -> Backend:
     # Standard mode: adaptive mode's client-side rate limiter slows every request after a
-    # throttling error (by design); that is exercised on its own, below.
-    return s3_server_factory(max_attempts=3, max_concurrency=3, retry_mode="standard", **MULTIPART)
+    # throttling error (by design); that is exercised on its own, below. No tries of the
+    # copy's own after the client's: these tests are about botocore's and the clean-up.
+    return s3_server_factory(
+        max_attempts=3, max_concurrency=3, retry_mode="standard", copy_retry_s=0, **MULTIPART
+    )
 
 
 def register(b: Backend, operation: str, hook: Hook) -> None:
@@ -158,7 +162,7 @@ def test_persistent_failures_clean_up(
 
 
 def test_small_segment_put_failure_cleans_up(s3_server_factory: S3Factory, tmp_path: Path) -> None:
-    b = s3_server_factory(max_attempts=2)
+    b = s3_server_factory(max_attempts=2, copy_retry_s=0)
     hook, count = failing(-1, lambda r: xml_response(r, 500, error_xml("InternalError")))
 
     def txn_only(request: AWSRequest, **kw: Any) -> AWSResponse | None:
@@ -189,3 +193,127 @@ def test_failed_part_stops_queued_work(s3_server_factory: S3Factory, tmp_path: P
         b.rsm.copy_log_segment_data(make_metadata(), write_segment(tmp_path / "l", 16 * MiB).data)
     assert len(sent) <= 2, sent  # parts 1 and 2 ran together; nothing after them
     assert_nothing_left(b)
+
+
+def _sent(b: Backend) -> list[tuple[str, str]]:
+    """Every PUT and part request the backend sends from now on, as (operation, url)."""
+    sent: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def record(request: AWSRequest, event_name: str, **_: Any) -> None:
+        with lock:
+            sent.append((event_name.rsplit(".", 1)[-1], str(request.url)))
+
+    for operation in ("PutObject", "UploadPart", "CompleteMultipartUpload"):
+        # Registered first: it sees every request, the ones a later hook fails too.
+        b.rsm.client.meta.events.register_first(f"before-send.s3.{operation}", record)  # type: ignore[attr-defined]
+    return sent
+
+
+def test_a_copy_tries_a_refused_object_again_and_uploads_nothing_twice(
+    s3_server_factory: S3Factory, tmp_path: Path
+) -> None:
+    # The client gives up on the time index after 2 attempts, twice over: the copy tries
+    # that PUT again, and the parts and other objects that landed are not sent again.
+    b = s3_server_factory(
+        max_attempts=2, max_concurrency=3, retry_mode="standard", copy_retry_s=10, **MULTIPART
+    )
+    sent = _sent(b)
+    hook, count = failing(4, lambda r: xml_response(r, 503, error_xml("SlowDown")))
+    register(
+        b,
+        "PutObject",
+        lambda request, **kw: hook(request, **kw) if ".timeindex" in str(request.url) else None,
+    )
+    seg = write_segment(tmp_path / "l", 12 * MiB)
+    metadata = make_metadata()
+    started = time.monotonic()
+    b.rsm.copy_log_segment_data(metadata, seg.data)
+    assert count == [4]
+    assert time.monotonic() - started >= 0.5  # one wait of the copy's own, at least
+    time_index = [u for op, u in sent if op == "PutObject" and ".timeindex" in u]
+    assert len(time_index) == 5  # 2 + 2 refused, the fifth stored
+    others = [u for op, u in sent if ".timeindex" not in u]
+    assert len(others) == len(set(others)), "an object or part was sent twice"
+    assert sum(op == "UploadPart" for op, _ in sent) == 3  # 12 MiB in 5 MiB parts
+    assert b.open_uploads() == []
+    assert b.rsm.fetch_index(metadata, IndexType.TIMESTAMP) == seg.contents["time_index"]
+    with b.rsm.fetch_log_segment(metadata, 0) as stream:
+        assert stream.read() == seg.contents["log_segment"]
+
+
+def test_a_part_refused_past_the_clients_retries_is_sent_again_alone(
+    s3_server_factory: S3Factory, tmp_path: Path
+) -> None:
+    b = s3_server_factory(
+        max_attempts=1, max_concurrency=3, retry_mode="standard", copy_retry_s=10, **MULTIPART
+    )
+    sent = _sent(b)
+    hook, _ = failing(2, lambda r: xml_response(r, 500, error_xml("InternalError")))
+    register(
+        b,
+        "UploadPart",
+        lambda request, **kw: hook(request, **kw) if "partNumber=2" in str(request.url) else None,
+    )
+    seg = write_segment(tmp_path / "l", 12 * MiB)
+    metadata = make_metadata()
+    b.rsm.copy_log_segment_data(metadata, seg.data)
+    parts = [u for op, u in sent if op == "UploadPart"]
+    assert sum("partNumber=2" in u for u in parts) == 3 and len(parts) == 5
+    with b.rsm.fetch_log_segment(metadata, 0) as stream:
+        assert stream.read() == seg.contents["log_segment"]
+
+
+def test_a_copy_gives_up_after_its_retry_time_and_cleans_up(
+    s3_server_factory: S3Factory, tmp_path: Path
+) -> None:
+    b = s3_server_factory(max_attempts=1, retry_mode="standard", copy_retry_s=1.6, **MULTIPART)
+    hook, count = failing(-1, lambda r: xml_response(r, 503, error_xml("SlowDown")))
+    register(
+        b,
+        "PutObject",
+        lambda request, **kw: hook(request, **kw) if ".snapshot" in str(request.url) else None,
+    )
+    started = time.monotonic()
+    with pytest.raises(RemoteStorageUnavailableError, match=r"\.snapshot") as info:
+        b.rsm.copy_log_segment_data(make_metadata(), write_segment(tmp_path / "l", 12 * MiB).data)
+    assert info.value.retriable
+    assert 0.5 <= time.monotonic() - started < 10
+    # Tried at once, 0.5 s later and 1.0 s after that; the next try (2 s on) would
+    # start past the 1.6 s.
+    assert count[0] == 3
+    assert_nothing_left(b)
+
+
+def test_closing_the_store_ends_a_copy_waiting_to_try_again(
+    s3_server_factory: S3Factory, tmp_path: Path
+) -> None:
+    b = s3_server_factory(max_attempts=1, retry_mode="standard", copy_retry_s=600, **MULTIPART)
+    hook, count = failing(-1, lambda r: xml_response(r, 503, error_xml("SlowDown")))
+    register(
+        b,
+        "PutObject",
+        lambda request, **kw: hook(request, **kw) if ".snapshot" in str(request.url) else None,
+    )
+    outcome: list[BaseException] = []
+    data = write_segment(tmp_path / "l", 12 * MiB).data
+
+    def copy() -> None:
+        try:
+            b.rsm.copy_log_segment_data(make_metadata(), data)
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=copy)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while count[0] < 2 and time.monotonic() < deadline:  # refused, waited, refused again
+        time.sleep(0.05)
+    assert count[0] >= 2
+    closing = time.monotonic()
+    b.rsm.close()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert time.monotonic() - closing < 5  # not the 600 s the copy had left
+    assert len(outcome) == 1 and isinstance(outcome[0], RemoteStorageUnavailableError)
+    assert_nothing_left(s3_server_factory())  # the copy cleaned up before the client closed

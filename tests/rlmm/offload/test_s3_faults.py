@@ -40,6 +40,9 @@ def s3(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
         multipart_threshold=5 * MiB,
         part_size=5 * MiB,
         max_concurrency=2,
+        # The copy fails once the client's retries ran out: these tests are about the
+        # rounds around a failed copy (test_a_copy_rides_out_faults is about the tries).
+        copy_retry_s=0,
     )
     yield b
     b.rsm.close()
@@ -110,6 +113,44 @@ async def test_copy_and_expire_under_s3_faults(
     assert rlm.metrics.delete_errors.labels("orders")._value.get() >= 1
     await rlm.run_round()  # faults are over: this round completes the work
     await _settle(rlm, rlmm_manager, s3, pdirs)
+
+
+async def test_a_copy_rides_out_faults_with_one_attempt_per_segment(
+    tmp_path: Path,
+    s3_endpoint: str,
+    s3: Backend,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    # The faults of test_copy_and_expire_under_s3_faults' "throttling" case, which fail
+    # copies there (copy_retry_s = 0): with the copy's own tries, each segment is copied
+    # by its first attempt. Every attempt writes its segment's metadata, whose size the
+    # soak counts as uploaded: failed attempts are what made it upload more than once.
+    retrying = _s3_backend(
+        "s3-server", create_bucket=False, endpoint_url=s3_endpoint, max_attempts=2,
+        retry_mode="standard", multipart_threshold=5 * MiB, part_size=5 * MiB,
+        max_concurrency=2, copy_retry_s=10,
+    )  # fmt: skip
+    try:
+        pdirs = [write_partition(tmp_path, "orders", p, records=600) for p in range(2)]
+        rlm = make_rlm(store=retrying.rsm, copy_attempts=2)
+        await rlm.on_leadership_changes([source(p) for p in pdirs], start_tasks=False)
+        register(retrying, "PutObject", failing(5, error(503, "SlowDown")))
+        added: list[str] = []
+        add = rlmm_manager.add_remote_log_segment_metadata
+
+        async def counting_add(metadata: Any) -> None:
+            added.append(str(metadata.remote_log_segment_id))
+            await add(metadata)
+
+        rlmm_manager.add_remote_log_segment_metadata = counting_add  # type: ignore[method-assign]
+        await rlm.run_round()
+        assert rlm.metrics.copy_errors.labels("orders")._value.get() == 0
+        rolled = sum(len(p.segments()) - 1 for p in pdirs)
+        assert len(added) == rolled == len(set(added))  # one attempt per segment
+        await _settle(rlm, rlmm_manager, retrying, pdirs)
+    finally:
+        retrying.rsm.close()
 
 
 async def test_crash_between_parts_of_a_multipart_upload(
