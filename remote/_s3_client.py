@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 import boto3
 import botocore.session
@@ -39,8 +39,11 @@ from remote.errors import (
     RemoteStorageUnavailableError,
 )
 from remote.streams import verifying_stream
+from rlmm.errors import ConfigError
 
 if TYPE_CHECKING:
+    from botocore.config import _RetryDict
+    from botocore.loaders import Loader
     from mypy_boto3_s3 import S3Client
 
 log = logging.getLogger("remote.s3")
@@ -112,6 +115,12 @@ class S3ClientSettings:
 
 
 S3_DEFAULTS = S3ClientSettings()
+# botocore's retry modes, by the name a setting gives
+_RETRY_MODES: dict[str, Literal["legacy", "standard", "adaptive"]] = {
+    "legacy": "legacy",
+    "standard": "standard",
+    "adaptive": "adaptive",
+}
 
 
 def make_client(settings: S3ClientSettings) -> S3Client:
@@ -119,7 +128,13 @@ def make_client(settings: S3ClientSettings) -> S3Client:
     s3_options: dict[str, Any] = {}
     if settings.addressing_style is not None:
         s3_options["addressing_style"] = settings.addressing_style
-    retries: Any = {"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts}
+    mode = _RETRY_MODES.get(settings.retry_mode)
+    if mode is None:
+        raise ConfigError(f"s3 client: retry_mode={settings.retry_mode!r}")
+    retries: _RetryDict = {
+        "mode": mode,
+        "total_max_attempts": settings.max_attempts,
+    }
     config = Config(
         max_pool_connections=settings.max_pool_connections,
         retries=retries,
@@ -145,10 +160,10 @@ def make_client(settings: S3ClientSettings) -> S3Client:
 
 
 _loader_lock = threading.Lock()
-_loader: Any = None
+_loader: Loader | None = None
 
 
-def _shared_loader() -> Any:
+def _shared_loader() -> Loader:
     global _loader
     with _loader_lock:
         if _loader is None:
@@ -283,7 +298,7 @@ class S3Calls:
             self.reader_error(key),
         )
 
-    def reader_error(self, key: str) -> Any:
+    def reader_error(self, key: str) -> Callable[[Exception], Exception]:
         """A translator for errors raised while streaming the body of ``key``."""
 
         def translate(e: Exception) -> Exception:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
@@ -271,12 +271,12 @@ def check_layout_matches(layout: RemoteLayout, names: Iterable[str]) -> None:
     )
 
 
-def _constructor_keys(factory: Any) -> frozenset[str]:
+def _constructor_keys(factory: Callable[..., object]) -> frozenset[str]:
     params = inspect.signature(factory).parameters.values()
     return frozenset(p.name for p in params if p.name != "self" and p.kind is not p.VAR_KEYWORD)
 
 
-def _check_types(factory: Any, options: Mapping[str, Any]) -> None:
+def _check_types(factory: Callable[..., object], options: Mapping[str, Any]) -> None:
     """ConfigError naming the key for a value of another kind than the setting's
     default (``max_attempts = "3"`` in TOML is a string, not a number)."""
     for param in inspect.signature(factory).parameters.values():

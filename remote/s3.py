@@ -17,7 +17,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from remote._s3_client import S3_DEFAULTS, S3Calls, S3ClientSettings, make_client
 from remote._s3_upload import CRC_METADATA_KEY, MIN_PART_SIZE, SegmentUploader, UploadSettings
@@ -44,6 +44,9 @@ from remote.streams import check_range, verifying_stream
 from rlmm.errors import ConfigError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
 log = logging.getLogger("remote.s3")
 
 _MiB = 1024 * 1024
@@ -51,7 +54,7 @@ _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 _SSE_MODES = (None, "AES256", "aws:kms")
 
 
-def make_s3_client(options: Mapping[str, Any], *, max_pool_connections: int = 4) -> Any:
+def make_s3_client(options: Mapping[str, Any], *, max_pool_connections: int = 4) -> S3Client:
     """A boto3 S3 client set up as ``S3RemoteStorageManager(**options)`` sets up its own.
 
     ``options`` are the ``[remote]`` settings (``endpoint_url``, ``region``, retries,
@@ -169,7 +172,7 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._closed = False
 
     @property
-    def client(self) -> Any:
+    def client(self) -> S3Client:
         """The shared boto3 client (for event hooks, metrics and tests; do not close it)."""
         return self._client
 

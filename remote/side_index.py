@@ -38,13 +38,18 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import crc32c
 
 from remote.errors import RemoteObjectExistsError, RemoteStorageError, SideIndexError
 from remote.naming import partition_prefix
 from rlmm.model import TopicIdPartition
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+    from remote._s3_client import S3Calls
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +130,9 @@ def smallest_of(entries: Iterable[Entry], size: int) -> int | None:
 class SideIndex:
     """The entries under one location (a directory or ``s3://bucket/prefix``)."""
 
-    def __init__(self, location: str, *, s3_client: Any = None) -> None:
+    def __init__(self, location: str, *, s3_client: S3Client | None = None) -> None:
         self.location = location
-        self._calls: Any = None
+        self._calls: S3Calls | None = None
         if location.startswith(_S3):
             bucket, _, prefix = location[len(_S3) :].partition("/")
             if not bucket or s3_client is None:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from remote.errors import InvalidRangeError, RemoteIntegrityError, RemoteStorageError
 from remote.manifest import crc32c_of
 from rlmm.model import RemoteLogSegmentMetadata
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 
 def check_range(
@@ -102,7 +105,7 @@ class _VerifyingRaw(io.RawIOBase):
                 )
         return data
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")
         if self._remaining == 0 or len(view) == 0:
             return 0

@@ -31,10 +31,15 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remote.errors import RemoteResourceNotFoundError, RemoteStorageError, TopicConfigsError
 from remote.naming import check_prefix, check_topic_name
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+    from remote._s3_client import S3Calls
 
 SUBDIR = "__topic_configs"
 VERSION = 1
@@ -115,12 +120,12 @@ class TopicConfigStore:
         root: Path | None = None,
         *,
         fsync: bool = True,
-        s3_client: Any = None,
+        s3_client: S3Client | None = None,
         bucket: str | None = None,
         prefix: str = "",
         object_args: Mapping[str, Any] | None = None,
     ) -> None:
-        self._calls: Any = None
+        self._calls: S3Calls | None = None
         self._fsync = fsync
         self._object_args = dict(object_args or {})
         if root is not None:

@@ -328,7 +328,7 @@ def _big_endian(raw: bytes, width: int) -> array[int]:
     return array("q", values)
 
 
-def _chunk_index(obj: Any) -> ChunkIndex:
+def _chunk_index(obj: object) -> ChunkIndex:
     if not isinstance(obj, dict):
         raise _bad("chunkIndex", "not an object")
     kind = obj.get("type")
@@ -346,7 +346,7 @@ def _chunk_index(obj: Any) -> ChunkIndex:
     raise _bad("chunkIndex.type", f"{_short(kind)} is neither 'fixed' nor 'variable'")
 
 
-def _indexes(obj: Any) -> dict[IndexType, IndexSlice | None]:
+def _indexes(obj: object) -> dict[IndexType, IndexSlice | None]:
     if not isinstance(obj, dict):
         raise _bad("segmentIndexes", "not an object")
     out: dict[IndexType, IndexSlice | None] = {}
@@ -367,7 +367,7 @@ def _indexes(obj: Any) -> dict[IndexType, IndexSlice | None]:
     return out
 
 
-def _encryption(obj: Any) -> Encryption | None:
+def _encryption(obj: object) -> Encryption | None:
     if obj is None:
         return None
     if not isinstance(obj, dict):
@@ -423,6 +423,8 @@ def _parse_manifest(data: bytes) -> AivenManifest:
 # --- custom metadata (Kafka's tagged fields) -------------------------------------------------
 
 REMOTE_SIZE, OBJECT_PREFIX, OBJECT_KEY = 0, 1, 2
+# a field's value: the remote size, or an object prefix or key (None: a null string)
+CustomField = int | str | None
 _FIELD_NAMES = {
     REMOTE_SIZE: "remote_size",
     OBJECT_PREFIX: "object_prefix",
@@ -448,7 +450,7 @@ def _uvarint(data: bytes, pos: int, field: str, max_bytes: int = 10) -> tuple[in
 
 def decode_custom_metadata(
     data: bytes | None, name: str = "<custom metadata>", object_name: str | None = None
-) -> dict[int, Any]:
+) -> dict[int, CustomField]:
     """The plugin's custom metadata (a Kafka tagged-fields block: remote size as a
     zigzag varlong, object prefix and object key as compact strings); {} when empty.
 
@@ -459,11 +461,11 @@ def decode_custom_metadata(
         return _decode_custom_metadata(bytes(data))
 
 
-def _decode_custom_metadata(data: bytes) -> dict[int, Any]:
+def _decode_custom_metadata(data: bytes) -> dict[int, CustomField]:
     count, pos = _uvarint(data, 0, "tagged field count", 5)
     if count > (len(data) - pos) // 2:  # a field takes at least a tag and a size byte
         raise _bad("tagged field count", f"{count} fields in {len(data) - pos} bytes")
-    out: dict[int, Any] = {}
+    out: dict[int, CustomField] = {}
     for _ in range(count):
         tag, pos = _uvarint(data, pos, "tag", 5)
         what = _FIELD_NAMES.get(tag, f"tag {tag}")

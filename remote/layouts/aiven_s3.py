@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from remote._s3_client import S3_DEFAULTS, S3Calls, S3ClientSettings, make_client
 from remote.errors import (
@@ -54,6 +54,9 @@ from remote.storage import IndexType, MultipartUpload, RemoteObject
 from remote.streams import check_range, resolve_range, verifying_stream
 from rlmm.errors import ConfigError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 LOG, INDEXES, MANIFEST = "log", "indexes", "rsm-manifest"
 NAMING = SegmentNaming({".log": LOG_LABEL, ".indexes": "indexes", ".rsm-manifest": "manifest"})
@@ -183,7 +186,7 @@ class AivenS3Layout(RemoteLayout):
         return f"AivenS3Layout(bucket={self._bucket!r}, key_prefix={self._prefix!r})"
 
     @property
-    def client(self) -> Any:
+    def client(self) -> S3Client:
         return self._client
 
     # --- naming -------------------------------------------------------------------------
