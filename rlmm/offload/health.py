@@ -14,24 +14,26 @@ import gzip
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.registry import Collector
 
 from rlmm.model import TopicIdPartition
 
 if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
     from rlmm.offload.remote_log_manager import CopyResult, ExpireResult
 
 NOT_STARTED = "starting: no round completed yet"
 PATHS = ("/metrics", "/healthz", "/readyz")
 
-_StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 # (prometheus_client's encoder for the format asked, the name[] filter) -> the body
-Scrape = Callable[[Callable[[Any], bytes], list[str] | None], bytes]
+Scrape = Callable[[Callable[[Collector], bytes], list[str] | None], bytes]
 
 
 class ReadinessState(Protocol):
@@ -127,7 +129,7 @@ def round_problem(
 class QuietHandler(WSGIRequestHandler):
     """No log line per request (Prometheus and kubelet ask every few seconds)."""
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -135,13 +137,13 @@ def health_app(
     registry: CollectorRegistry,
     readiness: ReadinessState,
     scrape: Scrape | None = None,
-) -> Callable[[dict[str, Any], _StartResponse], Iterable[bytes]]:
+) -> WSGIApplication:
     """The WSGI app of the metrics port (the module docstring says what it answers);
     ``scrape(encoder, names)``, when given, renders ``/metrics`` in the encoder's format
     (``OffloadMetrics.scrape``: some lines rendered ahead of time)."""
     metrics = make_wsgi_app(registry)
 
-    def app(environ: dict[str, Any], start_response: _StartResponse) -> Iterable[bytes]:
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/metrics" and scrape is not None:
             return _metrics(scrape, environ, start_response)
@@ -167,8 +169,8 @@ def health_app(
 
 def _metrics(
     scrape: Scrape,
-    environ: dict[str, Any],
-    start_response: _StartResponse,
+    environ: WSGIEnvironment,
+    start_response: StartResponse,
 ) -> Iterable[bytes]:
     """prometheus_client's /metrics answer (``make_wsgi_app``'s: the format asked for,
     ``name[]`` filters, gzip), its body made by ``scrape``."""

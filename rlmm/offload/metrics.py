@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Metric, Summary
@@ -31,6 +31,11 @@ from prometheus_client.utils import floatToGoString
 
 from rlmm.model import TopicIdPartition
 from rlmm.offload.health import QuietHandler, Readiness, health_app
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.registry import Collector
 
 _TOPIC = ("topic",)
 _PARTITION = ("topic", "partition")
@@ -129,7 +134,7 @@ class PartitionAgeGauge(PartitionGauge):
 class MetricsServer:
     """The HTTP endpoint's server and thread; ``close()`` stops both (idempotent)."""
 
-    def __init__(self, server: Any, thread: threading.Thread) -> None:
+    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
         self._server = server
         self._thread = thread
         self._closed = False
@@ -374,7 +379,9 @@ class OffloadMetrics:
             g.exposition() for g in self.partition_gauges if names is None or g.name in names
         ).encode()
 
-    def scrape(self, encoder: Callable[[Any], bytes], names: list[str] | None = None) -> bytes:
+    def scrape(
+        self, encoder: Callable[[Collector], bytes], names: list[str] | None = None
+    ) -> bytes:
         """The registry (the families ``names``, all when None) through prometheus_client's
         ``encoder``, with the per-partition gauges' pre-rendered lines in their place."""
         registry = self.registry if names is None else self.registry.restricted_registry(names)

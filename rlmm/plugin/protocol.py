@@ -124,7 +124,7 @@ def optional_arg(args: Mapping[str, Any], name: str, kind: type | tuple[type, ..
     return None if args.get(name) is None else arg(args, name, kind)
 
 
-def topic_id_partition(value: Any, name: str = "topic_id_partition") -> TopicIdPartition:
+def topic_id_partition(value: object, name: str = "topic_id_partition") -> TopicIdPartition:
     """A partition from its wire map."""
     if not isinstance(value, dict):
         raise ProtocolError(f"argument {name!r} is a {type(value).__name__}, not a map")

@@ -40,6 +40,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,6 +66,14 @@ Handler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 # position, so this only bounds how long a listing changed by another broker's write is
 # kept.
 PUSH_COALESCE_S = 0.05
+
+
+@dataclass(slots=True)
+class _Peer:
+    """A connected plugin class: its role, and whether it said close."""
+
+    role: str
+    closed: bool = False
 
 
 def release() -> str:
@@ -112,10 +121,10 @@ class PluginServer:
         self._lookups: dict[str, Lookup] = self.metadata.lookups()
         self._stop = asyncio.Event()
         self._connections: set[asyncio.Task[None]] = set()
-        # connection -> (its role, whether it said close): the process stops itself
+        # connection -> its plugin class: the process stops itself
         # once every connected class has closed (the broker closes the RSM, then the
         # RLMM: the first must not take the process from the second).
-        self._peers: dict[asyncio.Task[None], list[Any]] = {}
+        self._peers: dict[asyncio.Task[None], _Peer] = {}
         self._writers: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._pushers: dict[asyncio.Task[None], asyncio.Task[None]] = {}
         self._lock_file: IO[str] | None = None
@@ -349,7 +358,7 @@ class PluginServer:
                 " the same rlmm release (make plugin) as the rlmm on the broker's PATH"
             )
         log.info("bridge %s connected (broker pid %s)", role, args.get("jvm_pid"))
-        self._peers[peer] = [role, False]
+        self._peers[peer] = _Peer(str(role))
         writer = self._writers.get(peer)
         if role == "rlmm" and writer is not None and peer not in self._pushers:
             self._pushers[peer] = asyncio.create_task(
@@ -387,13 +396,13 @@ class PluginServer:
 
     def _open_roles(self) -> list[str]:
         """Roles of the connected plugin classes that have not closed."""
-        return sorted({str(role) for role, closed in self._peers.values() if not closed})
+        return sorted({p.role for p in self._peers.values() if not p.closed})
 
     def _close_call(self, args: Mapping[str, Any], peer: asyncio.Task[None]) -> dict[str, Any]:
         """A plugin class closes; the process stops once no connected class is open.
         ``stopping`` tells the bridge whether to wait for this process to exit."""
         if peer in self._peers:
-            self._peers[peer][1] = True
+            self._peers[peer].closed = True
         still = self._open_roles()
         # Started by the bridge (it passes the broker's pid): the broker is closing us.
         # A container sidecar's life is the orchestrator's, unless it was told to stop.

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, TypeVarTuple
 
 from remote.storage import IndexType, LogSegmentData, RemoteStorageManager
 from rlmm.errors import RemoteStorageNotReadyError
@@ -39,6 +39,8 @@ from rlmm.plugin.metrics import PluginMetrics
 from rlmm.plugin.protocol import arg, metadata_arg, optional_arg
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 # Kafka's copier, expiration and reader pools default to 10 threads each.
 THREADS = 32
@@ -95,7 +97,7 @@ class StorageCalls:
             )
         return self._store
 
-    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _run(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     # --- calls ---------------------------------------------------------------------------
