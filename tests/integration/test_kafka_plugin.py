@@ -796,6 +796,38 @@ async def test_a_kept_listing_is_asked_again_only_once_its_metadata_moved(
         await asyncio.wait_for(task, 30)
 
 
+async def test_list_cache_segments_0_keeps_no_listing(tmp_path: Path) -> None:
+    """With ``list.cache.segments = 0`` every listing is asked of rlmm serve, and each
+    still tells the truth (ListingCaller's checks, as with the cache on)."""
+    from rlmm.plugin.server import PluginServer
+    from tests.rlmm.plugin.test_server import started, write_config
+
+    server = PluginServer(write_config(tmp_path), tmp_path / "serve.sock")
+    task = await started(server)
+    try:
+        said = await run_harness("ListingCaller", server.socket_path, "50", "0")
+        assert "unexpected" not in said, said
+        assert said["empty"] == "50 0" and said["kept"] == "50 0"
+        assert said["own"] == "[COPY_SEGMENT_STARTED]"
+        assert said["other"].endswith("[COPY_SEGMENT_FINISHED]")
+        listed = server.metrics.registry.get_sample_value(
+            "rlmm_serve_calls_total", {"method": "rlmm.list_remote_log_segments"}
+        )
+        # 50 + 1 + 50 + at least 1 until B's write is seen + the stopped partition's
+        assert listed is not None and listed >= 103, f"{listed} listings; said: {said}"
+    finally:
+        server.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_list_cache_segments_refuses_what_is_not_a_count() -> None:
+    said = await run_harness("BridgeConfigCaller", "-1", "many", "0", "100000")
+    for i in ("0", "1"):
+        assert said[i].startswith("refused "), said
+        assert "list.cache.segments" in said[i] and "0 or more" in said[i], said[i]
+    assert said["2"] == said["3"] == "accepted", said
+
+
 async def test_a_ready_partition_is_not_asked_again_until_its_leadership_changes(
     tmp_path: Path,
 ) -> None:

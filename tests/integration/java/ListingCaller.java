@@ -4,13 +4,14 @@
 // while it keeps them: <n> listings of an empty partition; A adds a segment and lists
 // at once (its own write); <n> more listings; B marks the segment copied and A lists
 // until it sees that (another broker's write, pushed); A stops the partition and lists.
-//   java -cp <jar>:<kafka libs>/* ListingCaller.java <socket> <n>
+//   java -cp <jar>:<kafka libs>/* ListingCaller.java <socket> <n> [<A's list.cache.segments>]
 // It prints "empty <n> <listings that were not empty>", "own <states right after A's
 // write>", "kept <n> <listings that differed>", "other <ms until A saw B's write>
 // <states>", "stopped <what a listing gave>" and exits 0 (1 if not ready in 30 s or B's
 // write was not seen within 30 s).
 import io.rlmm.kafka.RlmmRemoteLogMetadataManager;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
@@ -47,7 +48,9 @@ public class ListingCaller {
     int n = Integer.parseInt(args[1]);
     RlmmRemoteLogMetadataManager a = new RlmmRemoteLogMetadataManager();
     RlmmRemoteLogMetadataManager b = new RlmmRemoteLogMetadataManager();
-    a.configure(Map.of("socket", args[0], "broker.id", "1"));
+    Map<String, String> aConfigs = new HashMap<>(Map.of("socket", args[0], "broker.id", "1"));
+    if (args.length > 2) aConfigs.put("list.cache.segments", args[2]);
+    a.configure(aConfigs);
     b.configure(Map.of("socket", args[0], "broker.id", "2"));
     TopicIdPartition tp = new TopicIdPartition(Uuid.randomUuid(), 0, "listed");
     a.onPartitionLeadershipChanges(Set.of(tp), Set.of());

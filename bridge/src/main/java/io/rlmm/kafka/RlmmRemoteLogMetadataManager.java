@@ -161,7 +161,8 @@ public class RlmmRemoteLogMetadataManager implements RemoteLogMetadataManager {
   /** Keeps a listing unless a leadership change or a new connection overtook its answer, or it is too many. */
   private void keep(ListingKey key, Listing listing, long before) {
     int size = listing.segments().size();
-    if (size > listCacheSegments) return;
+    // 0 keeps none: not even an empty listing, which would fit a bound of 0.
+    if (listCacheSegments == 0 || size > listCacheSegments) return;
     synchronized (leadership) {
       if (assignments != before || serve.sessionNumber() != listing.session()) return;
       if (listedSegments + size > listCacheSegments) {
