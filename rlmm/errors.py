@@ -6,8 +6,6 @@ partition, segment id, file or offset it is about in its message.
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class RemoteStorageError(Exception):
     """Base of every error raised by rlmm, remote storage and the metadata manager."""
@@ -20,7 +18,8 @@ class RemoteStorageNotReadyError(RemoteStorageError):
 
     retriable = True
 
-    def __init__(self, partition: Any = None, message: str | None = None) -> None:
+    # the partition (a TopicIdPartition: the model is above this module) or None
+    def __init__(self, partition: object = None, message: str | None = None) -> None:
         self.partition = partition
         if message is None:
             message = (
@@ -61,7 +60,7 @@ class SnapshotBlockError(RemoteStorageNotReadyError):
     the partition is not ready until it catches up (hence a retriable not-ready error).
     """
 
-    def __init__(self, partition: Any, source: str, reason: str) -> None:
+    def __init__(self, partition: object, source: str, reason: str) -> None:
         self.source = source
         self.reason = reason
         super().__init__(

@@ -33,12 +33,12 @@ OffsetSpec = Mapping[PartitionKey, int]
 TimestampSpec = int | Mapping[PartitionKey, int]
 
 
-def _frozen(name: str, value: Mapping[Any, Any] | None) -> Mapping[Any, Any] | None:
+def _frozen(name: str, value: object) -> OffsetSpec | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise ArchiveError(f"{name} must be a mapping of (topic, partition) to a number")
-    out = {}
+    out: dict[PartitionKey, int] = {}
     for key, v in value.items():
         if (
             not isinstance(key, tuple)

@@ -173,7 +173,7 @@ class MetadataView:
         """Offsets missing between lineage segments (data loss)."""
         return gaps(self.lineage_ranges(tp))
 
-    def fingerprint(self) -> Any:
+    def fingerprint(self) -> object:
         """Order-independent picture of the whole state (for equality checks)."""
         return self._store.fingerprint()
 

@@ -21,9 +21,10 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TypeVar
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+K = TypeVar("K")  # what a bound of a set holds: topic names, partitions
 _MICROSECOND = timedelta(microseconds=1)
 OPS = frozenset(("=", "<", "<=", ">", ">=", "in"))
 
@@ -36,15 +37,15 @@ def _min(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-def _meet(a: frozenset[Any] | None, b: frozenset[Any] | None) -> frozenset[Any] | None:
+def _meet(a: frozenset[K] | None, b: frozenset[K] | None) -> frozenset[K] | None:
     return b if a is None else a if b is None else a & b
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _micros(value: Any) -> int | None:
+def _micros(value: object) -> int | None:
     """Microseconds since the epoch of an aware datetime (Spark's TimestampType value)."""
     if not isinstance(value, datetime) or value.utcoffset() is None:
         return None
@@ -102,7 +103,7 @@ class RowBounds:
             max_timestamp_ms=_min(self.max_timestamp_ms, other.max_timestamp_ms),
         )
 
-    def with_comparison(self, column: str, op: str, value: Any) -> RowBounds:
+    def with_comparison(self, column: str, op: str, value: object) -> RowBounds:
         """These bounds AND ``column op value`` (unchanged if it is not understood)."""
         return self.meet(comparison_bounds(column, op, value))
 
@@ -144,7 +145,7 @@ def _timestamp_range(op: str, micros: int) -> RowBounds:
     return RowBounds(max_timestamp_ms=floor)  # "<="
 
 
-def comparison_bounds(column: str, op: str, value: Any) -> RowBounds:
+def comparison_bounds(column: str, op: str, value: object) -> RowBounds:
     """The bounds of one comparison; ALL_ROWS when it is not understood."""
     if op not in OPS:
         return ALL_ROWS

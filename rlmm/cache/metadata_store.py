@@ -440,7 +440,7 @@ class RemotePartitionMetadataStore:
                     tp, RemotePartitionDeleteState(delete[0]), delete[1], delete[2]
                 )
 
-    def fingerprint(self, tps: Iterable[TopicIdPartition] | None = None) -> Any:
+    def fingerprint(self, tps: Iterable[TopicIdPartition] | None = None) -> object:
         """Order-independent view of the state, for comparisons (tests, verification).
 
         Decodes every cold partition it covers.

@@ -409,7 +409,7 @@ class RemoteLogMetadataCache:
             st.size_bytes = sum(cols.size_of(r) for r in st.all_rows())
         return cache
 
-    def fingerprint(self) -> Any:
+    def fingerprint(self) -> object:
         """Order-independent view of the whole state, for equality checks in tests/tools."""
         cols = self.columns
         return (

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, BinaryIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 from remote.errors import RemoteIntegrityError, SegmentFormatError
 from remote.layouts import RemoteLayout, SegmentObject
@@ -50,6 +50,9 @@ from remote.topic_configs import SUBDIR as _TOPIC_CONFIGS_SUBDIR
 from rlmm.archive import MetadataView
 from rlmm.errors import RemoteResourceNotFoundError, RemoteStorageError
 from rlmm.model import RemoteLogSegmentMetadata, RemoteLogSegmentState, kafka_uuid_to_str
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 DEFAULT_SAFETY_WINDOW_S = 3600.0
 DEFAULT_WORKERS = 8  # segments checked at once
@@ -454,7 +457,7 @@ class _Checksummed(io.RawIOBase):
             return 0
         raise io.UnsupportedOperation("a checksummed stream only reads forward")
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")
         data = self._stream.read(len(view))
         n = len(data)
