@@ -190,7 +190,7 @@ class RlmmConfig:
         return str(self.snapshot.get("owner", f"broker-{self.broker_id}"))
 
 
-def parse_scalar(text: str) -> Any:
+def parse_scalar(text: str) -> bool | int | float | str:
     lowered = text.strip().lower()
     if lowered in ("true", "false"):
         return lowered == "true"

@@ -125,7 +125,7 @@ def _require(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
-def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
+def _check_int(name: str, value: object, lo: int, hi: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an int, got {type(value).__name__}")
     if not lo <= value <= hi:

@@ -146,7 +146,7 @@ class Snapshotter:
         if self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
 
-    async def write(self, applied: dict[int, int], state: Any) -> str:
+    async def write(self, applied: dict[int, int], state: object) -> str:
         snap = Snapshot(
             partition_count=self._partition_count,
             applied_offsets=applied,

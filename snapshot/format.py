@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 import crc32c
 import msgpack
@@ -205,7 +205,7 @@ def verify_snapshot(data: bytes | bytearray | memoryview, source: str = "<bytes>
     _checked_body(data, source).release()
 
 
-def _reject_ext(code: int, data: bytes) -> Any:
+def _reject_ext(code: int, data: bytes) -> NoReturn:
     # The format uses no msgpack extension types; one can only come from a foreign writer.
     raise ValueError(f"unexpected msgpack extension type {code} ({len(data)} bytes)")
 

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -39,6 +39,9 @@ from snapshot.errors import (
 )
 from snapshot.format import Snapshot, encode_snapshot_parts, verify_snapshot
 from snapshot.store import SnapshotStore, SnapshotStoreStats
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ class S3SnapshotStore(SnapshotStore):
 
     def __init__(
         self,
-        client: Any,
+        client: S3Client,
         bucket: str,
         prefix: str = "",
         *,

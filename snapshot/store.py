@@ -16,7 +16,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from snapshot.errors import SnapshotCorruptError, SnapshotVersionError
 from snapshot.format import Snapshot, decode_snapshot
@@ -51,7 +50,7 @@ class SnapshotStore(ABC):
     # True if other owners publish into the same store (iter_valid(all_owners=True)).
     shared: bool = False
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> SnapshotStore:
+    def __new__(cls, *args: object, **kwargs: object) -> SnapshotStore:
         if cls is SnapshotStore:
             # Callers from before the ABC existed construct the directory store by this name.
             # (type.__call__ then runs LocalSnapshotStore.__init__ on it, once.)

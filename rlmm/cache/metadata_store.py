@@ -26,7 +26,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from rlmm.cache._block import BlockError
 from rlmm.cache.partition import RemoteLogMetadataCache
@@ -51,6 +51,7 @@ from rlmm.model import (
 )
 
 log = logging.getLogger(__name__)
+D = TypeVar("D")  # what PartitionCaches.get gives for a partition it lacks
 
 _FINISHED = RemotePartitionDeleteState.DELETE_PARTITION_FINISHED
 _REMEMBERED_DELETES = 100_000
@@ -155,7 +156,13 @@ class PartitionCaches(MutableMapping[TopicIdPartition, RemoteLogMetadataCache]):
             return self._store._materialize(tp)
         raise KeyError(tp)
 
-    def get(self, tp: TopicIdPartition, default: Any = None) -> Any:
+    @overload
+    def get(self, tp: TopicIdPartition, /) -> RemoteLogMetadataCache | None: ...
+    @overload
+    def get(
+        self, tp: TopicIdPartition, default: RemoteLogMetadataCache | D, /
+    ) -> RemoteLogMetadataCache | D: ...
+    def get(self, tp: TopicIdPartition, default: object = None) -> object:
         # The hot path of every read: one dict lookup when the partition is decoded.
         cache = self.hot.get(tp)
         if cache is not None:
