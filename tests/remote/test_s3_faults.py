@@ -279,9 +279,9 @@ def test_a_copy_gives_up_after_its_retry_time_and_cleans_up(
         b.rsm.copy_log_segment_data(make_metadata(), write_segment(tmp_path / "l", 12 * MiB).data)
     assert info.value.retriable
     assert 0.5 <= time.monotonic() - started < 10
-    # Tried at once, 0.5 s later and 1.0 s after that; the next try (2 s on) would
-    # start past the 1.6 s.
-    assert count[0] == 3
+    # Tried at once, 0.5 s later and (when that try answered within 0.1 s) 1.0 s after
+    # that; no try starts past the 1.6 s, so never a fourth (2 s more).
+    assert count[0] in (2, 3)
     assert_nothing_left(b)
 
 
