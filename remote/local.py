@@ -38,7 +38,7 @@ from remote.manifest import ObjectChecksum, SegmentManifest, crc32c_of, verify_o
 from remote.naming import OBJECT_KINDS, ObjectKind, kind_label, object_name, partition_prefix
 from remote.segment_data import smallest_timestamp
 from remote.storage import IndexType, LogSegmentData, RemoteObject, RemoteStorageManager
-from remote.streams import check_range, verifying_stream
+from remote.streams import verifying_stream
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 log = logging.getLogger(__name__)
@@ -182,14 +182,10 @@ class LocalRemoteStorageManager(RemoteStorageManager):
 
     # --- fetch -------------------------------------------------------------------------
 
-    def fetch_log_segment(
-        self,
-        metadata: RemoteLogSegmentMetadata,
-        start_position: int,
-        end_position: int | None = None,
+    def _open_log_range(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
     ) -> BinaryIO:
         self._check_open()
-        check_range(metadata, start_position, end_position)
         path = self.path_of(metadata, None)
         opened = open_range(
             path, f"log segment of {metadata.remote_log_segment_id}", start_position, end_position

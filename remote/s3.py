@@ -40,7 +40,7 @@ from remote.storage import (
     RemoteObject,
     RemoteStorageManager,
 )
-from remote.streams import check_range, verifying_stream
+from remote.streams import verifying_stream
 from rlmm.errors import ConfigError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -222,14 +222,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
 
     # --- fetch -------------------------------------------------------------------------
 
-    def fetch_log_segment(
-        self,
-        metadata: RemoteLogSegmentMetadata,
-        start_position: int,
-        end_position: int | None = None,
+    def _open_log_range(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
     ) -> BinaryIO:
         self._check_open()
-        check_range(metadata, start_position, end_position)
         key = self.key_of(metadata, None)
         params: dict[str, Any] = {}
         if start_position > 0 or end_position is not None:

@@ -16,9 +16,10 @@ Invariants:
   relative to the root or prefix exactly so, so an inventory can be compared with the
   metadata.
 
-Object names are ``remote.naming``'s, the manifest ``remote.manifest``'s, byte ranges
-and the verifying stream ``remote.streams``'s, the factory ``remote.registry``'s:
-import them from there.
+Object names are ``remote.naming``'s, the manifest ``remote.manifest``'s, a range
+clamped to an object and the verifying stream ``remote.streams``'s, the factory
+``remote.registry``'s: import them from there. Which ranges a fetch may ask for is
+checked here, in ``RemoteReader.fetch_log_segment``, before any backend or layout reads.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, BinaryIO, Self
 
-from remote.errors import RemoteStorageError
+from remote.errors import InvalidRangeError, RemoteStorageError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
 if TYPE_CHECKING:
@@ -120,6 +121,32 @@ class MultipartUpload:
     initiated_ms: int
 
 
+# --- fetch ranges ----------------------------------------------------------------------
+
+
+def _check_range(
+    metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
+) -> None:
+    """Validate a fetch range (``end_position`` inclusive, like Kafka's)."""
+    if isinstance(start_position, bool) or not isinstance(start_position, int):
+        raise InvalidRangeError(
+            f"start_position must be an int for {metadata.remote_log_segment_id}"
+        )
+    if start_position < 0:
+        raise InvalidRangeError(
+            f"start_position {start_position} < 0 for segment {metadata.remote_log_segment_id}"
+        )
+    if end_position is not None and (
+        isinstance(end_position, bool)
+        or not isinstance(end_position, int)
+        or end_position < start_position
+    ):
+        raise InvalidRangeError(
+            f"end_position {end_position!r} < start_position {start_position} for segment "
+            f"{metadata.remote_log_segment_id}"
+        )
+
+
 # --- the contracts ---------------------------------------------------------------------
 
 
@@ -128,7 +155,6 @@ class RemoteReader(abc.ABC):
     RemoteLayout: ranged log fetches, whole indexes, and the inventory an operator's
     tools compare with the metadata. Methods are synchronous and thread-safe."""
 
-    @abc.abstractmethod
     def fetch_log_segment(
         self,
         metadata: RemoteLogSegmentMetadata,
@@ -137,7 +163,17 @@ class RemoteReader(abc.ABC):
     ) -> BinaryIO:
         """Stream the segment's bytes from ``start_position`` to ``end_position`` (inclusive,
         clamped to the end of the segment; None = to the end), as Kafka's fetchLogSegment.
-        The caller closes it."""
+        The caller closes it. InvalidRangeError for a range Kafka could not ask for."""
+        # Checked here, once for every backend and layout, so none of them opens or
+        # requests anything for a range that no segment could satisfy.
+        _check_range(metadata, start_position, end_position)
+        return self._open_log_range(metadata, start_position, end_position)
+
+    @abc.abstractmethod
+    def _open_log_range(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
+    ) -> BinaryIO:
+        """``fetch_log_segment``'s stream, for a range already checked to be well formed."""
 
     @abc.abstractmethod
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:

@@ -13,33 +13,9 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from remote.errors import InvalidRangeError, RemoteIntegrityError, RemoteStorageError
 from remote.manifest import crc32c_of
-from rlmm.model import RemoteLogSegmentMetadata
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
-
-
-def check_range(
-    metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
-) -> None:
-    """Validate a fetch range (``end_position`` inclusive, like Kafka's)."""
-    if isinstance(start_position, bool) or not isinstance(start_position, int):
-        raise InvalidRangeError(
-            f"start_position must be an int for {metadata.remote_log_segment_id}"
-        )
-    if start_position < 0:
-        raise InvalidRangeError(
-            f"start_position {start_position} < 0 for segment {metadata.remote_log_segment_id}"
-        )
-    if end_position is not None and (
-        isinstance(end_position, bool)
-        or not isinstance(end_position, int)
-        or end_position < start_position
-    ):
-        raise InvalidRangeError(
-            f"end_position {end_position!r} < start_position {start_position} for segment "
-            f"{metadata.remote_log_segment_id}"
-        )
 
 
 def resolve_range(
@@ -141,4 +117,4 @@ def verifying_stream(
     return io.BufferedReader(raw, buffer_size=256 * 1024)
 
 
-__all__ = ["check_range", "resolve_range", "verifying_stream"]
+__all__ = ["resolve_range", "verifying_stream"]

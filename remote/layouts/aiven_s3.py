@@ -51,7 +51,7 @@ from remote.layouts._aiven_transforms import (
 from remote.naming import LOG_LABEL, ObjectName, SegmentNaming, index_label
 from remote.registry import check_layout_matches
 from remote.storage import IndexType, MultipartUpload, RemoteObject
-from remote.streams import check_range, resolve_range, verifying_stream
+from remote.streams import resolve_range, verifying_stream
 from rlmm.errors import ConfigError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -333,13 +333,9 @@ class AivenS3Layout(RemoteLayout):
             object_name=self._name(key),
         )
 
-    def fetch_log_segment(
-        self,
-        metadata: RemoteLogSegmentMetadata,
-        start_position: int,
-        end_position: int | None = None,
+    def _open_log_range(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
     ) -> BinaryIO:
-        check_range(metadata, start_position, end_position)
         segment = self._segment(metadata)
         index = segment.manifest.chunk_index
         key = self._key(metadata, LOG)

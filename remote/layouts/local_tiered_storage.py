@@ -23,7 +23,7 @@ from remote.errors import InvalidRemotePathError, RemoteStorageError
 from remote.layouts import RemoteLayout, SegmentObject
 from remote.naming import LOG_LABEL, ObjectName, SegmentNaming, index_label
 from remote.storage import IndexType, RemoteObject
-from remote.streams import check_range, verifying_stream
+from remote.streams import verifying_stream
 from rlmm.errors import ConfigError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -124,13 +124,9 @@ class LocalTieredStorageLayout(RemoteLayout):
 
     # --- reading ------------------------------------------------------------------------
 
-    def fetch_log_segment(
-        self,
-        metadata: RemoteLogSegmentMetadata,
-        start_position: int,
-        end_position: int | None = None,
+    def _open_log_range(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
     ) -> BinaryIO:
-        check_range(metadata, start_position, end_position)
         path = self._path(self.log_object_name(metadata))
         opened = open_range(
             path, f"log segment of {metadata.remote_log_segment_id}", start_position, end_position

@@ -100,11 +100,8 @@ class RlmmLayout(RemoteLayout):
     def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
         return partition_prefix(topic_id_partition)
 
-    def fetch_log_segment(
-        self,
-        metadata: RemoteLogSegmentMetadata,
-        start_position: int,
-        end_position: int | None = None,
+    def _open_log_range(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None
     ) -> BinaryIO:
         if SegmentManifest.of(metadata) is None:
             # Not written by rlmm's offloader: make sure the objects are in our layout
