@@ -22,10 +22,14 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgpack
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._machine import cpu_model
 from rlmm.codec import FAST_BUILD, FAST_UUID, decode, encode
 from rlmm.model import (
     RemoteLogMetadata,
@@ -37,17 +41,6 @@ from rlmm.model import (
 )
 
 TARGET_ROUND_TRIPS_PER_S = 100_000
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def make_corpus(

@@ -23,7 +23,6 @@ import logging
 import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,16 +49,11 @@ from rlmm.model import (  # noqa: E402
     TopicIdPartition,
 )
 from rlmm.offload import LogDirSource, RemoteLogManager, RetentionSettings  # noqa: E402
+from tests.fixtures.ports import free_port  # noqa: E402
 
 MiB = 1024 * 1024
 BUCKET = "rlmm-bench"
 TARGET_RATIO = 0.8
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_logs(logs: Path, size: int, partitions: int, segment: int) -> list[PartitionDir]:

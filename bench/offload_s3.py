@@ -24,7 +24,6 @@ import logging
 import os
 import platform
 import random
-import socket
 import statistics
 import sys
 import tempfile
@@ -38,24 +37,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._machine import cpu_model  # noqa: E402
+from tests.fixtures.ports import free_port  # noqa: E402
+
 MiB = 1024 * 1024
 BUCKET = "rlmm-bench"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_file(path: Path, size: int, rnd: random.Random) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._machine import cpu_model
 from remote.segments import (
     PartitionDirWriter,
     ProducerRecord,
@@ -33,16 +34,6 @@ from remote.segments import (
 from remote.segments.batch import DEFAULT_CHUNK_SIZE
 
 MB = 1 << 20
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _generate(parent: Path, size_mb: int, batch_records: int, value_size: int) -> Path:
@@ -130,7 +121,7 @@ def main() -> None:
         "benchmark": "segment_scan",
         "machine": {
             "cpu_count": os.cpu_count(),
-            "cpu_model": _cpu_model(),
+            "cpu_model": cpu_model(),
             "python": platform.python_version(),
             "platform": platform.platform(),
         },

@@ -41,7 +41,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -55,15 +54,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.fixtures.ports import free_port  # noqa: E402
+
 MiB = 1024 * 1024
 SIDES = ("bounded", "baseline")  # the sidecar as it ships; glibc's defaults
 TARGET_MIB_PER_HOUR = 5.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- the child: the real CLI, plus a sampler of glibc's statistics ---------------------

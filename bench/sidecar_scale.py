@@ -54,8 +54,9 @@ import psutil  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from bench._machine import machine  # noqa: E402
-from bench.offload_pipeline import config_for, free_port, pipeline  # noqa: E402
+from bench.offload_pipeline import config_for, pipeline  # noqa: E402
 from remote.segments import PartitionDir, PartitionDirWriter, generate_records  # noqa: E402
+from tests.fixtures.ports import free_port  # noqa: E402
 
 MiB = 1024 * 1024
 TOPICS = 40

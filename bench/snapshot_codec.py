@@ -28,6 +28,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._machine import cpu_model
 from snapshot import Snapshot, SnapshotStore, decode_snapshot, encode_snapshot
 
 
@@ -65,16 +66,6 @@ def best_of(repeat: int, fn: Callable[[], Any]) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return round(min(times), 4)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def max_rss_bytes() -> int:
