@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
 from rlmm.codec import encode
 from rlmm.model import (
@@ -287,20 +287,6 @@ class PartitionLines:
 # -- topics and synthetic events -------------------------------------------------------------
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=120_000)
-    await admin.start()
-    try:
-        response = await admin.create_topics(
-            [NewTopic(topic, partitions, 1, topic_configs=configs)]
-        )
-        for name, code, *message in response.topic_errors:
-            if code != 0:
-                raise RuntimeError(f"CreateTopics {name}: error {code} {message}")
-    finally:
-        await admin.close()
-
-
 def topic_id(broker: ApacheKafkaBroker, topic: str) -> uuid.UUID:
     """The topic's id, from ``partition.metadata`` in its first partition's log dir."""
     path = broker.data_dir / f"{topic}-0" / "partition.metadata"
@@ -478,7 +464,6 @@ __all__ = [
     "PartitionLines",
     "alive",
     "build_plugin_jar",
-    "create_topic",
     "new_broker",
     "proc_sample",
     "sample_window",

@@ -65,7 +65,6 @@ from uuid import uuid4
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
@@ -78,7 +77,6 @@ from bench._plugin_brokers import (
     ServeProbe,
     alive,
     build_plugin_jar,
-    create_topic,
     new_broker,
     proc_sample,
     sample_window,
@@ -89,6 +87,7 @@ from bench._plugin_brokers import (
     wait_serving,
     write_events,
 )
+from bench._topic import create_topic, local_bases, producer_performance, roll
 from rlmm.model import TopicIdPartition
 from tests.fixtures.apache_kafka import (
     KAFKA_VERSION,
@@ -118,10 +117,6 @@ def ratio(ours: float | None, base: float | None) -> float | None:
     if not ours or not base:
         return None
     return round(ours / base, 2)
-
-
-def local_bases(broker: ApacheKafkaBroker, topic: str, p: int) -> list[int]:
-    return sorted(int(f.stem) for f in (broker.data_dir / f"{topic}-{p}").glob("*.log"))
 
 
 # -- figure 1 and 2: tiering a backlog, then a consumer catching up from offset 0 -----------
@@ -195,23 +190,6 @@ def topic_configs(segment_bytes: int, copy_disabled: bool) -> dict[str, str]:
     }
 
 
-async def roll(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """One record per partition timestamped 30 min ahead (more than segment.ms past the
-    active segment's first record): it rolls that segment. Their offsets."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        ahead = int(time.time() * 1000) + 1_800_000
-        return {
-            p: (
-                await producer.send_and_wait(topic, b"roll", partition=p, timestamp_ms=ahead)
-            ).offset
-            for p in range(partitions)
-        }
-    finally:
-        await producer.stop()
-
-
 async def alter_topic(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
     """AlterConfigs (not incremental: every config the topic was created with is given)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -259,15 +237,7 @@ def tier_once(
     )
     records = args.backlog_mib * MiB // args.record_size
     t0 = time.perf_counter()
-    done = run_java(
-        broker.libs, "org.apache.kafka.tools.ProducerPerformance",
-        "--topic", topic, "--num-records", str(records), "--record-size", str(args.record_size),
-        "--throughput", "-1", "--producer-props", f"bootstrap.servers={broker.bootstrap}",
-        "acks=1", "linger.ms=20", "batch.size=262144",
-        timeout=1800, heap="512m",
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"ProducerPerformance failed:\n{done.stdout}{done.stderr}")
+    producer_performance(broker, topic, records, args.record_size, timeout=1800)
     produce_s = time.perf_counter() - t0
     rolls = asyncio.run(roll(broker.bootstrap, topic, args.partitions))
     rolled = {

@@ -38,47 +38,27 @@ from uuid import uuid4
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench._machine import machine
+from bench._topic import create_topic, producer_performance, roll
 from tests.fixtures.apache_kafka import (
     KAFKA_VERSION,
     ApacheKafkaBroker,
     _dependency,
     fetch_jars,
     require_tools,
-    run_java,
 )
 
 SEGMENT_BYTES = 4 << 20
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        configs = {
-            "remote.storage.enable": "true",
-            "segment.bytes": str(SEGMENT_BYTES),
-            "segment.ms": "600000",
-            "retention.ms": "-1",
-        }
-        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
-    finally:
-        await admin.close()
-
-
-async def roll(bootstrap: str, topic: str, partitions: int) -> None:
-    """One record per partition 30 minutes ahead: it rolls the active segment."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        ahead = int(time.time() * 1000) + 1_800_000
-        for p in range(partitions):
-            await producer.send_and_wait(topic, b"roll", partition=p, timestamp_ms=ahead)
-    finally:
-        await producer.stop()
+TOPIC_CONFIGS = {
+    "remote.storage.enable": "true",
+    "segment.bytes": str(SEGMENT_BYTES),
+    "segment.ms": "600000",
+    "retention.ms": "-1",
+}
 
 
 def wait_tiered(broker: ApacheKafkaBroker, topic: str, partitions: int) -> dict[int, int]:
@@ -214,17 +194,8 @@ def main() -> None:
         source.start()
         target.start()
         topic = f"restore-{uuid4().hex[:8]}"
-        asyncio.run(create_topic(source.bootstrap, topic, args.partitions))
-        done = run_java(
-            source.libs, "org.apache.kafka.tools.ProducerPerformance",
-            "--topic", topic, "--num-records", str(args.records),
-            "--record-size", str(args.record_size), "--throughput", "-1",
-            "--producer-props", f"bootstrap.servers={source.bootstrap}", "acks=1",
-            "linger.ms=20", "batch.size=262144",
-            timeout=900, heap="512m",
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise RuntimeError(f"ProducerPerformance failed:\n{done.stdout}{done.stderr}")
+        asyncio.run(create_topic(source.bootstrap, topic, args.partitions, TOPIC_CONFIGS))
+        producer_performance(source, topic, args.records, args.record_size)
         asyncio.run(roll(source.bootstrap, topic, args.partitions))
         ends = wait_tiered(source, topic, args.partitions)
         tiered = sum(ends.values())  # offsets 0..end-1 of each partition: plain records

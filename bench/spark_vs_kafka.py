@@ -68,11 +68,9 @@ from uuid import uuid4
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
 from bench._machine import machine
 from bench._spark import SPARK_CORES, start_spark
+from bench._topic import create_topic, roll
 from rlmm.offload.logdir import read_offset_checkpoint
 from tests.fixtures.apache_kafka import (
     KAFKA_VERSION,
@@ -158,19 +156,13 @@ public class TimedProducer {
 # -- the topic, the archive ---------------------------------------------------
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int, segment_mb: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        configs = {
-            "segment.bytes": str(segment_mb << 20),
-            "segment.ms": str(ROLL_MS),
-            "retention.ms": "-1",  # the old timestamps are never deleted
-            "message.timestamp.before.max.ms": str(2**63 - 1),
-        }
-        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
-    finally:
-        await admin.close()
+def topic_configs(segment_mb: int) -> dict[str, str]:
+    return {
+        "segment.bytes": str(segment_mb << 20),
+        "segment.ms": str(ROLL_MS),
+        "retention.ms": "-1",  # the old timestamps are never deleted
+        "message.timestamp.before.max.ms": str(2**63 - 1),
+    }
 
 
 def produce(
@@ -188,21 +180,6 @@ def produce(
     )
     if done.returncode != 0:
         raise RuntimeError(f"the timed producer failed:\n{done.stdout}{done.stderr[-4000:]}")
-
-
-async def roll(bootstrap: str, topic: str, partitions: int, ts: int) -> dict[int, int]:
-    """One record per partition stamped ``ts``, more than ``segment.ms`` after the first
-    record of the active segment: it rolls that segment. Returns those records' offsets
-    (the end of what is rolled, so of what the sidecar copies)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        return {
-            p: (await producer.send_and_wait(topic, b"roll", partition=p, timestamp_ms=ts)).offset
-            for p in range(partitions)
-        }
-    finally:
-        await producer.stop()
 
 
 def wait_rolled(broker: ApacheKafkaBroker, topic: str, rolls: dict[int, int]) -> int:
@@ -526,7 +503,9 @@ def main() -> None:
         assert broker.process is not None
         broker_pid = broker.process.pid
         topic = f"day-{uuid4().hex[:8]}"
-        asyncio.run(create_topic(broker.bootstrap, topic, args.partitions, args.segment_mb))
+        asyncio.run(
+            create_topic(broker.bootstrap, topic, args.partitions, topic_configs(args.segment_mb))
+        )
         now = int(time.time()) * 1000
         t_end = now - ROLL_MS - 60_000  # the roll record ("now") rolls the last segment
         t_start = t_end - args.hours * HOUR_MS

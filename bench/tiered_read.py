@@ -32,58 +32,26 @@ from uuid import uuid4
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
 from bench._machine import machine
 from bench._spark import SPARK_CORES, start_spark
+from bench._topic import create_topic, local_bases, producer_performance, roll
 from tests.fixtures.apache_kafka import (
     KAFKA_VERSION,
     METADATA_PARTITIONS,
     ApacheKafkaBroker,
-    run_java,
     spark_kafka_jars,
 )
 
 SEGMENT_BYTES = 16 << 20
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        configs = {
-            "remote.storage.enable": "true",
-            "segment.bytes": str(SEGMENT_BYTES),
-            "segment.ms": "600000",
-            "local.retention.ms": "1000",
-            "retention.ms": "-1",
-        }
-        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
-    finally:
-        await admin.close()
-
-
-async def roll(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """One record per partition with a timestamp 30 minutes ahead: more than the topic's
-    ``segment.ms`` past the active segment's first record, so it rolls that segment;
-    returns those records' offsets."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
-        ahead = int(time.time() * 1000) + 1_800_000  # < message.timestamp.after.max.ms (1 h)
-        return {
-            p: (
-                await producer.send_and_wait(topic, b"roll", partition=p, timestamp_ms=ahead)
-            ).offset
-            for p in range(partitions)
-        }
-    finally:
-        await producer.stop()
-
-
-def local_bases(broker: ApacheKafkaBroker, topic: str, p: int) -> list[int]:
-    return sorted(int(f.stem) for f in (broker.data_dir / f"{topic}-{p}").glob("*.log"))
+TOPIC_CONFIGS = {
+    "remote.storage.enable": "true",
+    "segment.bytes": str(SEGMENT_BYTES),
+    "segment.ms": "600000",
+    "local.retention.ms": "1000",
+    "retention.ms": "-1",
+}
 
 
 def wait_tiered(broker: ApacheKafkaBroker, topic: str, rolls: dict[int, int]) -> dict[int, int]:
@@ -142,18 +110,9 @@ def main() -> None:
     try:
         broker.start()
         topic = f"tiered-{uuid4().hex[:8]}"
-        asyncio.run(create_topic(broker.bootstrap, topic, args.partitions))
+        asyncio.run(create_topic(broker.bootstrap, topic, args.partitions, TOPIC_CONFIGS))
         t0 = time.perf_counter()
-        done = run_java(
-            broker.libs, "org.apache.kafka.tools.ProducerPerformance",
-            "--topic", topic, "--num-records", str(args.records),
-            "--record-size", str(args.record_size), "--throughput", "-1",
-            "--producer-props", f"bootstrap.servers={broker.bootstrap}", "acks=1",
-            "linger.ms=20", "batch.size=262144",
-            timeout=900, heap="512m",
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise RuntimeError(f"ProducerPerformance failed:\n{done.stdout}{done.stderr}")
+        producer_performance(broker, topic, args.records, args.record_size)
         out["produce_s"] = round(time.perf_counter() - t0, 1)
         rolls = asyncio.run(roll(broker.bootstrap, topic, args.partitions))
         t0 = time.perf_counter()
