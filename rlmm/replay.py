@@ -26,10 +26,9 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from eventlog import EventLog
-from rlmm.cache import RemotePartitionMetadataStore
+from rlmm.cache import RemotePartitionMetadataStore, StoreState
 from rlmm.codec import decode
 from rlmm.errors import CodecError, RemoteStorageError, ReplayGapError, SnapshotBlockError
 from rlmm.partitioning import metadata_partition_for
@@ -97,7 +96,7 @@ class MetadataReplay:
         self.store.load_state(staged.to_state(tps))
         self.applied[p] = snap.applied_offsets[p]
 
-    def snapshot_state(self) -> tuple[dict[int, int], list[Any]] | None:
+    def snapshot_state(self) -> tuple[dict[int, int], StoreState] | None:
         """(applied offsets, state) for a snapshot, of the partitions with something
         applied (one with nothing replays from 0 without an entry); None if none has."""
         applied = {p: o for p, o in self.applied.items() if o >= 0}

@@ -31,7 +31,7 @@ from eventlog import EventLog
 from eventlog.file import FileEventLog
 from eventlog.registry import log_start_offsets
 from rlmm.config import RlmmConfig
-from snapshot import Snapshot, SnapshotError, SnapshotStore, load_snapshot_store
+from snapshot import Packable, Snapshot, SnapshotError, SnapshotStore, load_snapshot_store
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class Snapshotter:
         if self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
 
-    async def write(self, applied: dict[int, int], state: object) -> str:
+    async def write(self, applied: dict[int, int], state: Packable) -> str:
         snap = Snapshot(
             partition_count=self._partition_count,
             applied_offsets=applied,

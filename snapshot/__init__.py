@@ -28,6 +28,7 @@ from snapshot.errors import (
 from snapshot.format import (
     FORMAT_VERSION,
     MAGIC,
+    Packable,
     Snapshot,
     decode_snapshot,
     encode_snapshot,
@@ -41,6 +42,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
     "SNAPSHOT_STORE_TYPES",
+    "Packable",
     "Snapshot",
     "SnapshotConfigError",
     "SnapshotCorruptError",

@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import gc
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import NoReturn, TypeAlias
 
 import crc32c
 import msgpack
@@ -64,6 +64,24 @@ TRAILER_SIZE = _TRAILER.size
 # future reader could peek at them without unpacking a large state.
 _FIELDS = ("partition_count", "applied_offsets", "created_ms", "state")
 
+# What a state may be made of: what msgpack packs. It packs a tuple as a list and a
+# bytearray or memoryview as bytes, so a decoded state holds only lists, dicts, bytes,
+# str and scalars (its map keys: the str, int or bytes written).
+Packable: TypeAlias = (
+    bool
+    | int
+    | float
+    | str
+    | bytes
+    | bytearray
+    | memoryview
+    | Sequence["Packable"]
+    | Mapping[str, "Packable"]
+    | Mapping[int, "Packable"]
+    | Mapping[bytes, "Packable"]
+    | None
+)
+
 # msgpack stores ints up to 64 bits; offsets and timestamps are Kafka int64s.
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
@@ -80,7 +98,7 @@ class Snapshot:
 
     partition_count: int
     applied_offsets: Mapping[int, int]
-    state: Any
+    state: Packable
     created_ms: int
 
     # The state is usually a list, so a Snapshot is not hashable.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from rlmm.cache._block import BlockError
 from rlmm.cache._columns import DEAD
 from rlmm.cache._state import RemoteLogLeaderEpochState
-from rlmm.cache.metadata_store import RemotePartitionMetadataStore
+from rlmm.cache.metadata_store import RemotePartitionMetadataStore, StoreState
 from rlmm.cache.partition import RemoteLogMetadataCache, SegmentsView
 from rlmm.cache.summary import SegmentSummary
 
@@ -27,4 +27,5 @@ __all__ = [
     "RemotePartitionMetadataStore",
     "SegmentSummary",
     "SegmentsView",
+    "StoreState",
 ]

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Sequence
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Final, Literal, TypeAlias, TypeGuard
 
 import msgpack
 
@@ -60,12 +60,21 @@ class BlockError(ValueError):
     """The bytes are not a consistent block of the expected partition."""
 
 
-def segment_to_state(m: RemoteLogSegmentMetadata) -> list[Any]:
+# One segment in snapshot format 1 and block version 2: uuid bytes, start offset, end
+# offset, max timestamp, broker, event timestamp, size, [epoch, start offset, ...],
+# state, custom metadata, txn index empty. Written as this tuple, read back from msgpack
+# as a list of the same fields (segment_fields takes either).
+SegmentFields: TypeAlias = tuple[
+    bytes, int, int, int, int, int, int, list[int], int, bytes | None, bool
+]
+
+
+def segment_to_state(m: RemoteLogSegmentMetadata) -> SegmentFields:
     """msgpack-ready fields of one segment (snapshot format 1 and block version 2)."""
     epochs: list[int] = []
     for epoch, start in m.segment_leader_epochs.items():
         epochs += (epoch, start)
-    return [
+    return (
         m.remote_log_segment_id.id.bytes,
         m.start_offset,
         m.end_offset,
@@ -77,11 +86,48 @@ def segment_to_state(m: RemoteLogSegmentMetadata) -> list[Any]:
         int(m.state),
         m.custom_metadata,
         m.txn_index_empty,
-    ]
+    )
 
 
-def load_rows(cols: SegmentColumns, items: Sequence[Any]) -> None:
-    """Append :func:`segment_to_state` lists as rows, in order (row i = items[i])."""
+def is_fields(value: object) -> TypeGuard[list[object] | tuple[object, ...]]:
+    """A record of a snapshot state: a tuple as written, a list as msgpack reads it."""
+    return isinstance(value, (list, tuple))
+
+
+def is_ints(value: object) -> TypeGuard[list[int]]:
+    # type(), not isinstance: msgpack gives a bool for true/false, never for a number.
+    return isinstance(value, list) and all(type(v) is int for v in value)
+
+
+def is_bytes_list(value: object) -> TypeGuard[list[bytes]]:
+    return isinstance(value, list) and all(isinstance(v, bytes) for v in value)
+
+
+def segment_fields(item: object) -> SegmentFields:
+    """:func:`segment_to_state`'s fields of ``item`` (its tuple, or the list msgpack
+    gives back for one); ValueError if it is not such a record."""
+    if not is_fields(item) or len(item) != 11:
+        raise ValueError(f"a segment is {type(item).__name__}, not 11 fields")
+    raw, start, end, max_ts, broker, event_ts, size, flat, state, custom, txn = item
+    if not (
+        isinstance(raw, bytes)
+        and type(start) is int
+        and type(end) is int
+        and type(max_ts) is int
+        and type(broker) is int
+        and type(event_ts) is int
+        and type(size) is int
+        and is_ints(flat)
+        and type(state) is int
+        and (custom is None or isinstance(custom, bytes))
+        and isinstance(txn, int)
+    ):
+        raise ValueError("a segment's fields are of the wrong types")
+    return raw, start, end, max_ts, broker, event_ts, size, flat, state, custom, bool(txn)
+
+
+def load_rows(cols: SegmentColumns, items: Iterable[SegmentFields]) -> None:
+    """Append :func:`segment_to_state` records as rows, in order (row i = items[i])."""
     for raw, start, end, max_ts, broker, event_ts, size, flat, state, custom, txn in items:
         cols.append_raw(raw, (start, end, max_ts, broker, event_ts, size), flat, state, custom, txn)
 
@@ -116,7 +162,10 @@ def encode_block(
         ],
     ]
     head: bytes = msgpack.packb(header, use_bin_type=True)
-    parts: list[Any] = [_PREFIX.pack(MAGIC, len(head)), head]
+    parts: list[bytes | bytearray | memoryview | array[int]] = [
+        _PREFIX.pack(MAGIC, len(head)),
+        head,
+    ]
     at = _PREFIX.size + len(head)
     parts.append(bytes(_pad(at)))
     at += _pad(at)
@@ -130,13 +179,16 @@ def encode_block(
     return b"".join(parts)
 
 
-def split_block(data: bytes) -> tuple[list[Any], bytes]:
+def split_block(data: bytes) -> tuple[list[object], bytes]:
     """(header, the bytes after it) of a version-4 (or 3) block: for tools and tests."""
     magic, length = _PREFIX.unpack_from(data)
     if magic not in (MAGIC, MAGIC_V3):
         raise BlockError("not a version-4 cache block")
     end = _PREFIX.size + length
-    return msgpack.unpackb(data[_PREFIX.size : end], raw=False), data[end + _pad(end) :]
+    header = msgpack.unpackb(data[_PREFIX.size : end], raw=False)
+    if not isinstance(header, list):
+        raise BlockError(f"the block's header is a {type(header).__name__}, not a list")
+    return header, data[end + _pad(end) :]
 
 
 def decode_v4(owner: SegmentSource, data: bytes, check: bool = True) -> CacheState:
@@ -180,7 +232,7 @@ def decode_v4(owner: SegmentSource, data: bytes, check: bool = True) -> CacheSta
     lengths = [e[1] for e in epochs_state]
     if pos + 20 * sum(lengths) != len(data):
         raise BlockError(f"{len(data)} bytes, not what the header describes")
-    starts_ends: list[tuple[Any, Any]] = []
+    starts_ends: list[tuple[array[int] | memoryview, array[int] | memoryview]] = []
     for n in lengths:
         pair = []
         for _ in range(2):
@@ -216,10 +268,12 @@ def decode_v4(owner: SegmentSource, data: bytes, check: bool = True) -> CacheSta
     return CacheState(cols, epochs, total, None if v3 else data)
 
 
-def _custom_column(pairs: Any, rows: int) -> CustomMetadataColumn:
+def _custom_column(pairs: object, rows: int) -> CustomMetadataColumn:
     """The header's ``[[row, custom metadata], ...]`` as a column; BlockError unless each
     is a row of the block with bytes (checked before anything is sized by a row)."""
     column = CustomMetadataColumn()
+    if not isinstance(pairs, list):
+        raise BlockError(f"custom metadata is a {type(pairs).__name__}, not a list")
     for pair in pairs:
         row, value = pair if isinstance(pair, list) and len(pair) == 2 else (None, None)
         if type(row) is not int or not 0 <= row < rows:
@@ -230,10 +284,19 @@ def _custom_column(pairs: Any, rows: int) -> CustomMetadataColumn:
     return column
 
 
-def _column(view: memoryview, code: str, copy: bool, swap: bool) -> Any:
+# The item codes of the block's columns: all integers.
+_Code: TypeAlias = Literal["B", "i", "q"]
+
+
+def _column(view: memoryview, code: _Code, copy: bool, swap: bool) -> array[int] | memoryview:
     """A view of ``view`` as ``code`` items, or (``copy``) an owned array, byte-swapped if asked."""
     if not copy:
-        return view.cast(code)  # type: ignore[call-overload]
+        return view.cast(code)
+    return _owned_column(view, code, swap)
+
+
+def _owned_column(view: memoryview, code: _Code, swap: bool) -> array[int]:
+    """``view``'s bytes as an array of ``code`` items, byte-swapped if asked."""
     owned = array(code, bytes(view))
     if swap:
         owned.byteswap()
@@ -242,7 +305,7 @@ def _column(view: memoryview, code: str, copy: bool, swap: bool) -> Any:
 
 # ---- version 3 (one column per field) --------------------------------------------------------
 
-_V3_COLUMNS: Final = (
+_V3_COLUMNS: Final[tuple[tuple[str, _Code, int], ...]] = (
     ("uuids", "B", 16),
     ("start", "q", 1),
     ("end", "q", 1),
@@ -261,13 +324,13 @@ def _v3_columns(
     rows: int, flat: int, view: memoryview, pos: int, swap: bool
 ) -> tuple[SegmentColumns, int]:
     """The records of a version-3 block's columns (copied: read once, after an upgrade)."""
-    c: dict[str, Any] = {}
+    c: dict[str, array[int]] = {}
     for name, code, per_row in _V3_COLUMNS:
         count = per_row * rows if per_row else flat
         width = array(code).itemsize * count
         if pos + width > len(view):
             raise ValueError(f"column {name} runs past the end of the block")
-        c[name] = _column(view[pos : pos + width], code, True, swap and code != "B")
+        c[name] = _owned_column(view[pos : pos + width], code, swap and code != "B")
         pos += width
     cols = SegmentColumns()
     uuids, flags = bytes(c["uuids"]), c["flags"]
@@ -316,10 +379,11 @@ def _decode_legacy(owner: SegmentSource, data: bytes) -> CacheState:
         raise BlockError(f"block version {version!r}, expected {BLOCK_VERSION}")
     if topic_id != tp.topic_id.bytes or partition != tp.partition:
         raise BlockError(f"the block holds another partition (partition {partition!r})")
+    segments = [segment_fields(item) for item in segments_state]
     cols = SegmentColumns()
-    load_rows(cols, segments_state)
+    load_rows(cols, segments)
     rows = len(cols)
-    if len({item[0] for item in segments_state}) != rows:
+    if len({item[0] for item in segments}) != rows:
         raise BlockError("a segment id appears twice")
     if total != cols.total_size():
         raise BlockError(f"total size {total!r} is not the sum of the segments' sizes")

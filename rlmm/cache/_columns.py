@@ -40,7 +40,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import compress
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Final
 
 from rlmm import _fast_paths
 from rlmm.cache._custom_column import CustomMetadataColumn
@@ -88,7 +88,7 @@ _MIX: Final = 0x9E3779B97F4A7C15
 _MASK64: Final = (1 << 64) - 1
 
 
-def _slot_hash(raw: bytes | memoryview, mask: int) -> int:
+def _slot_hash(raw: bytes | bytearray | memoryview, mask: int) -> int:
     # uuid4s are random, but tests and tools use small or sequential ids: mix the bits.
     x = int.from_bytes(raw, "little")
     return (((x ^ (x >> 64)) & _MASK64) * _MIX >> 29) & mask
@@ -116,14 +116,14 @@ class SegmentColumns:
     __slots__ = ("custom", "dead", "eps", "frozen", "recs", "table")
 
     def __init__(self) -> None:
-        self.recs: Any = bytearray()  # WIDTH bytes a row (bytearray, or a frozen view)
-        self.eps: Any = array("q")  # epoch, start offset, epoch, ... (array, or a frozen view)
+        self.recs: bytearray | memoryview = bytearray()  # WIDTH bytes a row
+        self.eps: array[int] | memoryview = array("q")  # epoch, start offset, epoch, ...
         self.custom = CustomMetadataColumn()  # every segment rlmm copies has a manifest
         self.dead = 0
         self.frozen = False
         # Open addressing over row + 1 (0: empty), built on the first find(): a restored
         # partition that is only read never pays for it.
-        self.table: Any = None
+        self.table: array[int] | None = None
 
     def __len__(self) -> int:
         return len(self.recs) >> 6
@@ -141,15 +141,21 @@ class SegmentColumns:
 
     def thaw(self) -> None:
         """Copy memoryview columns into owned buffers (before the first write)."""
-        if not self.frozen:
-            return
-        self.recs = bytearray(self.recs)
-        eps = array("q")
-        eps.frombytes(self.eps.cast("B"))
-        self.eps = eps
-        self.frozen = False
+        self.owned()
 
-    def raw_columns(self) -> list[Any]:
+    def owned(self) -> tuple[bytearray, array[int]]:
+        """``recs`` and ``eps``, thawed first if they are views (for a write)."""
+        recs, eps = self.recs, self.eps
+        if isinstance(recs, bytearray) and isinstance(eps, array):
+            return recs, eps
+        owned_recs = bytearray(recs)
+        owned_eps = array("q")
+        owned_eps.frombytes(memoryview(eps).cast("B"))
+        self.recs, self.eps = owned_recs, owned_eps
+        self.frozen = False
+        return owned_recs, owned_eps
+
+    def raw_columns(self) -> list[bytearray | memoryview | array[int]]:
         """The buffers the block format stores, in its order."""
         return [self.recs, self.eps]
 
@@ -191,10 +197,10 @@ class SegmentColumns:
 
     def _push(self, record: bytes, flat_epochs: Iterable[int]) -> int:
         # Packed first (by the callers), so a value out of range changes nothing.
-        self.thaw()
+        recs, eps = self.owned()
         row = len(self)
-        self.eps.extend(flat_epochs)
-        self.recs += record
+        eps.extend(flat_epochs)
+        recs += record
         return row
 
     def append(self, m: RemoteLogSegmentMetadata) -> int:
@@ -220,7 +226,7 @@ class SegmentColumns:
         if m.custom_metadata is not None:
             self.custom.set(row, m.custom_metadata)
         if self.table is not None:
-            self._index(row, raw)
+            self._index(self.table, row, raw)
         return row
 
     def append_raw(
@@ -274,14 +280,12 @@ class SegmentColumns:
 
     def compact(self) -> list[int]:
         """Drop dead rows; returns old row -> new row (-1 for a dropped one)."""
-        self.thaw()
-        recs = self.recs
+        recs, eps = self.owned()
         keep = [r for r in range(len(self)) if not recs[(r << 6) + TAIL] & DEAD]
         remap = [-1] * len(self)
         for new, old in enumerate(keep):
             remap[old] = new
         out = bytearray()
-        eps = self.eps
         new_eps = array("q")
         for r in keep:
             record = recs[r << 6 : (r + 1) << 6]
@@ -298,8 +302,7 @@ class SegmentColumns:
 
     # ---- the id index --------------------------------------------------------------------------
 
-    def _index(self, row: int, raw: bytes | memoryview) -> None:
-        table = self.table
+    def _index(self, table: array[int], row: int, raw: bytes | memoryview) -> None:
         if 2 * (len(self) + 1) > len(table):
             self._build_table()
             return
@@ -309,7 +312,7 @@ class SegmentColumns:
             h = (h + 1) & mask
         table[h] = row + 1
 
-    def _build_table(self) -> None:
+    def _build_table(self) -> array[int]:
         capacity = 16
         while capacity < 2 * (len(self) + 1):
             capacity *= 2
@@ -325,12 +328,11 @@ class SegmentColumns:
                 h = (h + 1) & mask
             table[h] = row + 1
         self.table = table
+        return table
 
     def find(self, raw: bytes) -> int:
         """The live row of the segment with uuid bytes ``raw``, or -1."""
-        if self.table is None:
-            self._build_table()
-        table = self.table
+        table = self.table if self.table is not None else self._build_table()
         mask = len(table) - 1
         h = _slot_hash(raw, mask)
         recs = self.recs

@@ -14,7 +14,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from typing import Any, NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from rlmm.cache._columns import SegmentColumns
 from rlmm.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
@@ -48,18 +48,25 @@ class RemoteLogLeaderEpochState:
 
     def __init__(self, owner: SegmentSource | None = None) -> None:
         self._owner = owner  # to build objects for the compatibility views
-        self.starts: Any = array("q")
-        self.ends: Any = array("q")  # last offset of this epoch inside rows[i]
-        self.rows: Any = array("i")
+        # Owned arrays, or views of the block the state was decoded from (thaw()).
+        self.starts: array[int] | memoryview = array("q")
+        self.ends: array[int] | memoryview = array("q")  # last offset of this epoch inside rows[i]
+        self.rows: array[int] | memoryview = array("i")
         self.unreferenced_rows: set[int] = set()
         self.highest_offset: int | None = None
         self.size_bytes = 0
 
     def thaw(self) -> None:
-        if not isinstance(self.rows, array):
-            self.starts = _owned("q", self.starts)
-            self.ends = _owned("q", self.ends)
-            self.rows = _owned("i", self.rows)
+        self.owned()
+
+    def owned(self) -> tuple[array[int], array[int], array[int]]:
+        """``starts``, ``ends`` and ``rows``, thawed first if they are views (for a write)."""
+        starts, ends, rows = self.starts, self.ends, self.rows
+        if isinstance(starts, array) and isinstance(ends, array) and isinstance(rows, array):
+            return starts, ends, rows
+        owned = _owned("q", starts), _owned("q", ends), _owned("i", rows)
+        self.starts, self.ends, self.rows = owned
+        return owned
 
     def is_empty(self) -> bool:
         return not self.starts and not self.unreferenced_rows
@@ -85,7 +92,7 @@ class RemoteLogLeaderEpochState:
         # A leader that re-uploads a range (after a leader change) supersedes every
         # mapping that starts at or after its start, as long as it reaches at least as
         # far as what this epoch already had: those segments stay listed, unreferenced.
-        starts, ends, rows = self.starts, self.ends, self.rows
+        starts, ends, rows = self.owned()
         while (
             starts
             and starts[-1] >= start
@@ -109,11 +116,12 @@ class RemoteLogLeaderEpochState:
             self.highest_offset = epoch_end
 
     def mark_deleting(self, start: int, row: int) -> None:
-        i = bisect_left(self.starts, start)
-        if i < len(self.starts) and self.starts[i] == start and self.rows[i] == row:
-            del self.starts[i]
-            del self.ends[i]
-            del self.rows[i]
+        starts, ends, rows = self.owned()
+        i = bisect_left(starts, start)
+        if i < len(starts) and starts[i] == start and rows[i] == row:
+            del starts[i]
+            del ends[i]
+            del rows[i]
         self.unreferenced_rows.add(row)
 
     def remove(self, row: int) -> None:
@@ -149,9 +157,9 @@ class CacheState(NamedTuple):
     block: bytes | None  # the bytes the columns are views of (None: they own their arrays)
 
 
-def _owned(code: str, view: Any) -> array[Any]:
+def _owned(code: Literal["i", "q"], view: array[int] | memoryview) -> array[int]:
     owned = array(code)
-    owned.frombytes(view.cast("B"))
+    owned.frombytes(memoryview(view).cast("B"))
     return owned
 
 

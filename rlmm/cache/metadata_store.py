@@ -26,10 +26,10 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from collections.abc import Set as AbstractSet
-from typing import Any, TypeVar, overload
+from typing import TypeAlias, TypeVar, overload
 
-from rlmm.cache._block import BlockError
-from rlmm.cache.partition import RemoteLogMetadataCache
+from rlmm.cache._block import BlockError, is_bytes_list, is_fields
+from rlmm.cache.partition import CacheFields, RemoteLogMetadataCache, cache_fields
 from rlmm.codec import decode, encode
 from rlmm.errors import (
     CodecError,
@@ -121,6 +121,19 @@ class _RecentDeletes:
             return
         self._tps = {k: tp for k, tp in self._tps.items() if tp not in gone}
         self._order = deque(k for k in self._order if k in self._tps)
+
+
+# A partition's delete in a snapshot: its state, event timestamp and broker.
+DeleteFields: TypeAlias = tuple[int, int, int]
+# One partition in a snapshot (format 2): topic id bytes, topic, partition, its cache's
+# block (None: no cache), its delete (None: none), its queued events' encodings, its
+# recently deleted segment ids' bytes. Written as tuples; msgpack reads them back as
+# lists (load_state takes either). Format 1 had the first five fields only, the cache
+# as its CacheFields instead of a block (read with the last two empty).
+PartitionFields: TypeAlias = tuple[
+    bytes, str, int, bytes | CacheFields | None, DeleteFields | None, list[bytes], list[bytes]
+]
+StoreState: TypeAlias = list[PartitionFields]
 
 
 class _Cold:
@@ -386,7 +399,7 @@ class RemotePartitionMetadataStore:
 
     # ---- snapshot state --------------------------------------------------------------------
 
-    def to_state(self, tps: Iterable[TopicIdPartition]) -> list[Any]:
+    def to_state(self, tps: Iterable[TopicIdPartition]) -> StoreState:
         """msgpack-ready copy of the given partitions (snapshot format 2).
 
         Per partition ``[topic_id, topic, partition, block, delete, queued events,
@@ -396,7 +409,7 @@ class RemotePartitionMetadataStore:
         the state after a retried DELETE_SEGMENT_FINISHED) the same as a full replay's.
         """
         deleted = self._deleted.by_partition()
-        out: list[Any] = []
+        out: StoreState = []
         for tp in tps:
             cache = self._live.get(tp)
             cold = self._cold.get(tp)
@@ -408,38 +421,42 @@ class RemotePartitionMetadataStore:
                 block = cache.to_block() if cache is not None else None
                 pending = []
             out.append(
-                [
+                (
                     tp.topic_id.bytes,
                     tp.topic,
                     tp.partition,
                     block,
                     None
                     if delete is None
-                    else [int(delete.state), delete.event_timestamp_ms, delete.broker_id],
+                    else (int(delete.state), delete.event_timestamp_ms, delete.broker_id),
                     pending,
                     deleted.get(tp, []),
-                ]
+                )
             )
         return out
 
-    def load_state(self, state: Iterable[Any], source: str = "a snapshot") -> None:
-        """Add the partitions of a :meth:`to_state` copy (replacing what is there).
+    def load_state(self, state: object, source: str = "a snapshot") -> None:
+        """Add the partitions of a :meth:`to_state` copy, or of the lists msgpack reads
+        back for one (replacing what is there); ValueError if it has another shape.
 
         Format-2 blocks stay encoded until first use; a format-1 state (nested lists,
         five fields per partition) is decoded at once. ``source`` names the snapshot
         in the error a corrupt block raises.
         """
+        if not is_fields(state):
+            raise ValueError(f"{source}: the state is a {type(state).__name__}, not a list")
         for entry in state:
-            topic_id, topic, partition, cache_state, delete = entry[:5]
+            topic_id, topic, partition, cache_state, delete, pending, deleted = _partition(
+                entry, source
+            )
             tp = TopicIdPartition(uuid.UUID(bytes=topic_id), topic, partition)
             self.caches.discard(tp)
             self.delete_states.pop(tp, None)
-            if len(entry) > 6:
-                for raw in entry[6]:
-                    self._deleted.add(tp, uuid.UUID(bytes=raw))
+            for raw in deleted:
+                self._deleted.add(tp, uuid.UUID(bytes=raw))
             if isinstance(cache_state, bytes):
-                pending = list(entry[5]) if len(entry) > 5 else []
-                self._cold[tp] = _Cold(cache_state, pending, source)
+                queued: list[RemoteLogMetadata | bytes] = list(pending)
+                self._cold[tp] = _Cold(cache_state, queued, source)
             elif cache_state is not None:
                 self._live[tp] = RemoteLogMetadataCache.from_state(tp, cache_state)
             if delete is not None:
@@ -463,3 +480,37 @@ class RemotePartitionMetadataStore:
                 continue
             out.append((tp.topic_id, tp.partition, fp_cache, fp_delete))
         return out
+
+
+def _partition(entry: object, source: str) -> PartitionFields:
+    """The fields of one partition of a snapshot state (format 2, or 1); ValueError
+    naming ``source`` if it has another shape."""
+    if not is_fields(entry) or not 5 <= len(entry) <= 7:
+        raise ValueError(f"{source}: a partition's state is not 5 to 7 fields")
+    topic_id, topic, partition, cache_state, delete = entry[:5]
+    pending = entry[5] if len(entry) > 5 else []
+    deleted = entry[6] if len(entry) > 6 else []
+    if not (
+        isinstance(topic_id, bytes)
+        and isinstance(topic, str)
+        and type(partition) is int
+        and is_bytes_list(pending)
+        and is_bytes_list(deleted)
+    ):
+        raise ValueError(f"{source}: a partition's state has fields of the wrong types")
+    fields = None if delete is None else _delete_fields(delete)
+    if fields is None and delete is not None:
+        raise ValueError(f"{source}: partition {partition}'s delete is not 3 integers")
+    if cache_state is None or isinstance(cache_state, bytes):
+        return topic_id, topic, partition, cache_state, fields, pending, deleted
+    return topic_id, topic, partition, cache_fields(cache_state), fields, pending, deleted
+
+
+def _delete_fields(delete: object) -> DeleteFields | None:
+    """``[state, event timestamp, broker]`` as its fields; None if it is not that."""
+    if not is_fields(delete) or len(delete) != 3:
+        return None
+    state, timestamp, broker = delete
+    if type(state) is int and type(timestamp) is int and type(broker) is int:
+        return state, timestamp, broker
+    return None

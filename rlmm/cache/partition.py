@@ -17,9 +17,19 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TypeAlias
 
-from rlmm.cache._block import decode_block, decode_v4, encode_block, load_rows, segment_to_state
+from rlmm.cache._block import (
+    SegmentFields,
+    decode_block,
+    decode_v4,
+    encode_block,
+    is_bytes_list,
+    is_fields,
+    load_rows,
+    segment_fields,
+    segment_to_state,
+)
 from rlmm.cache._columns import TXN_EMPTY, SegmentColumns
 from rlmm.cache._state import CacheState, RemoteLogLeaderEpochState
 from rlmm.cache.summary import SegmentSummary
@@ -43,6 +53,13 @@ _DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
 MEMO_SIZE = 8
 # Dead rows are dropped once they are this many and at least as many as the live ones.
 COMPACT_MIN = 64
+
+# One leader epoch in snapshot format 1: the epoch, its index [[start offset, segment
+# uuid bytes], ...], its unreferenced segments' uuid bytes, its highest offset.
+EpochFields: TypeAlias = tuple[int, list[tuple[int, bytes]], list[bytes], int | None]
+# One partition's cache in snapshot format 1: its segments, then its epochs. Written as
+# tuples; msgpack reads them back as lists (cache_fields takes either).
+CacheFields: TypeAlias = tuple[list[SegmentFields], list[EpochFields]]
 
 
 class SegmentsView(Mapping[RemoteLogSegmentId, RemoteLogSegmentMetadata]):
@@ -375,24 +392,25 @@ class RemoteLogMetadataCache:
         self._memo.clear()
         self._block = state.block
 
-    def to_state(self) -> list[Any]:
+    def to_state(self) -> CacheFields:
         """Snapshot format 1: segments, then per epoch the exact index and sets."""
         cols = self.columns
         segments = [segment_to_state(self.segment_at(r, memo=False)) for r in cols.live_rows()]
         epochs = [
-            [
+            (
                 epoch,
-                [[start, cols.uuid_bytes(r)] for start, r in zip(st.starts, st.rows, strict=True)],
+                [(start, cols.uuid_bytes(r)) for start, r in zip(st.starts, st.rows, strict=True)],
                 [cols.uuid_bytes(r) for r in st.unreferenced_rows],
                 st.highest_offset,
-            ]
+            )
             for epoch, st in self.epochs.items()
         ]
-        return [segments, epochs]
+        return segments, epochs
 
     @classmethod
-    def from_state(cls, tp: TopicIdPartition, state: list[Any]) -> RemoteLogMetadataCache:
-        """Rebuild from format-1 :meth:`to_state` output (trusted: from a CRC-checked file)."""
+    def from_state(cls, tp: TopicIdPartition, state: CacheFields) -> RemoteLogMetadataCache:
+        """Rebuild from format-1 :meth:`to_state` output (:func:`cache_fields` reads it
+        from a snapshot; its values are trusted: from a CRC-checked file)."""
         segments_state, epochs_state = state
         cache = cls(tp)
         load_rows(cache.columns, segments_state)
@@ -436,6 +454,39 @@ class RemoteLogMetadataCache:
         )
 
 
+def cache_fields(state: object) -> CacheFields:
+    """:meth:`RemoteLogMetadataCache.to_state`'s fields of ``state`` (its tuples, or the
+    lists msgpack gives back for them); ValueError if it is not such a state."""
+    if not is_fields(state) or len(state) != 2:
+        raise ValueError(f"a format-1 cache state is {type(state).__name__}, not 2 fields")
+    segments, epochs = state
+    if not isinstance(segments, list) or not isinstance(epochs, list):
+        raise ValueError("a format-1 cache state holds no lists of segments and epochs")
+    return [segment_fields(item) for item in segments], [_epoch_fields(e) for e in epochs]
+
+
+def _epoch_fields(item: object) -> EpochFields:
+    if not is_fields(item) or len(item) != 4:
+        raise ValueError(f"a format-1 epoch is {type(item).__name__}, not 4 fields")
+    epoch, index, unreferenced, highest = item
+    if not (
+        type(epoch) is int
+        and isinstance(index, list)
+        and is_bytes_list(unreferenced)
+        and (highest is None or type(highest) is int)
+    ):
+        raise ValueError(f"epoch {epoch!r}: fields of the wrong types")
+    pairs = []
+    for pair in index:
+        if not is_fields(pair) or len(pair) != 2:
+            raise ValueError(f"epoch {epoch}: an index entry is not [start offset, segment]")
+        start, raw = pair
+        if type(start) is not int or not isinstance(raw, bytes):
+            raise ValueError(f"epoch {epoch}: an index entry of the wrong types")
+        pairs.append((start, raw))
+    return epoch, pairs, unreferenced, highest
+
+
 def _epoch_end(cols: SegmentColumns, row: int, leader_epoch: int) -> int:
     """Last offset of ``leader_epoch`` inside the segment: the next epoch bounds it."""
     for epoch, start in cols.epoch_items(row):
@@ -444,4 +495,4 @@ def _epoch_end(cols: SegmentColumns, row: int, leader_epoch: int) -> int:
     return cols.end_of(row)
 
 
-__all__ = ["RemoteLogMetadataCache", "SegmentsView"]
+__all__ = ["CacheFields", "EpochFields", "RemoteLogMetadataCache", "SegmentsView", "cache_fields"]
