@@ -503,7 +503,11 @@ def _partition(entry: object, source: str) -> PartitionFields:
         raise ValueError(f"{source}: partition {partition}'s delete is not 3 integers")
     if cache_state is None or isinstance(cache_state, bytes):
         return topic_id, topic, partition, cache_state, fields, pending, deleted
-    return topic_id, topic, partition, cache_fields(cache_state), fields, pending, deleted
+    try:
+        cache = cache_fields(cache_state)
+    except ValueError as exc:
+        raise ValueError(f"{source}: partition {partition}: {exc}") from exc
+    return topic_id, topic, partition, cache, fields, pending, deleted
 
 
 def _delete_fields(delete: object) -> DeleteFields | None:

@@ -219,6 +219,56 @@ def test_format_1_state_still_loads() -> None:
     assert [x[:3] for x in store.fingerprint()] == [x[:3] for x in head.fingerprint()]
 
 
+def as_lists(value: object) -> object:
+    """``value`` with every tuple a list: how the states were built before they were typed."""
+    if isinstance(value, (list, tuple)):
+        return [as_lists(v) for v in value]
+    return value
+
+
+def test_typed_states_pack_to_the_bytes_of_lists() -> None:
+    # States are tuples now; msgpack packs a tuple as a list, so files keep their bytes.
+    head = RemotePartitionMetadataStore()
+    replay(head, list(traffic(11, 300)))
+    state = head.to_state(head.partitions())
+    assert any(entry[4] is not None for entry in state)  # a delete is in it too
+    assert msgpack.packb(state) == msgpack.packb(as_lists(state))
+    v1 = [c.to_state() for c in head.caches.values()]
+    assert msgpack.packb(v1) == msgpack.packb(as_lists(v1))
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"i": 1},
+        [[b"\0" * 16, "t", 0, None]],  # four fields
+        [["not bytes", "t", 0, None, None]],
+        [[b"\0" * 16, "t", "0", None, None]],
+        [[b"\0" * 16, "t", 0, None, [1, 2]]],  # a delete of two fields
+        [[b"\0" * 16, "t", 0, b"block", None, ["not bytes"]]],
+        [[b"\0" * 16, "t", 0, None, None, [], [7]]],
+        [[b"\0" * 16, "t", 0, [[[b"\0" * 16, "0"]], []], None]],  # a format-1 segment
+        [[b"\0" * 16, "t", 0, [[], [[0, [[0]], [], None]]], None]],  # a format-1 index
+    ],
+    ids=[
+        "a map",
+        "short",
+        "topic id",
+        "partition",
+        "delete",
+        "queue",
+        "deleted ids",
+        "format-1 segment",
+        "format-1 index",
+    ],
+)
+def test_a_state_of_another_shape_is_refused_naming_the_snapshot(state: object) -> None:
+    with pytest.raises(ValueError, match="snapshot X"):
+        RemotePartitionMetadataStore().load_state(
+            msgpack.unpackb(msgpack.packb(state)), "snapshot X"
+        )
+
+
 def join_block(header: list[Any], columns: bytes) -> bytes:
     """A version-4 block of ``header`` (changed or not) and the columns that
     ``split_block`` returned: the inverse of ``split_block``."""
