@@ -31,6 +31,7 @@ from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
 
 from eventlog.kafka_client import UNREACHABLE, BrokerReachability, address_of
+from rlmm.config import OFFLOAD_TOPIC_SETTINGS
 from rlmm.offload.errors import LeadershipError, OffloadError
 
 log = logging.getLogger(__name__)
@@ -40,21 +41,12 @@ _TOPIC, _BROKER = 2, 4  # DescribeConfigs resource types
 SYSTEM_ENABLE = "remote.log.storage.system.enable"
 REMOTE_STORAGE_ENABLE = "remote.storage.enable"
 # The topic configs the sidecar follows (KIP-405's retention, KIP-950's switches,
-# KIP-1241's copy delay). A broker's default comes with each as the topic's value
-# (``log.retention.ms`` for ``retention.ms``, ``log.remote.copy.lag.ms`` for
-# ``remote.copy.lag.ms``); a name the cluster does not know (KIP-1241's before Kafka
-# 4.4) is left out of its answer.
-TOPIC_CONFIGS = (
-    REMOTE_STORAGE_ENABLE,
-    "retention.ms",
-    "retention.bytes",
-    "local.retention.ms",
-    "local.retention.bytes",
-    "remote.log.copy.disable",
-    "remote.log.delete.on.disable",
-    "remote.copy.lag.ms",
-    "remote.copy.lag.bytes",
-)
+# KIP-1241's copy delay): the same names an [offload.topics.<topic>] section may set,
+# so what the cluster says and what the file overrides are one list. A broker's
+# default comes with each as the topic's value (``log.retention.ms`` for
+# ``retention.ms``, ``log.remote.copy.lag.ms`` for ``remote.copy.lag.ms``); a name the
+# cluster does not know (KIP-1241's before Kafka 4.4) is left out of its answer.
+TOPIC_CONFIGS = OFFLOAD_TOPIC_SETTINGS
 _DEFAULT_CONFIG = 5  # DescribeConfigs v1+ config_source: Kafka's built-in default
 _TOPIC_CONFIG = 1  # DescribeConfigs v1+ config_source: set on the topic itself
 
