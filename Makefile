@@ -21,14 +21,21 @@ lint: $(STAMP)
 
 # The broker's half of the Kafka plugin (bridge/): one jar Kafka loads as its RSM and
 # RLMM, forwarding every call to `rlmm serve`. Without Maven or Java it is not built and
-# the tests that need it skip.
-plugin:
+# the tests that need it skip. Rebuilt only when its sources (or the version) changed,
+# and replaced by a rename: the test workers each run `make plugin`, and a JVM reading
+# the jar must never see it rewritten under it.
+BRIDGE_SOURCES := bridge/pom.xml $(shell find bridge/src -type f 2>/dev/null)
+
+plugin: $(PLUGIN_JAR)
+
+$(PLUGIN_JAR): $(BRIDGE_SOURCES) pyproject.toml
 	@missing=""; for tool in mvn java; do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "plugin: $(PLUGIN_JAR) not built, not on PATH:$$missing (tests that need the jar skip)"; \
 	else \
 		mvn -q -B -f bridge/pom.xml package -Drevision=$(VERSION) && \
-		mkdir -p build && cp bridge/target/rlmm-kafka-plugin-$(VERSION).jar $(PLUGIN_JAR); \
+		mkdir -p build && cp bridge/target/rlmm-kafka-plugin-$(VERSION).jar $(PLUGIN_JAR).tmp && \
+		mv -f $(PLUGIN_JAR).tmp $(PLUGIN_JAR); \
 	fi
 
 # Two workers: the suite waits on brokers and processes for about 40% of a serial run.
