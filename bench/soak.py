@@ -1327,7 +1327,7 @@ scrape_configs:
         if rep is not None:
             report.update(await asyncio.to_thread(
                 replicated_figures, rep, events, (wall["storm_start"], wall["storm_end"]),
-                configs, failures,
+                configs, failures, (await asyncio.to_thread(s3.faults))["put_bytes"],
             ))  # fmt: skip
             first = report["leadership_change_to_first_copy_s"]
             report["targets"] = {
@@ -1350,16 +1350,26 @@ scrape_configs:
 
 def replicated_figures(
     rep: Replicated, events: dict[str, Any], storm_ms: tuple[int, int],
-    configs: dict[int, Path], failures: list[str],
+    configs: dict[int, Path], failures: list[str], put_bytes: dict[str, int],
 ) -> dict[str, Any]:  # fmt: skip
-    """The replicated run's figures: bytes uploaded over one replica, leadership change
-    to the new leader's first copy, what moved leadership and what the sidecars said."""
+    """The replicated run's figures: bytes uploaded over one replica (by the attempts'
+    metadata, and as the S3 proxy received them), leadership change to the new leader's
+    first copy, what moved leadership and what the sidecars said."""
     rep.ledger.scan_once()  # the segments the end rolled
     interval_s = load_config(configs[min(configs)], env={}).offload[
         "remote.log.manager.task.interval.ms"] / 1000  # fmt: skip
     figures = bytes_figures(
         events["added"], events["finished"], rep.ledger, storm_ms, rep.watch.changes
     )
+    # What went over the wire: every PUT body of a log segment object the proxy got,
+    # refused ones included. The attempts' count above charges a failed attempt its
+    # whole segment, whatever it sent; a copy's own tries send only what had not landed.
+    one = figures["one_replica_bytes"]
+    figures["log_bytes_sent_to_s3"] = put_bytes["log"]
+    figures["log_bytes_sent_to_s3_over_one_replica"] = (
+        round(put_bytes["log"] / one, 4) if one else None
+    )
+    figures["other_object_bytes_sent_to_s3"] = put_bytes["other"]
     first = first_copy_figures(
         rep.watch.changes, events["added"], events["finished"], events["finished_by"],
         interval_s, int(time.time() * 1000), storm_ms,

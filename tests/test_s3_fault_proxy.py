@@ -101,3 +101,23 @@ def test_slow_answers_arrive_late_but_whole(tmp_path: Path) -> None:
         client(s3.url).put_object(Bucket="faulty", Key="k", Body=b"v")
         assert time.monotonic() - start >= 0.2
         assert client(s3.moto_url).get_object(Bucket="faulty", Key="k")["Body"].read() == b"v"
+
+
+def test_put_bodies_are_counted_refused_ones_too(tmp_path: Path) -> None:
+    # The soak's "bytes sent to S3": every log segment byte a client sent, whether S3
+    # stored it or the proxy refused it; other objects apart.
+    with faulty_s3(tmp_path, seed=3) as s3:
+        c = client(s3.url)
+        c.create_bucket(Bucket="counted")
+        c.put_object(Bucket="counted", Key="t-0/1.log", Body=b"l" * 1000)
+        c.put_object(Bucket="counted", Key="t-0/1.index", Body=b"i" * 300)
+        up = c.create_multipart_upload(Bucket="counted", Key="t-0/2.log")
+        c.upload_part(Bucket="counted", Key="t-0/2.log", UploadId=up["UploadId"],
+                      PartNumber=1, Body=b"p" * (5 << 20))  # fmt: skip
+        s3.faults(rate=1, error=1, throttle=0, slow=0, drop=0, lost=0)
+        with pytest.raises(botocore.exceptions.ClientError, match="InternalError"):
+            c.put_object(Bucket="counted", Key="t-0/3.log", Body=b"r" * 2000)
+        sent = s3.faults(rate=0)["put_bytes"]
+    # aws-chunked framing and trailing checksums add a few bytes per request
+    assert 1000 + (5 << 20) + 2000 <= sent["log"] <= 1000 + (5 << 20) + 2000 + 1024, sent
+    assert 300 <= sent["other"] <= 300 + 512, sent
