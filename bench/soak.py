@@ -155,6 +155,7 @@ class Settings:
     chaos_pause_s: tuple[float, float] = (15.0, 30.0)  # from an election to the next kill
     seed: int = 0
     alert_scale: float | None = None  # rules' windows x this (None: duration / 600)
+    copy_retry_s: float | None = None  # [remote] copy_retry_s (None: 30 s x scale)
     work: Path | None = None
     keep: bool = False
 
@@ -334,7 +335,7 @@ region = "us-east-1"
 max_attempts = 3
 # The copy's own tries after the client's: 30 s by default, scaled as the alert windows
 # are, since the run compresses an operator's timeline.
-copy_retry_s = {30.0 * s.scale:.1f}
+copy_retry_s = {30.0 * s.scale if s.copy_retry_s is None else s.copy_retry_s:.1f}
 connect_timeout = 2.0
 read_timeout = 3.0
 [offload]
@@ -1504,6 +1505,11 @@ def main(argv: list[str] | None = None) -> int:
         help="multiply the alert rules' windows by this (default: duration / 600)",
     )  # fmt: skip
     parser.add_argument(
+        "--copy-retry-s", type=float, default=None,
+        help="the sidecars' [remote] copy_retry_s (default: 30 s times the alert scale; 0: "
+        "a copy fails once the S3 client's retries ran out, as before it existed)",
+    )  # fmt: skip
+    parser.add_argument(
         "--kills-in-storm", action=argparse.BooleanOptionalAction, default=True,
         help="SIGKILL the sidecar during the storm too (a short run cannot, and still see "
         "the copy-errors alert fire: each restart pauses its errors)",
@@ -1540,6 +1546,7 @@ def main(argv: list[str] | None = None) -> int:
         duration_s=args.duration, rate=args.rate, fault_rate=args.fault_rate,
         storm_rate=args.storm_rate, seed=args.seed, work=args.work, keep=args.keep,
         kills_in_storm=args.kills_in_storm, alert_scale=args.alert_scale,
+        copy_retry_s=args.copy_retry_s,
         storm=storm, broker_restart_at=args.broker_restart_at, kills_end=args.kills_end,
         brokers=args.brokers,
     )  # fmt: skip
