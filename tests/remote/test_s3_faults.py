@@ -195,6 +195,15 @@ def test_failed_part_stops_queued_work(s3_server_factory: S3Factory, tmp_path: P
     assert_nothing_left(b)
 
 
+def only_for(marker: str, hook: Hook) -> Hook:
+    """``hook`` for the requests whose URL holds ``marker``; the others pass."""
+
+    def filtered(request: AWSRequest, **kw: Any) -> AWSResponse | None:
+        return hook(request, **kw) if marker in str(request.url) else None
+
+    return filtered
+
+
 def _sent(b: Backend) -> list[tuple[str, str]]:
     """Every PUT and part request the backend sends from now on, as (operation, url)."""
     sent: list[tuple[str, str]] = []
@@ -223,7 +232,7 @@ def test_a_copy_tries_a_refused_object_again_and_uploads_nothing_twice(
     register(
         b,
         "PutObject",
-        lambda request, **kw: hook(request, **kw) if ".timeindex" in str(request.url) else None,
+        only_for(".timeindex", hook),
     )
     seg = write_segment(tmp_path / "l", 12 * MiB)
     metadata = make_metadata()
@@ -253,7 +262,7 @@ def test_a_part_refused_past_the_clients_retries_is_sent_again_alone(
     register(
         b,
         "UploadPart",
-        lambda request, **kw: hook(request, **kw) if "partNumber=2" in str(request.url) else None,
+        only_for("partNumber=2", hook),
     )
     seg = write_segment(tmp_path / "l", 12 * MiB)
     metadata = make_metadata()
@@ -272,7 +281,7 @@ def test_a_copy_gives_up_after_its_retry_time_and_cleans_up(
     register(
         b,
         "PutObject",
-        lambda request, **kw: hook(request, **kw) if ".snapshot" in str(request.url) else None,
+        only_for(".snapshot", hook),
     )
     started = time.monotonic()
     with pytest.raises(RemoteStorageUnavailableError, match=r"\.snapshot") as info:
@@ -293,7 +302,7 @@ def test_closing_the_store_ends_a_copy_waiting_to_try_again(
     register(
         b,
         "PutObject",
-        lambda request, **kw: hook(request, **kw) if ".snapshot" in str(request.url) else None,
+        only_for(".snapshot", hook),
     )
     outcome: list[BaseException] = []
     data = write_segment(tmp_path / "l", 12 * MiB).data
