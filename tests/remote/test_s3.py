@@ -330,6 +330,12 @@ def test_bad_options_are_config_errors(aws_env: None, options: dict[str, Any]) -
         S3RemoteStorageManager("bkt", **options).close()
 
 
+@pytest.mark.parametrize("value", [-1, "30", True])
+def test_a_bad_copy_retry_s_is_a_config_error_naming_it(aws_env: None, value: object) -> None:
+    with pytest.raises(ConfigError, match="copy_retry_s"):
+        S3RemoteStorageManager("bkt", copy_retry_s=value).close()  # type: ignore[arg-type]
+
+
 def test_calls_are_logged_without_bodies(
     s3_mock_factory: S3Factory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
