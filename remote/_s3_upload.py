@@ -6,11 +6,12 @@ Invariants:
   header (S3 verifies it) and in the ``crc32c`` user metadata (we verify on fetch);
 - a 412 means the key exists: identical size + stored CRC is a successful retry,
   anything else is RemoteObjectExistsError, and the existing object is never touched;
-- an S3 call that still fails as unavailable after the client's own retries is tried
-  again, with backoff, for up to ``copy_retry_s`` from its first failure, by the same
-  task: the copy keeps its objects that landed and its parts that were acknowledged, so
-  a retried copy never uploads a byte twice (a write-once 412 on the retry is the
-  earlier try having landed); ``stop`` cuts those waits short;
+- an S3 call that still fails as unavailable after the client's own retries pauses
+  every copy of the store (``StorePause``: nothing is sent until a cheap probe is
+  answered) and is tried again after the pause, for up to ``copy_retry_s`` from its
+  first failure, by the same task: the copy keeps its objects that landed and its parts
+  that were acknowledged, so a retried copy never uploads a byte twice (a write-once
+  412 on the retry is the earlier try having landed); ``stop`` cuts those waits short;
 - when the copy fails, every object it created (or may have created: a write whose
   outcome is unknown after a 5xx or timeout) is deleted and every multipart upload it
   opened is aborted before the error propagates; objects found already present and
@@ -45,6 +46,7 @@ from remote.manifest import ObjectChecksum, SegmentManifest, crc32c_of
 from remote.naming import OBJECT_KINDS, ObjectKind
 from remote.segment_data import smallest_timestamp
 from remote.storage import LogSegmentData
+from remote.store_pause import StorePause
 
 log = logging.getLogger("remote.s3")
 
@@ -54,10 +56,6 @@ CRC_METADATA_KEY = "crc32c"
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PARTS = 10_000
 _READ_CHUNK = 8 * 1024 * 1024
-# Backoff between the copy's own tries of one S3 call (the client's retries sit inside
-# each try): doubling from the first to the cap.
-RETRY_FIRST_S = 0.5
-RETRY_MAX_S = 8.0
 
 
 def crc_header(crc: int) -> str:
@@ -124,19 +122,26 @@ class SegmentUploader:
     """Uploads the objects of segment copies through ``calls`` on ``pool``."""
 
     def __init__(
-        self, calls: S3Calls, pool: Callable[[], cf.Executor], settings: UploadSettings
+        self,
+        calls: S3Calls,
+        pool: Callable[[], cf.Executor],
+        settings: UploadSettings,
+        probe: Callable[[], None] = lambda: None,
     ) -> None:
+        """``probe``: a cheap request that tells whether S3 answers again (after a pause)."""
         self._calls = calls
         self._pool = pool
         self._settings = settings
         self._stopping = threading.Event()
         self._live: list[_CopyState] = []
         self._live_lock = threading.Lock()
+        self.pause = StorePause(probe)
 
     def stop(self) -> None:
         """Fail every copy in flight at its next wait between tries, and every later
         one at its first unavailable call (the store is closing)."""
         self._stopping.set()
+        self.pause.close()
         with self._live_lock:
             live = list(self._live)
         for state in live:
@@ -210,32 +215,46 @@ class SegmentUploader:
         self, state: _CopyState, operation: str, key: str, *, creates: bool = False, **params: Any
     ) -> dict[str, Any]:
         """``S3Calls.call``, tried again while S3 stays unavailable, for up to
-        ``copy_retry_s`` from the first failure. ``creates``: a failed try may have
-        written ``key`` (its outcome is unknown), which makes the key this copy's to
-        clean up should the copy fail."""
+        ``copy_retry_s`` from the first failure or the first wait. ``creates``: a failed
+        try may have written ``key`` (its outcome is unknown), which makes the key this
+        copy's to clean up should the copy fail. A refusal pauses the store's every
+        copy (``StorePause``); the tries wait out the pause, and send nothing meanwhile."""
         budget = self._settings.copy_retry_s
-        give_up_at = None
-        delay = RETRY_FIRST_S
-        tries = 1
+        deadline: float | None = None
+        error: RemoteStorageUnavailableError | None = None
+        tries = 0
         while True:
+            if budget > 0 and self.pause.paused:
+                deadline = time.monotonic() + budget if deadline is None else deadline
+                if not self.pause.turn(deadline, self._gives_up(state)):
+                    raise error or RemoteStorageUnavailableError(
+                        f"s3 {operation} {self._url(key)} not sent: the store's copies stayed"
+                        f" paused for copy_retry_s = {budget:g} s, S3 having refused"
+                        f" {self.pause.cause}"
+                    )
+            tries += 1
             try:
-                return self._calls.call(operation, key, **params)
+                response = self._calls.call(operation, key, **params)
             except RemoteStorageUnavailableError as e:
                 if creates:
                     state.add_created(key)
-                now = time.monotonic()
-                give_up_at = now + budget if give_up_at is None else give_up_at
-                if now + delay > give_up_at or self._stopping.is_set():
+                if budget <= 0 or self._stopping.is_set() or state.failed.is_set():
                     raise
+                self.pause.refused(e)
+                deadline = time.monotonic() + budget if deadline is None else deadline
+                error = e
                 log.info(
-                    "s3 %s %s: %s; trying again in %.1f s (try %d; what this copy already"
-                    " stored stays)",
-                    operation, self._url(key), e, delay, tries + 1,
+                    "s3 %s %s: %s; trying again after the store's pause of %.1f s (try %d;"
+                    " what this copy already stored stays)",
+                    operation, self._url(key), e, self.pause.remaining_s(), tries + 1,
                 )  # fmt: skip
-                if state.failed.wait(delay):
-                    raise  # another task of the copy failed, or the store is closing
-                delay = min(delay * 2, RETRY_MAX_S)
-                tries += 1
+            else:
+                self.pause.answered()
+                return response
+
+    def _gives_up(self, state: _CopyState) -> Callable[[], bool]:
+        # another task of the copy failed, or the store is closing
+        return lambda: state.failed.is_set() or self._stopping.is_set()
 
     # --- single PUT ----------------------------------------------------------------------
 

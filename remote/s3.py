@@ -16,6 +16,7 @@ import re
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -101,9 +102,11 @@ class S3RemoteStorageManager(RemoteStorageManager):
     fetches). ``sse``: None, ``"AES256"`` (SSE-S3) or ``"aws:kms"`` (SSE-KMS, with
     ``sse_kms_key_id`` or the bucket's default key). Retries: botocore's ``retry_mode``
     (adaptive: backoff plus client-side rate limiting on throttling) with
-    ``max_attempts`` attempts per request; a copy then tries a call that still finds S3
-    unavailable again for up to ``copy_retry_s`` seconds, keeping what it already
-    stored (0: the copy fails at once, cleaning up). Credentials: boto3's default chain,
+    ``max_attempts`` attempts per request; a call that still finds S3 unavailable then
+    pauses every copy of the store (a one-attempt HeadBucket probes, with no body, when
+    each pause has run out; pauses double from 0.5 s to 8 s) and is tried again, for up
+    to ``copy_retry_s`` seconds, keeping what the copy already stored (0: no pause, and
+    the copy fails at once, cleaning up). Credentials: boto3's default chain,
     or a named ``profile``, or ``aws_access_key_id`` / ``aws_secret_access_key`` (and
     ``aws_session_token``), which never appear in a repr, log line or error.
     """
@@ -158,14 +161,17 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._max_concurrency = max_concurrency
         object_args = encryption_args(sse, sse_kms_key_id, bucket_key_enabled)
         # Parts in flight plus headroom for fetches from other threads.
-        self._client = make_client(
-            S3ClientSettings.from_options(client, max_pool_connections=max_concurrency + 4)
-        )
+        settings = S3ClientSettings.from_options(client, max_pool_connections=max_concurrency + 4)
+        self._client = make_client(settings)
         self._calls = S3Calls(self._client, bucket)
+        # One attempt, no body: whether S3 answers again after a pause of the copies.
+        self._probe_settings = replace(settings, max_attempts=1, max_pool_connections=1)
+        self._probe_calls: S3Calls | None = None
         self._uploader = SegmentUploader(
             self._calls,
             self._get_pool,
             UploadSettings(multipart_threshold, part_size, object_args, float(copy_retry_s)),
+            self._probe,
         )
         self._pool: cf.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -371,6 +377,26 @@ class S3RemoteStorageManager(RemoteStorageManager):
                 "abort_multipart_upload", self._key(upload.name), UploadId=upload.upload_id
             )
 
+    def paused_for_s(self) -> float:
+        return self._uploader.pause.remaining_s()
+
+    @property
+    def probe_client(self) -> S3Client:
+        """The one-attempt client of the probes that end a pause (for tests and event
+        hooks; do not close it). Made on first use."""
+        return self._probe_calls_made().client
+
+    def _probe(self) -> None:
+        self._probe_calls_made().call("head_bucket", None)
+
+    def _probe_calls_made(self) -> S3Calls:
+        with self._lock:
+            if self._closed:
+                raise RemoteStorageError(f"{self!r} is closed")
+            if self._probe_calls is None:
+                self._probe_calls = S3Calls(make_client(self._probe_settings), self._bucket)
+            return self._probe_calls
+
     # --- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
@@ -382,6 +408,10 @@ class S3RemoteStorageManager(RemoteStorageManager):
         self._uploader.stop()  # a copy waiting out S3's unavailability gives up now
         if pool is not None:
             pool.shutdown(wait=True)
+        with self._lock:
+            probe, self._probe_calls = self._probe_calls, None
+        if probe is not None:
+            probe.client.close()
         self._client.close()
 
     def __del__(self) -> None:

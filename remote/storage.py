@@ -250,6 +250,11 @@ class RemoteStorageManager(RemoteReader):
     def delete_objects(self, names: Iterable[str]) -> None:
         """Delete the named objects (absent ones are fine)."""
 
+    def paused_for_s(self) -> float:
+        """Seconds for which the store holds copies, having just been refused by its
+        storage (0: it takes them now); an offloader starts no copy meanwhile."""
+        return 0.0
+
 
 # rlmm/offload/ownership.py still imports parse_object_name from here; the offloader's
 # owners are moving that import to remote.naming (issue 45), then this goes. Loaded on

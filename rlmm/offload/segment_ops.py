@@ -106,6 +106,16 @@ class SegmentOps:
         )
         topic = metadata.topic_id_partition.topic
         self.metrics.copy_requests.labels(topic).inc()
+        paused_s = self.rsm.paused_for_s()
+        if paused_s > 0:
+            # Nothing written, nothing sent: an outage costs neither metadata nor bytes.
+            self.metrics.copy_errors.labels(topic).inc()
+            raise SegmentCopyError(
+                f"copy of {desc.data.log_segment} not started: remote storage refused"
+                f" requests, and the store holds copies for {paused_s:.1f} s more",
+                path=str(desc.data.log_segment),
+                retriable=True,
+            )
         await self.manager.add_remote_log_segment_metadata(metadata)
         self.in_flight.add(metadata.remote_log_segment_id)
         self.emit(OffloadEvent("copy_started", metadata, desc.size_in_bytes))

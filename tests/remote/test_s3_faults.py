@@ -19,6 +19,7 @@ from botocore.awsrequest import AWSRequest, AWSResponse
 from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
 
 from remote import IndexType, RemoteStorageError, RemoteStorageUnavailableError
+from rlmm.model import RemoteLogSegmentMetadata
 from tests.remote.conftest import Backend, S3Factory, make_metadata, write_segment
 from tests.remote.test_s3 import MULTIPART, MiB, xml_response
 
@@ -288,8 +289,8 @@ def test_a_copy_gives_up_after_its_retry_time_and_cleans_up(
         b.rsm.copy_log_segment_data(make_metadata(), write_segment(tmp_path / "l", 12 * MiB).data)
     assert info.value.retriable
     assert 0.5 <= time.monotonic() - started < 10
-    # Tried at once, 0.5 s later and (when that try answered within 0.1 s) 1.0 s after
-    # that; no try starts past the 1.6 s, so never a fourth (2 s more).
+    # Tried at once, after the store's pause of 0.5 s and (when that try answered within
+    # 0.1 s) after its next of 1 s; no try starts past the 1.6 s, so never a fourth.
     assert count[0] in (2, 3)
     assert_nothing_left(b)
 
@@ -326,3 +327,66 @@ def test_closing_the_store_ends_a_copy_waiting_to_try_again(
     assert time.monotonic() - closing < 5  # not the 600 s the copy had left
     assert len(outcome) == 1 and isinstance(outcome[0], RemoteStorageUnavailableError)
     assert_nothing_left(s3_server_factory())  # the copy cleaned up before the client closed
+
+
+def test_while_s3_refuses_the_stores_copies_send_nothing_until_a_probe_is_answered(
+    s3_server_factory: S3Factory, tmp_path: Path
+) -> None:
+    # One copy's refused PUT pauses the store: neither that copy nor one started during
+    # the pause sends a request while the one-attempt HeadBucket probes are refused.
+    # Once S3 answers, both complete, every object sent once but the refused one.
+    b = s3_server_factory(
+        max_attempts=1, max_concurrency=3, retry_mode="standard", copy_retry_s=30, **MULTIPART
+    )
+    sent = _sent(b)
+    refusing = threading.Event()
+    refusing.set()
+    probes = [0]
+    refused = "00000000000000001000-"  # the first copy's snapshot, below
+
+    def refuse(request: AWSRequest, event_name: str, **_: Any) -> AWSResponse | None:
+        if event_name.endswith("HeadBucket"):
+            probes[0] += 1
+        elif refused not in str(request.url) or not str(request.url).endswith(".snapshot"):
+            return None
+        return xml_response(request, 503, error_xml("SlowDown")) if refusing.is_set() else None
+
+    first, second = make_metadata(start_offset=1000), make_metadata(start_offset=2000)
+    register(b, "PutObject", refuse)
+    b.rsm.probe_client.meta.events.register("before-send.s3.HeadBucket", refuse)  # type: ignore[attr-defined]
+    errors: list[BaseException] = []
+
+    def copy(metadata: RemoteLogSegmentMetadata, seed: int) -> threading.Thread:
+        data = write_segment(tmp_path / str(seed), 6 * MiB, seed=seed).data
+
+        def run() -> None:
+            try:
+                b.rsm.copy_log_segment_data(metadata, data)
+            except BaseException as e:
+                errors.append(e)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    threads = [copy(first, 1)]
+    deadline = time.monotonic() + 20
+    while b.rsm.paused_for_s() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert b.rsm.paused_for_s() > 0
+    time.sleep(0.3)  # the first copy's other requests, sent before the pause, settle
+    before = len(sent)
+    threads.append(copy(second, 2))
+    while probes[0] < 2 and time.monotonic() < deadline:  # 0.5 s, then 1 s more
+        time.sleep(0.05)
+    assert probes[0] >= 2 and sent[before:] == [], "a request went out during the pause"
+    refusing.clear()
+    for thread in threads:
+        thread.join(30)
+    assert errors == [] and not any(t.is_alive() for t in threads)
+    snapshot = [u for _, u in sent if refused in u and u.endswith(".snapshot")]
+    others = [u for _, u in sent if u not in snapshot]
+    assert len(others) == len(set(others)), "an object or part was sent twice"
+    assert len(snapshot) == 2  # refused once, then stored
+    for metadata in (first, second):
+        assert b.rsm.fetch_index(metadata, IndexType.TIMESTAMP)

@@ -4,7 +4,9 @@ kill tests once the faults stop and one more round has run."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.offload import RemoteLogManager, RetentionSettings
 from tests.remote.conftest import Backend, _s3_backend
 from tests.remote.test_s3 import xml_response
+from tests.remote.test_s3_faults import _sent
 from tests.rlmm.offload.conftest import check_invariants, source, write_partition
 
 pytestmark = pytest.mark.s3
@@ -78,6 +81,11 @@ def dropped(request: AWSRequest) -> AWSResponse:
 def register(b: Backend, operation: str, hook: Callable[..., Any]) -> None:
     assert isinstance(b.rsm, S3RemoteStorageManager)
     b.rsm.client.meta.events.register(f"before-send.s3.{operation}", hook)
+
+
+def unregister(b: Backend, operation: str, hook: Callable[..., Any]) -> None:
+    assert isinstance(b.rsm, S3RemoteStorageManager)
+    b.rsm.client.meta.events.unregister(f"before-send.s3.{operation}", hook)
 
 
 def keys(b: Backend) -> list[str]:
@@ -153,6 +161,68 @@ async def test_a_copy_rides_out_faults_with_one_attempt_per_segment(
         retrying.rsm.close()
 
 
+async def test_a_paused_store_starts_no_copy_until_its_pause_ends(
+    tmp_path: Path,
+    s3_endpoint: str,
+    s3: Backend,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    # A copy refused past its copy_retry_s, its probes refused too, leaves the store
+    # paused: a round meanwhile starts no copy (no metadata, no byte sent) and counts a
+    # "not started" copy error; once S3 answers and the pause has run out, a round
+    # copies everything and nothing is left over.
+    b = _s3_backend(
+        "s3-server", create_bucket=False, endpoint_url=s3_endpoint, max_attempts=1,
+        retry_mode="standard", max_concurrency=2, copy_retry_s=1.6,
+    )  # fmt: skip
+    try:
+        assert isinstance(b.rsm, S3RemoteStorageManager)
+        pdir = write_partition(tmp_path, "orders", 0, records=600)
+        tp = pdir.topic_id_partition()
+        rlm = make_rlm(store=b.rsm, copy_attempts=1)
+        await rlm.on_leadership_changes([source(pdir)], start_tasks=False)
+        slow_down = error(503, "SlowDown")
+
+        def refuse_time_index(request: AWSRequest, **_: Any) -> AWSResponse | None:
+            return slow_down(request) if ".timeindex" in str(request.url) else None
+
+        def refuse(request: AWSRequest, **_: Any) -> Any:  # every probe
+            return slow_down(request)
+
+        register(b, "PutObject", refuse_time_index)
+        probes = b.rsm.probe_client.meta.events
+        probes.register("before-send.s3.HeadBucket", refuse)
+        # Pauses of 0.5 s and 1 s, each probe refused; at 1.6 s, 1.9 s of pause remain.
+        first = await rlm.copy_round(tp)
+        assert first.error is not None and "not started" not in str(first.error)
+        assert first.copied == [] and keys(b) == [] and b.open_uploads() == []
+        errors = rlm.metrics.copy_errors.labels("orders")
+        assert errors._value.get() == 1 and b.rsm.paused_for_s() > 0
+        sent, added = _sent(b), []
+        add = rlmm_manager.add_remote_log_segment_metadata
+
+        async def counting_add(metadata: Any) -> None:
+            added.append(metadata)
+            await add(metadata)
+
+        rlmm_manager.add_remote_log_segment_metadata = counting_add  # type: ignore[method-assign]
+        second = await rlm.copy_round(tp)
+        assert second.error is not None and "not started" in str(second.error)
+        assert sent == [] and added == [] and errors._value.get() == 2
+        unregister(b, "PutObject", refuse_time_index)
+        probes.unregister("before-send.s3.HeadBucket", refuse)
+        give_up_at = time.monotonic() + 30
+        while b.rsm.paused_for_s() > 0:
+            assert time.monotonic() < give_up_at, "the pause never ran out"
+            await asyncio.sleep(0.1)
+        third = await rlm.copy_round(tp)
+        assert third.error is None and len(third.copied) == len(pdir.segments()) - 1
+        await _settle(rlm, rlmm_manager, b, [pdir])
+    finally:
+        b.rsm.close()
+
+
 async def test_crash_between_parts_of_a_multipart_upload(
     tmp_path: Path,
     s3: Backend,
@@ -183,8 +253,7 @@ async def test_crash_between_parts_of_a_multipart_upload(
     assert result.error is not None and result.copied == []
     assert "00000000000000000000.log" in str(result.error)
     assert keys(s3) == [] and s3.open_uploads() == []
-    assert isinstance(s3.rsm, S3RemoteStorageManager)
-    s3.rsm.client.meta.events.unregister("before-send.s3.UploadPart", part_two_dies)
+    unregister(s3, "UploadPart", part_two_dies)
     await _settle(rlm, rlmm_manager, s3, [pdir])
 
 

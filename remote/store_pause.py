@@ -1,0 +1,136 @@
+"""A store-wide pause while remote storage keeps refusing a store's copies.
+
+When one call of a copy still finds the store unavailable after the client's own
+retries, every copy of the store holds its next request instead of sending it, so an
+outage or a brown-out does not cost the bytes of requests that would be refused.
+
+Invariants:
+- a pause starts when a call is refused while none runs; a refusal during a pause
+  (a request already sent) neither extends nor doubles it. Pauses double, from
+  ``first_s`` to ``max_s``, until a request (not a probe) is answered again;
+- while paused, no caller is let through (``turn`` waits, up to the caller's deadline);
+- when a pause has run out, the next caller probes the store (``probe``, a cheap request
+  of its own) before any held request goes: the probe's answer ends the outage and lets
+  everyone through, its refusal starts the next, longer pause. One probe at a time;
+- ``close`` lets every waiter go at once, refused.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from remote.errors import RemoteStorageUnavailableError
+
+_POLL_S = 0.25  # how often a waiter asks its give_up()
+
+
+class StorePause:
+    """The outage state of one store, shared by its copies' threads."""
+
+    def __init__(
+        self,
+        probe: Callable[[], None],
+        *,
+        first_s: float = 0.5,
+        max_s: float = 8.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._probe = probe
+        self._first_s = first_s
+        self._max_s = max_s
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._pauses = 0  # pauses since a request was last answered: the next one's length
+        self._paused = False  # from a refusal until a probe is answered
+        self._until = 0.0
+        self._probing = False
+        self._closed = False
+        self.probes = 0  # probes sent, for tests and logs
+        self.cause: RemoteStorageUnavailableError | None = None  # the latest refusal
+
+    @property
+    def paused(self) -> bool:
+        """True from a refusal until a probe is answered."""
+        with self._cond:
+            return self._paused
+
+    def remaining_s(self) -> float:
+        """Seconds before a request may be sent again (0: now, or after a probe)."""
+        with self._cond:
+            if not self._paused:
+                return 0.0
+            return max(0.0, self._until - self._clock())
+
+    def refused(self, error: RemoteStorageUnavailableError) -> None:
+        """A call ran out of the client's retries, refused as unavailable with ``error``."""
+        with self._cond:
+            self.cause = error
+            now = self._clock()
+            if self._paused and now < self._until:
+                return  # sent before this pause began: the pause already stands for it
+            self._start_pause(now)
+
+    def answered(self) -> None:
+        """A request was answered: the next outage starts again from ``first_s``."""
+        with self._cond:
+            if not self._paused:
+                self._pauses = 0
+
+    def turn(self, deadline: float, give_up: Callable[[], bool] = lambda: False) -> bool:
+        """Wait until a request may go; False when ``deadline`` (of ``clock``), ``close``
+        or ``give_up()`` (polled) comes first. The caller that finds a pause run out
+        probes for all."""
+        while True:
+            with self._cond:
+                if not self._wait_for_probe_or_turn(deadline, give_up):
+                    return not self._paused and not self._closed and not give_up()
+            self._send_probe()
+
+    def _wait_for_probe_or_turn(self, deadline: float, give_up: Callable[[], bool]) -> bool:
+        """Under the lock: True when this caller is to probe now; False when it may
+        go, or must give up (the caller tells which)."""
+        while True:
+            if self._closed or give_up() or not self._paused:
+                return False
+            now = self._clock()
+            if now >= deadline:
+                return False
+            if now >= self._until and not self._probing:
+                self._probing = True
+                return True
+            # Paused: until it runs out. A probe is out: until it is answered.
+            wake = self._until if now < self._until else deadline
+            self._cond.wait(min(wake - now, deadline - now, _POLL_S))
+
+    def _send_probe(self) -> None:
+        answered = False
+        try:
+            self._probe()
+            answered = True
+        except RemoteStorageUnavailableError:
+            pass
+        except Exception:
+            answered = True  # the store answered, if not as a probe would like
+        finally:
+            with self._cond:
+                self._probing = False
+                self.probes += 1
+                if answered:
+                    self._paused = False  # the length stays until a request is answered
+                elif not self._closed:
+                    self._start_pause(self._clock())
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Refuse every waiter now and every later turn (the store is closing)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _start_pause(self, now: float) -> None:
+        self._paused = True
+        self._pauses += 1
+        self._until = now + min(self._first_s * 2 ** min(self._pauses - 1, 20), self._max_s)
+        self._cond.notify_all()
