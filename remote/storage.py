@@ -30,13 +30,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, BinaryIO, Self
+from typing import BinaryIO, Self
 
 from remote.errors import InvalidRangeError, RemoteStorageError
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition
-
-if TYPE_CHECKING:
-    from remote.naming import parse_object_name as parse_object_name
 
 
 class IndexType(enum.IntEnum):
@@ -256,9 +253,6 @@ class RemoteStorageManager(RemoteReader):
         return 0.0
 
 
-# rlmm/offload/ownership.py still imports parse_object_name from here; the offloader's
-# owners are moving that import to remote.naming (issue 45), then this goes. Loaded on
-# use: remote.naming imports IndexType from this module.
 __all__ = [
     "IndexType",
     "LogSegmentData",
