@@ -943,17 +943,29 @@ def growth_per_hour(samples: list[Sample], column: int, since: float | None = No
 
 
 def leftovers(work: Path) -> list[str]:
-    """Processes started by this run still alive: children, or anything naming ``work``."""
+    """Processes started by this run still alive: children, or anything naming ``work``
+    but this process and those it runs under (``timeout``, a shell)."""
     found = []
     for p in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             found.append(f"{p.pid} {' '.join(p.cmdline())[:200]}")
+    ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     for p in psutil.process_iter(["pid", "cmdline"]):
         with contextlib.suppress(psutil.Error, TypeError):
             line = " ".join(p.info["cmdline"] or ())
-            if str(work) in line and p.pid != os.getpid():
+            if str(work) in line and p.pid not in ours:
                 found.append(f"{p.pid} {line[:200]}")
     return sorted(set(found))
+
+
+async def cancelled_by_sigterm(run: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """``run``, cancelled by a SIGTERM as by Ctrl-C: it stops the processes it started
+    (brokers, sidecars, S3, Prometheus run in sessions of their own, which a signal to
+    this process alone does not reach)."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await run
 
 
 # --- the run ----------------------------------------------------------------------
@@ -1477,21 +1489,31 @@ def _alert_report(
     return out
 
 
+@dataclass
+class WorkDir:
+    """A run's work dir; ``failed`` keeps it (a report that is not ok sets it)."""
+
+    path: Path
+    failed: bool = False
+
+
 @contextlib.contextmanager
-def workdir(s: Settings) -> Iterator[Path]:
-    """The run's work dir, removed at the end unless ``--keep``, or the run failed with
-    an exception: then its samples and logs are kept for ``--report-from``."""
-    work = s.work or Path(tempfile.mkdtemp(prefix="rlmm-soak-"))
-    failed = True
+def workdir(s: Settings) -> Iterator[WorkDir]:
+    """The run's work dir, removed at the end unless ``--keep``, or the run failed (an
+    exception, or a report with failures): then its samples and logs are kept for a
+    look and for ``--report-from``."""
+    work = WorkDir(s.work or Path(tempfile.mkdtemp(prefix="rlmm-soak-")))
     try:
         yield work
-        failed = False
+    except BaseException:
+        work.failed = True
+        raise
     finally:
-        if failed:
-            log(f"the run failed: its work dir is kept, {work}"
-                f" (python bench/soak.py --report-from {work} reports its samples)")  # fmt: skip
+        if work.failed:
+            log(f"the run failed: its work dir is kept, {work.path} (python bench/soak.py"
+                f" --report-from {work.path} reports its samples)")  # fmt: skip
         elif not s.keep:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(work.path, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1556,9 +1578,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     os.environ.update(AWS_ENV)  # this process reads the archive too
     with workdir(s) as work:
-        report = asyncio.run(soak(s, work))
-        if s.keep:
-            report["work"] = str(work)
+        try:
+            report = asyncio.run(cancelled_by_sigterm(soak(s, work.path)))
+        except asyncio.CancelledError:
+            log("stopped by SIGTERM; the run's processes are stopped")
+            return 128 + signal.SIGTERM
+        work.failed = not report["ok"]
+        if s.keep or work.failed:
+            report["work"] = str(work.path)
     print(json.dumps(report, indent=2, default=str))
     return 0 if report["ok"] else 1
 

@@ -107,13 +107,18 @@ def test_report_from_prints_a_previous_run_s_samples(
 def test_a_run_that_fails_keeps_its_work_dir_one_that_ends_removes_it(tmp_path: Path) -> None:
     s = Settings(work=tmp_path / "ok")
     with workdir(s) as work:
-        work.mkdir()
-    assert not work.exists()
+        work.path.mkdir()
+    assert not work.path.exists()
     s = Settings(work=tmp_path / "crashed")
     with pytest.raises(RuntimeError), workdir(s) as work:
-        work.mkdir()
+        work.path.mkdir()
         raise RuntimeError("an end check crashed")
-    assert work.exists()
+    assert work.path.exists()
+    s = Settings(work=tmp_path / "not-ok")  # it ended, with failures in its report
+    with workdir(s) as work:
+        work.path.mkdir()
+        work.failed = True
+    assert work.path.exists()
 
 
 async def test_the_sidecar_s_sampler_writes_as_it_samples(tmp_path: Path) -> None:

@@ -15,12 +15,19 @@ dashboard query has data, and no process outlives the run.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.fixtures.soak import BackgroundSoak
+from tests.fixtures.soak import ROOT, BackgroundSoak
 
 pytestmark = [
     pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow, pytest.mark.timeout(600),
@@ -58,3 +65,51 @@ def test_short_soak(short_soak: BackgroundSoak) -> None:
         if str(work) in " ".join(p.info["cmdline"] or ())
     ]
     assert mine == []
+
+
+def test_a_soak_stopped_by_sigterm_stops_what_it_started(
+    apache_kafka_libs: object, prometheus_bin: object, tmp_path: Path
+) -> None:
+    # Its brokers, sidecars, S3 server and Prometheus run in sessions of their own: a
+    # signal to the soak alone reaches none of them, so the soak must stop them.
+    work = tmp_path / "soak"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "soak.py"), "--duration", "120", "--seed", "3",
+         "--work", str(work)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        cwd=ROOT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        wanted = ["rlmm offload", "moto.server", "prometheus", "kafka.Kafka"]
+        while not all(any(w in line for line in started(proc).values()) for w in wanted):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, f"not started in 240 s: {started(proc)}"
+            time.sleep(0.5)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+        assert "stopped by SIGTERM" in err
+        alive = [" ".join(c.cmdline())[:150] for c in children if alive_still(c)]
+        assert alive == [], err[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def started(proc: subprocess.Popen[str]) -> dict[int, str]:
+    """The command lines of ``proc``'s live descendants, by pid."""
+    found = {}
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            found[child.pid] = " ".join(child.cmdline())
+    return found
+
+
+def alive_still(process: psutil.Process) -> bool:
+    try:  # is_running compares the start time too: a reused pid is not it
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
