@@ -20,6 +20,9 @@ from rlmm.cli.session import LOG_FORMAT, common_options, session
 
 ALREADY_SERVING = 3
 
+# Under a broker's bridge, which reads the level first and lets Kafka's log add the time.
+BRIDGED_LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
 
 @click.command("serve")
 @click.option(
@@ -55,9 +58,11 @@ def serve(
 
     s = session()
     root = logging.getLogger()
-    # Kafka's broker log and a container's log both want the time on every line.
+    # A container's log wants the time on every line; under a broker (``--parent-pid``)
+    # the bridge logs each line at its level into Kafka's log, which adds the time.
+    line_format = LOG_FORMAT if parent_pid is None else BRIDGED_LOG_FORMAT
     for handler in root.handlers:
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.setFormatter(logging.Formatter(line_format))
     if not s.debug:
         root.setLevel(logging.WARNING)
         logging.getLogger("rlmm").setLevel(logging.INFO)

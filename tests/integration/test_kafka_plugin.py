@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -259,6 +260,11 @@ async def test_consumers_read_rlmms_tier_through_the_broker(
     ]
     assert any(k.endswith(".log") for k in keys), f"nothing in rlmm's bucket: {keys}"
     assert local_bases(broker, topic, 0)[0] > 0  # offset 0 lives only in the tier now
+    # The serve's lines reach Kafka's log at their own level, with the broker's time only.
+    log_lines = broker._log_text().splitlines()
+    assert any(re.search(r"\] INFO rlmm serve: rlmm\.plugin\.server: rlmm serve \S+ \(pid", line)
+               for line in log_lines), broker.log_tail(40)  # fmt: skip
+    assert not [line for line in log_lines if re.search(r"rlmm serve: \S*\d{4}-\d\d-\d\d", line)]
 
     await check_consumers_read_everything(broker, topic, committed, aborted)
 

@@ -310,12 +310,41 @@ final class ServeConnection implements Closeable {
         .redirectInput(ProcessBuilder.Redirect.from(new File("/dev/null"))).start();
     daemon(() -> {
       try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
-        for (String line; (line = r.readLine()) != null; ) LOG.info("rlmm serve: {}", line);
+        String level = "INFO";
+        for (String line; (line = r.readLine()) != null; ) level = forward(line, level);
       } catch (IOException ignored) {
         // the process is gone
       }
     }, "rlmm-serve-output-" + role + "-" + p.pid()).start();
     return p;
+  }
+
+  /**
+   * Logs one line of the serve's output at the level it starts with, which then goes
+   * (the serve writes "LEVEL logger: message"; the broker's log adds the time); a line
+   * without one, such as a traceback's, at the level of the line before it. Returns the
+   * level used.
+   */
+  static String forward(String line, String previous) {
+    int space = line.indexOf(' ');
+    String first = space > 0 ? line.substring(0, space) : "";
+    String level = previous;
+    String text = line;
+    switch (first) {
+      case "DEBUG", "INFO", "WARNING", "ERROR" -> {
+        level = first;
+        text = line.substring(space + 1);
+      }
+      case "CRITICAL" -> level = first; // logged as ERROR: the word stays
+      default -> { }
+    }
+    switch (level) {
+      case "DEBUG" -> LOG.debug("rlmm serve: {}", text);
+      case "WARNING" -> LOG.warn("rlmm serve: {}", text);
+      case "ERROR", "CRITICAL" -> LOG.error("rlmm serve: {}", text);
+      default -> LOG.info("rlmm serve: {}", text);
+    }
+    return level;
   }
 
   private synchronized void forget(Process p) {
