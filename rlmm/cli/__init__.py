@@ -94,6 +94,7 @@ def _configured_secrets(s: Session) -> set[str]:
                 "remote": config.remote,
                 "snapshot": config.snapshot,
                 "kafka": config.kafka_properties,
+                "offload": config.offload,  # the cluster's client: SASL, TLS passwords
             }
         )
     return _secrets_of[id(config)]

@@ -106,6 +106,24 @@ def test_an_error_that_quotes_a_secret_prints_it_redacted(tmp_path: Path, debug:
     assert f"s3://{REDACTED}" in done.stderr
 
 
+def test_an_offload_clients_secret_never_reaches_its_log_or_error(tmp_path: Path) -> None:
+    # [offload] holds the cluster client's SASL and TLS settings; a message that quotes
+    # one (here the bootstrap address that is, by mistake, the keystore password) must
+    # show it redacted, in the sidecar's log lines and its error line alike.
+    path = config_file(tmp_path, type="local", root=str(tmp_path / "remote"))
+    path.write_text(
+        path.read_text() + '[offload]\n"bootstrap.servers" = "keystore-pw-4242.invalid:9"\n'
+        '"ssl.keystore.password" = "keystore-pw-4242.invalid"\n'
+        f'"sasl.jaas.config" = {json.dumps(JAAS)}\n'
+    )
+    (tmp_path / "logs").mkdir()
+    done = rlmm(path, "offload", "--once", "--log-dir", str(tmp_path / "logs"))
+    assert done.returncode != 0
+    out = done.stdout + done.stderr
+    assert "leadership unknown" in out and f"{REDACTED}:9" in out
+    assert not [s for s in SECRETS if s in out]
+
+
 def test_secret_values_and_scrub() -> None:
     from rlmm.secrets import scrub, secret_values
 
