@@ -38,14 +38,13 @@ from snapshot.errors import (
     SnapshotStoreError,
 )
 from snapshot.format import Snapshot, encode_snapshot_parts, verify_snapshot
-from snapshot.store import SnapshotStore, SnapshotStoreStats
+from snapshot.store import SUBPREFIX, SnapshotStore, SnapshotStoreStats
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 log = logging.getLogger(__name__)
 
-SUBPREFIX = "__snapshots"
 _OWNER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _NAME_RE = re.compile(r"^snapshot-(\d{20})\.rlmm$")
 # Racing writers of one owner (a misconfiguration) get this many fresh seqs.

@@ -20,6 +20,11 @@ from pathlib import Path
 from snapshot.errors import SnapshotCorruptError, SnapshotVersionError
 from snapshot.format import Snapshot, decode_snapshot
 
+SUBPREFIX = "__snapshots"
+"""The folder, under a remote store's root or prefix, where a snapshot store that
+shares it with the segments keeps its snapshots (the S3 backend): no topic's folder
+(``<topic>-<topic id>``) can take this name."""
+
 
 @dataclass
 class SnapshotStoreStats:
@@ -117,4 +122,4 @@ class SnapshotStore(ABC):
         return await asyncio.to_thread(self.load_latest)
 
 
-__all__ = ["SnapshotStore", "SnapshotStoreStats"]
+__all__ = ["SUBPREFIX", "SnapshotStore", "SnapshotStoreStats"]

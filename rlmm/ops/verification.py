@@ -50,6 +50,7 @@ from remote.topic_configs import SUBDIR as _TOPIC_CONFIGS_SUBDIR
 from rlmm.archive import MetadataView
 from rlmm.errors import RemoteResourceNotFoundError, RemoteStorageError
 from rlmm.model import RemoteLogSegmentMetadata, RemoteLogSegmentState, kafka_uuid_to_str
+from snapshot.store import SUBPREFIX as _SNAPSHOTS_SUBDIR
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -380,8 +381,10 @@ class _Verifier:
 
     def orphans(self, listing: dict[str, RemoteObject], live: set[str], expected: set[str]) -> None:
         for obj in listing.values():
-            if obj.name.startswith(f"{_TOPIC_CONFIGS_SUBDIR}/"):
-                continue  # rlmm's own, beside the segments: a topic's configs, for restore
+            if obj.name.startswith((f"{_TOPIC_CONFIGS_SUBDIR}/", f"{_SNAPSHOTS_SUBDIR}/")):
+                # rlmm's own, beside the segments: a topic's configs (for restore), the
+                # metadata snapshots an S3 snapshot store keeps under the same prefix
+                continue
             parsed = self.layout.parse_object_name(obj.name)
             if parsed is None:
                 # Not ours to judge: a name outside the layout is left alone.

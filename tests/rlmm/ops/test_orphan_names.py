@@ -14,6 +14,7 @@ from rlmm.archive import open_metadata_view
 from rlmm.model import kafka_uuid_to_str
 from rlmm.ops.repair import apply_repairs, plan_repairs
 from rlmm.ops.verification import ProblemKind, verify
+from snapshot.store import SUBPREFIX
 from tests.rlmm.cli.store import HOUR_MS, build_store
 
 
@@ -58,5 +59,26 @@ def test_a_topic_s_kept_configs_are_rlmm_s_own_not_outside_the_layout(tmp_path: 
             later = int(time.time() * 1000) + 2 * HOUR_MS
             report = verify(view, RlmmLayout(rsm), now_ms=later)
         assert report.ok and report.skipped_outside_layout == 0
+    finally:
+        rsm.close()
+
+
+def test_metadata_snapshots_beside_the_segments_are_rlmm_s_own_not_outside_the_layout(
+    tmp_path: Path,
+) -> None:
+    """An S3 snapshot store sharing the segments' prefix keeps the metadata snapshots
+    under ``__snapshots/``: verify leaves them alone without counting them."""
+    store = build_store(tmp_path)
+    rsm = store.rsm()
+    try:
+        root = Path(store.config.remote_options()["root"])
+        kept = root / SUBPREFIX / "broker-0" / "snapshot-00000000000000000001.rlmm"
+        kept.parent.mkdir(parents=True)
+        kept.write_bytes(b"a snapshot")
+        with open_metadata_view(store.config) as view:
+            later = int(time.time() * 1000) + 2 * HOUR_MS
+            report = verify(view, RlmmLayout(rsm), now_ms=later)
+        assert report.ok and report.skipped_outside_layout == 0
+        assert kept.exists()
     finally:
         rsm.close()
