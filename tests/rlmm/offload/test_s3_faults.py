@@ -83,6 +83,27 @@ def register(b: Backend, operation: str, hook: Callable[..., Any]) -> None:
     b.rsm.client.meta.events.register(f"before-send.s3.{operation}", hook)
 
 
+def s3_backend(endpoint: str, **settings: Any) -> Backend:
+    """A store of its own on the test's bucket, with ``settings`` (close it)."""
+    return _s3_backend(
+        "s3-server", create_bucket=False, endpoint_url=endpoint, retry_mode="standard",
+        max_concurrency=2, **settings,
+    )  # fmt: skip
+
+
+def counted_adds(manager: TopicBasedRemoteLogMetadataManager) -> list[Any]:
+    """The metadata of every copy attempt ``manager`` is told of from now on."""
+    added: list[Any] = []
+    add = manager.add_remote_log_segment_metadata
+
+    async def counting_add(metadata: Any) -> None:
+        added.append(metadata)
+        await add(metadata)
+
+    manager.add_remote_log_segment_metadata = counting_add  # type: ignore[method-assign]
+    return added
+
+
 def unregister(b: Backend, operation: str, hook: Callable[..., Any]) -> None:
     assert isinstance(b.rsm, S3RemoteStorageManager)
     b.rsm.client.meta.events.unregister(f"before-send.s3.{operation}", hook)
@@ -134,28 +155,21 @@ async def test_a_copy_rides_out_faults_with_one_attempt_per_segment(
     # copies there (copy_retry_s = 0): with the copy's own tries, each segment is copied
     # by its first attempt. Every attempt writes its segment's metadata, whose size the
     # soak counts as uploaded: failed attempts are what made it upload more than once.
-    retrying = _s3_backend(
-        "s3-server", create_bucket=False, endpoint_url=s3_endpoint, max_attempts=2,
-        retry_mode="standard", multipart_threshold=5 * MiB, part_size=5 * MiB,
-        max_concurrency=2, copy_retry_s=10,
+    retrying = s3_backend(
+        s3_endpoint, max_attempts=2, multipart_threshold=5 * MiB, part_size=5 * MiB,
+        copy_retry_s=10,
     )  # fmt: skip
     try:
         pdirs = [write_partition(tmp_path, "orders", p, records=600) for p in range(2)]
         rlm = make_rlm(store=retrying.rsm, copy_attempts=2)
         await rlm.on_leadership_changes([source(p) for p in pdirs], start_tasks=False)
         register(retrying, "PutObject", failing(5, error(503, "SlowDown")))
-        added: list[str] = []
-        add = rlmm_manager.add_remote_log_segment_metadata
-
-        async def counting_add(metadata: Any) -> None:
-            added.append(str(metadata.remote_log_segment_id))
-            await add(metadata)
-
-        rlmm_manager.add_remote_log_segment_metadata = counting_add  # type: ignore[method-assign]
+        added = counted_adds(rlmm_manager)
         await rlm.run_round()
         assert rlm.metrics.copy_errors.labels("orders")._value.get() == 0
         rolled = sum(len(p.segments()) - 1 for p in pdirs)
-        assert len(added) == rolled == len(set(added))  # one attempt per segment
+        ids = {str(m.remote_log_segment_id) for m in added}
+        assert len(added) == rolled == len(ids)  # one attempt per segment
         await _settle(rlm, rlmm_manager, retrying, pdirs)
     finally:
         retrying.rsm.close()
@@ -172,10 +186,7 @@ async def test_a_paused_store_starts_no_copy_until_its_pause_ends(
     # paused: a round meanwhile starts no copy (no metadata, no byte sent) and counts a
     # "not started" copy error; once S3 answers and the pause has run out, a round
     # copies everything and nothing is left over.
-    b = _s3_backend(
-        "s3-server", create_bucket=False, endpoint_url=s3_endpoint, max_attempts=1,
-        retry_mode="standard", max_concurrency=2, copy_retry_s=1.6,
-    )  # fmt: skip
+    b = s3_backend(s3_endpoint, max_attempts=1, copy_retry_s=1.6)
     try:
         assert isinstance(b.rsm, S3RemoteStorageManager)
         pdir = write_partition(tmp_path, "orders", 0, records=600)
@@ -199,14 +210,7 @@ async def test_a_paused_store_starts_no_copy_until_its_pause_ends(
         assert first.copied == [] and keys(b) == [] and b.open_uploads() == []
         errors = rlm.metrics.copy_errors.labels("orders")
         assert errors._value.get() == 1 and b.rsm.paused_for_s() > 0
-        sent, added = _sent(b), []
-        add = rlmm_manager.add_remote_log_segment_metadata
-
-        async def counting_add(metadata: Any) -> None:
-            added.append(metadata)
-            await add(metadata)
-
-        rlmm_manager.add_remote_log_segment_metadata = counting_add  # type: ignore[method-assign]
+        sent, added = _sent(b), counted_adds(rlmm_manager)
         second = await rlm.copy_round(tp)
         assert second.error is not None and "not started" in str(second.error)
         assert sent == [] and added == [] and errors._value.get() == 2
