@@ -144,6 +144,19 @@ class LocalSnapshotStore(SnapshotStore):
     def kept(self) -> list[str]:
         return [str(path) for _, path in self._list()]
 
+    def read(self, location: str) -> bytes:
+        path = Path(location)
+        if path.parent != self.directory or not _FINAL_RE.match(path.name):
+            raise SnapshotStoreError(
+                f"{location} is not a snapshot of {self!r}", path=str(location)
+            )
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            raise SnapshotStoreError(
+                f"cannot read snapshot {location}: {exc}", path=str(location)
+            ) from exc
+
     # ----------------------------------------------------------------- writing
 
     def write(self, snapshot: Snapshot) -> Path:

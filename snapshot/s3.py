@@ -179,6 +179,28 @@ class S3SnapshotStore(SnapshotStore):
     def kept(self) -> list[str]:
         return [self.url(e.key) for e in self._own_entries()]
 
+    def kept_all_owners(self) -> list[str]:
+        entries = self._list(self._root)
+        # Per owner by seq, not by time: the order kept() gives for this owner.
+        entries.sort(key=lambda e: (e.owner != self.owner, e.owner, -e.seq))
+        return [self.url(e.key) for e in entries]
+
+    def read(self, location: str) -> bytes:
+        """GET the object at ``location`` (an ``s3://`` URL under this store's
+        ``__snapshots/``, any owner's)."""
+        base = self.url(self._root)
+        owner, _, name = location.removeprefix(base).partition("/")
+        match = _NAME_RE.match(name)
+        if not location.startswith(base) or match is None or not owner:
+            raise SnapshotStoreError(f"{location} is not a snapshot of {self!r}", path=location)
+        if self._closed:
+            raise SnapshotStoreError(f"{self!r} is closed")
+        key = location[len(f"s3://{self.bucket}/") :]
+        data = self._get(_Entry(key, owner, int(match.group(1)), 0, None))
+        if data is None:
+            raise SnapshotStoreError(f"snapshot {location} is gone", path=location)
+        return data
+
     def owners(self) -> list[str]:
         """Every owner that has published a snapshot under this prefix."""
         return sorted({e.owner for e in self._list(self._root)})

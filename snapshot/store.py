@@ -84,6 +84,24 @@ class SnapshotStore(ABC):
         store that has no other owners yields its own).
         """
 
+    def kept_all_owners(self) -> list[str]:
+        """``kept()`` of every owner publishing into this store: this owner's first,
+        then the others' by owner name, each newest first (valid or not).
+
+        The default is ``kept()``: right for a store no other owner shares.
+        """
+        return self.kept()
+
+    def read(self, location: str) -> bytes:
+        """The raw bytes of the stored snapshot at ``location`` (one that ``kept()``,
+        ``kept_all_owners()`` or ``iter_valid`` named), not checked: for tools that
+        report on a damaged snapshot rather than skip it.
+
+        Raises SnapshotStoreError if it cannot be read (gone, or not this store's).
+        A backend that predates this method cannot: NotImplementedError says which.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot read a snapshot by its location")
+
     def _decode_or_skip(self, data: bytes, source: str, log: logging.Logger) -> Snapshot | None:
         """The snapshot in ``data``, or None after logging and counting why it is unusable."""
         try:

@@ -1,8 +1,14 @@
 """What a snapshot file of the manager holds: format, applied offsets, counts, checksum.
 
-The library side of ``rlmm snapshot inspect``. Invariant: inspecting never raises for
-a bad file: a truncated, corrupt, newer-version or foreign file gives a report with
-``ok`` false and the problem named; only a path that does not exist is an error.
+The library side of ``rlmm snapshot inspect``: snapshot files at a path, or the
+snapshots kept in a store (the configured one: a directory, or an S3 bucket shared by
+owners). Files and store objects go through the one decoder, so a snapshot reports
+the same wherever it is kept.
+
+Invariant: inspecting never raises for a bad snapshot: a truncated, corrupt,
+newer-version, foreign or unreadable one gives a report with ``ok`` false and the
+problem named; only a path that does not exist, or a store that cannot be listed, is
+an error.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from rlmm.cache import RemotePartitionMetadataStore
+from rlmm.config import RlmmConfig
 from rlmm.errors import RemoteStorageError, SnapshotBlockError
-from snapshot import MAGIC, SnapshotError, decode_snapshot
+from rlmm.factory import open_snapshot_source
+from snapshot import MAGIC, SnapshotError, SnapshotStore, decode_snapshot
 
 _HEADER = struct.Struct(">8sHQ")
 
@@ -72,20 +80,26 @@ def inspect_snapshot(path: Path) -> SnapshotReport:
         data = path.read_bytes()
     except OSError as e:
         return SnapshotReport(str(path), 0, False, f"unreadable: {e}")
+    return inspect_snapshot_bytes(data, str(path))
+
+
+def inspect_snapshot_bytes(data: bytes, source: str) -> SnapshotReport:
+    """Decode one snapshot's bytes, read from ``source`` (its path or location, the
+    report's ``path``), and count what it holds."""
     version = None
     if len(data) >= _HEADER.size and data[: len(MAGIC)] == MAGIC:
         version = _HEADER.unpack_from(data, 0)[1]
     try:
-        snap = decode_snapshot(data, str(path))
+        snap = decode_snapshot(data, source)
     except SnapshotError as e:
-        return SnapshotReport(str(path), len(data), False, str(e), version)
+        return SnapshotReport(source, len(data), False, str(e), version)
     store = RemotePartitionMetadataStore()
     try:
         store.load_state(snap.state)
         caches = list(store.caches.values())  # decodes every partition's block
     except (ValueError, TypeError, KeyError, IndexError, SnapshotBlockError) as e:
         return SnapshotReport(
-            str(path),
+            source,
             len(data),
             False,
             f"checksum ok but the state is not an rlmm manager's: {type(e).__name__}: {e}",
@@ -102,7 +116,7 @@ def inspect_snapshot(path: Path) -> SnapshotReport:
             remote_bytes += m.segment_size_in_bytes
     deletes = Counter(d.state.name for d in store.delete_states.values())
     return SnapshotReport(
-        path=str(path),
+        path=source,
         size_bytes=len(data),
         ok=True,
         format_version=version,
@@ -122,4 +136,44 @@ def inspect_snapshots(path: Path) -> list[SnapshotReport]:
     return [inspect_snapshot(p) for p in snapshot_files(path)]
 
 
-__all__ = ["SnapshotReport", "inspect_snapshot", "inspect_snapshots", "snapshot_files"]
+def inspect_store(store: SnapshotStore, *, all_owners: bool = True) -> list[SnapshotReport]:
+    """A report per snapshot ``store`` keeps, valid or not, newest first: this owner's,
+    then (``all_owners``, a shared store) every other owner's.
+
+    Raises SnapshotStoreError only if the store cannot be listed.
+    """
+    locations = store.kept_all_owners() if all_owners else store.kept()
+    reports = []
+    for location in locations:
+        try:
+            data = store.read(location)
+        except SnapshotError as e:
+            reports.append(SnapshotReport(location, 0, False, f"unreadable: {e}"))
+            continue
+        reports.append(inspect_snapshot_bytes(data, location))
+    return reports
+
+
+def inspect_configured(config: RlmmConfig) -> list[SnapshotReport]:
+    """A report per snapshot of ``config``'s ``[snapshot]`` store: the files of its
+    directory, or the objects of its S3 store (every owner's)."""
+    if config.snapshot.get("store", "local") == "local":
+        # Read as files, not through the store: a missing directory is an error here
+        # (a typo in snapshot.dir), where the store would list it as empty.
+        return inspect_snapshots(config.snapshot_dir())
+    store = open_snapshot_source(config)
+    try:
+        return inspect_store(store)
+    finally:
+        store.close()
+
+
+__all__ = [
+    "SnapshotReport",
+    "inspect_configured",
+    "inspect_snapshot",
+    "inspect_snapshot_bytes",
+    "inspect_snapshots",
+    "inspect_store",
+    "snapshot_files",
+]

@@ -193,6 +193,45 @@ def test_owners_are_separate(backend: Backend) -> None:
     assert seen == ([3] if backend.kind == "local" else [3, 13])
 
 
+def test_read_gives_a_kept_snapshot_s_bytes_damaged_or_not(backend: Backend) -> None:
+    a, b = backend.make(owner="broker-0"), backend.make(owner="broker-1")
+    good, bad = str(a.write(snap(1))), str(a.write(snap(2)))
+    theirs = str(b.write(snap(3)))
+    backend.replace(bad, flip(backend.read(bad)))
+    reader = backend.make(owner="broker-0", read_only=True)
+    assert reader.read(good) == backend.read(good)
+    assert reader.read(bad) == backend.read(bad)  # unchecked: for tools that report on it
+    # A directory store has one owner; a shared bucket lists every owner's, its own first.
+    assert reader.kept_all_owners() == [bad, good] + ([] if backend.kind == "local" else [theirs])
+    with pytest.raises(SnapshotStoreError, match="not a snapshot of"):
+        reader.read(theirs.replace("snapshot-", "notes-"))
+    a.close()
+    if backend.kind == "s3":
+        assert b.read(theirs) == backend.read(theirs)  # any owner's, in a shared bucket
+        with pytest.raises(SnapshotStoreError, match="gone"):
+            reader.read(theirs.replace("-00000000000000000001", "-00000000000000000009"))
+
+
+def test_a_store_without_read_says_which_it_is() -> None:
+    class Elsewhere(SnapshotStore):
+        def write(self, snapshot: Snapshot) -> str:
+            return "x"
+
+        def load_latest(self) -> Snapshot | None:
+            return None
+
+        def kept(self) -> list[str]:
+            return ["x"]
+
+        def iter_valid(self, *, all_owners: bool = False) -> Iterator[tuple[str, Snapshot]]:
+            return iter(())
+
+    store = Elsewhere()
+    assert store.kept_all_owners() == ["x"]
+    with pytest.raises(NotImplementedError, match="Elsewhere"):
+        store.read("x")
+
+
 def test_bad_keep_is_a_config_error(backend: Backend) -> None:
     with pytest.raises(SnapshotConfigError, match="keep"):
         backend.make(keep=0)
