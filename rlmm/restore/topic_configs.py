@@ -41,6 +41,9 @@ NOT_COPIED: Mapping[str, str] = {
     "local.retention.bytes": _TIERING,
     "remote.log.copy.disable": _TIERING,
     "remote.log.delete.on.disable": _TIERING,
+    # KIP-1241's delay of the copy (Kafka 4.4): an older target refuses the names
+    "remote.copy.lag.ms": _TIERING,
+    "remote.copy.lag.bytes": _TIERING,
     "leader.replication.throttled.replicas": _BROKERS,
     "follower.replication.throttled.replicas": _BROKERS,
 }

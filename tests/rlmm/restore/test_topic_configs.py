@@ -19,6 +19,7 @@ STORED = TopicConfigs(
         "retention.ms": "-1",
         "remote.storage.enable": "true",
         "local.retention.ms": "1000",
+        "remote.copy.lag.ms": "600000",
         "leader.replication.throttled.replicas": "0:1,0:2",
         "message.timestamp.type": "LogAppendTime",
         "message.timestamp.before.max.ms": "3600000",
@@ -38,6 +39,7 @@ def test_the_topic_s_own_configs_go_over_but_tiering_throttles_and_record_refuse
     assert set(choice.not_copied) == {
         "remote.storage.enable",
         "local.retention.ms",
+        "remote.copy.lag.ms",  # KIP-1241's, which a target before Kafka 4.4 refuses
         "leader.replication.throttled.replicas",
     }
     assert choice.not_copied["remote.storage.enable"].startswith("tiering")
