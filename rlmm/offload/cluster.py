@@ -6,14 +6,17 @@ epoch; aiokafka stops at v5), and which topics the cluster tiers itself with Kaf
 own RemoteLogManager (DescribeConfigs: the broker's
 ``remote.log.storage.system.enable`` and each topic's ``remote.storage.enable``); and,
 less often, every config set on a topic itself (``topic_configs``), which the sidecar
-keeps in the store for ``rlmm restore``.
+keeps in the store for ``rlmm restore``; and, each round, the last stable offset of
+each partition led, as this broker holds it in memory (``stable_offsets``).
 
 Invariants: every call is bounded by ``timeout_s``; a cancelled call raises
 CancelledError even where aiokafka turned the cancellation into one of its own errors
 (a leadership poll cancelled at a round's end must end); any failure (unreachable,
 refused, denied, a partition or topic error) raises LeadershipError naming the
 cluster and the cause: the caller never gets a partial view that it could read as
-"lead everything"; the client is closed by ``close()``, which is idempotent.
+"lead everything" (``stable_offsets`` alone leaves out a partition the broker does not
+answer for: its caller bounds that one by the log dir's checkpoint); calls may run at
+once over one connection; the client is closed by ``close()``, which is idempotent.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.admin import DescribeConfigsRequest
 from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
 
 from eventlog.kafka_client import UNREACHABLE, BrokerReachability, address_of
@@ -49,6 +53,10 @@ REMOTE_STORAGE_ENABLE = "remote.storage.enable"
 TOPIC_CONFIGS = OFFLOAD_TOPIC_SETTINGS
 _DEFAULT_CONFIG = 5  # DescribeConfigs v1+ config_source: Kafka's built-in default
 _TOPIC_CONFIG = 1  # DescribeConfigs v1+ config_source: set on the topic itself
+# ListOffsets at LATEST under READ_COMMITTED (v2+) answers the last stable offset: the
+# high watermark, or the first offset of the oldest transaction still open below it.
+_LATEST = -1
+_READ_COMMITTED = 1
 
 
 class MetadataResponse_v7(Response):
@@ -169,6 +177,9 @@ class ClusterClient:
         self.node_id = node_id
         self.timeout_s = timeout_s
         self._client: AIOKafkaClient | None = None
+        # A round's stable_offsets and a gain's, or the poll's view, may run at once:
+        # after a reset only one of them connects (the other's client would never close).
+        self._connecting = asyncio.Lock()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -199,15 +210,16 @@ class ClusterClient:
             raise LeadershipError(_why(e, self.bootstrap, principal=self.principal)) from e
 
     async def _connected(self) -> AIOKafkaClient:
-        if self._client is None:
-            client = AIOKafkaClient(**self._kwargs)
-            try:
-                await client.bootstrap()
-            except BaseException:
-                await client.close()
-                raise
-            self._client = client
-        return self._client
+        async with self._connecting:
+            if self._client is None:
+                client = AIOKafkaClient(**self._kwargs)
+                try:
+                    await client.bootstrap()
+                except BaseException:
+                    await client.close()
+                    raise
+                self._client = client
+            return self._client
 
     async def _reset(self) -> None:
         client, self._client = self._client, None
@@ -369,6 +381,57 @@ class ClusterClient:
                 for entry in entries
                 if entry[1] is not None and _set_on_topic(entry, response.API_VERSION)
             }
+        return out
+
+    async def stable_offsets(self, tps: Collection[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The last stable offset of each of ``tps`` (topic, partition) as this broker
+        (``node_id``) holds it in memory: ListOffsets LATEST under READ_COMMITTED, the
+        bound Kafka's own RemoteLogManager copies by. Asked of this broker alone: the
+        sidecar reads its log dirs, so another broker's answer would bound files it did
+        not write. A partition it does not answer for (NOT_LEADER_OR_FOLLOWER, unknown,
+        a leader still loading) is left out; OffloadError, naming the cluster and the
+        cause, when it cannot be asked at all."""
+        if self._closed:
+            raise OffloadError("the cluster client is closed")
+        if not tps:
+            return {}
+        try:
+            found = await asyncio.wait_for(self._stable_offsets(sorted(tps)), self.timeout_s)
+            raise_if_cancelling(None)
+            return found
+        except TimeoutError as e:
+            raise_if_cancelling(e)
+            await self._reset()
+            raise OffloadError(
+                f"broker {self.node_id} at {self.bootstrap} did not answer ListOffsets within"
+                f" {self.timeout_s:g} s"
+            ) from e
+        except (kafka_errors.KafkaError, OSError) as e:
+            raise_if_cancelling(e)
+            await self._reset()
+            raise OffloadError(
+                f"cannot list the last stable offsets of broker {self.node_id} at"
+                f" {self.bootstrap}: {_error_text(e)}"
+            ) from e
+
+    async def _stable_offsets(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        client = await self._connected()
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for topic, partition in tps:
+            by_topic.setdefault(topic, []).append((partition, _LATEST))
+        # replica_id -1: a consumer's request, answered by the leader only
+        request = OffsetRequest(-1, _READ_COMMITTED, list(by_topic.items()))
+        response = await client.send(self.node_id, request)
+        out: dict[tuple[str, int], int] = {}
+        for topic, partitions in response.topics:
+            for p in partitions:
+                partition, error_code, offset = p[0], p[1], p[3]
+                if error_code or offset < 0:
+                    why = kafka_errors.for_code(error_code).__name__ if error_code else "none"
+                    log.debug("%s-%d: no last stable offset from broker %d (%s)",
+                              topic, partition, self.node_id, why)  # fmt: skip
+                    continue
+                out[(topic, partition)] = offset
         return out
 
     async def close(self) -> None:

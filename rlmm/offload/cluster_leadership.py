@@ -7,7 +7,10 @@ led, at its leader epoch, and leadership that cannot be learned leads nothing (n
 the cluster tiers itself, or whose metadata holds segments rlmm did not write, is never
 led (``SkippedTopics``); a replicated partition over a metadata log other brokers
 cannot share is a LeadershipError (the sidecar stops); only what changed is led or
-followed again, and every change is counted in ``rlmm_offload_leadership_changes``.
+followed again, and every change is counted in ``rlmm_offload_leadership_changes``;
+before a round of partitions led, each one's source is given the last stable offset
+this broker answers for it (``stable_offsets``), or None when it does not answer (the
+round goes on, bounded by the log dir's checkpoint).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from eventlog.registry import types_where
 from rlmm.config import RlmmConfig
 from rlmm.model import TopicIdPartition
 from rlmm.offload.cluster import ClusterClient, ClusterView
-from rlmm.offload.errors import LeadershipError
+from rlmm.offload.errors import LeadershipError, OffloadError
 from rlmm.offload.leadership import Assignment, assign, lead_all
 from rlmm.offload.logdir import LogDirSource
 from rlmm.offload.metrics import OffloadMetrics
@@ -111,6 +114,29 @@ class ClusterLeadership:
                 " (remote.storage.enable=true, remote.log.storage.system.enable=true)",
             )
         return assignment
+
+    async def stable_offsets(
+        self, tps: Iterable[TopicIdPartition], sources: Mapping[TopicIdPartition, LogDirSource]
+    ) -> None:
+        """Give each of ``tps``' sources the last stable offset this broker holds in memory
+        for it, for the round about to run: Kafka rewrites the high watermark checkpoint
+        only every ``replica.high.watermark.checkpoint.interval.ms``, and a segment rolled
+        meanwhile would wait for it. A partition the broker does not answer for, or all
+        when it cannot be asked, gets None (the checkpoint bounds it again): said at
+        DEBUG, since leadership, asked of the same cluster, says what is wrong."""
+        led = [sources[tp] for tp in tps if tp in sources]
+        if self.cluster is None or not led:
+            return  # one broker without a cluster: its checkpoint alone, as before
+        found: dict[tuple[str, int], int] = {}
+        try:
+            found = await self.cluster.stable_offsets(
+                {(s.pdir.topic, s.pdir.partition) for s in led}
+            )
+        except OffloadError as e:
+            log.debug("last stable offsets unknown this round (the log dirs' checkpoints"
+                      " bound the copies): %s", e)  # fmt: skip
+        for s in led:
+            s.set_stable_offset(found.get((s.pdir.topic, s.pdir.partition)))
 
     async def lead(
         self, rlm: RemoteLogManager, assignment: Assignment, report: SidecarReport

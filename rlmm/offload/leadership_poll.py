@@ -131,6 +131,8 @@ class LeadershipPoll:
             leading.led.update(led)
             report.led = len(leading.led)
             self.metrics.partitions_led.set(len(leading.led))
+            # a new leader's first copy goes by the broker's LSO, not the checkpoint's
+            await leading.stable_offsets(led, self.sources)
             return await rlm.run_round(list(led))
         finally:
             self.gaining -= set(gained)

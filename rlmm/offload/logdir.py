@@ -4,12 +4,15 @@ Job: describe ``<log dir>/<topic>-<partition>/`` as Kafka's RemoteLogManager see
 its log (rolled segments, leader epochs, log start offset, last stable offset), and
 find every offloadable partition dir under a set of log dirs.
 
-Invariants: nothing here writes or deletes; the last stable offset is never past the
-high watermark (``replication-offset-checkpoint``) nor past the first offset of a
-transaction still open at the last roll (the newest producer snapshot; while the
-broker is still writing that one, the one before, capped at its own offset), so an
-uncommitted or unreplicated segment is never eligible; a segment whose files are
-missing, truncated or corrupt raises SegmentCopyError naming the file.
+Invariants: nothing here writes or deletes; the last stable offset is the one the
+broker answered this round (``set_stable_offset``: its in-memory LSO, which already
+holds back open transactions) capped at the local log end; without that answer it is
+never past the high watermark (``replication-offset-checkpoint``, which Kafka rewrites
+only every few seconds) nor past the first offset of a transaction still open at the
+last roll (the newest producer snapshot; while the broker is still writing that one,
+the one before, capped at its own offset); so an uncommitted or unreplicated segment
+is never eligible; a segment whose files are missing, truncated or corrupt raises
+SegmentCopyError naming the file.
 
 Scale: a round over thousands of partitions must not cost time proportional to all
 their segments: a partition dir's listing is kept while the dir is unchanged
@@ -91,7 +94,8 @@ def _being_written(path: str | Path) -> bool:
 
 
 class LogDirSource(LogSource):
-    """One Kafka partition dir; the log dir's checkpoints give the log start and HW."""
+    """One Kafka partition dir; the log dir's checkpoints give the log start and HW, the
+    broker (when asked) the last stable offset."""
 
     def __init__(
         self,
@@ -107,6 +111,8 @@ class LogDirSource(LogSource):
         self._retention = retention
         self._log_start = log_start_offset
         self._high_watermark = high_watermark
+        # The broker's in-memory LSO as asked this round (None: not asked, or no answer).
+        self._broker_stable: int | None = None
         self._verify_crc = verify_crc
         # The dir's listing at its (inode, mtime_ns), kept while that mtime is settled.
         # Only ints and strings: thousands of partitions keep theirs for good, and Path
@@ -137,6 +143,11 @@ class LogDirSource(LogSource):
         """The log dir's checkpoints as read this round (a source is kept across rounds)."""
         self._log_start = log_start_offset
         self._high_watermark = high_watermark
+
+    def set_stable_offset(self, stable_offset: int | None) -> None:
+        """The partition's last stable offset as its leader, this broker, answered for
+        this round (None: unknown; the checkpoint and producer snapshots bound it)."""
+        self._broker_stable = stable_offset
 
     def _listed(self, st: os.stat_result) -> Listing:
         """The dir's listing, made again only when the dir changed (``st``: its stat)."""
@@ -225,6 +236,13 @@ class LogDirSource(LogSource):
 
     def _stable_offset(self, listing: Listing, log_end_offset: int | None = None) -> int:
         """The LSO (see the module doc); ``log_end_offset``: the listing's, when known."""
+        if self._broker_stable is not None:
+            # Kafka's own RemoteLogManager bounds its copies by this one, and its open
+            # transactions are in it: a snapshot taken at the last roll would hold back,
+            # until the next roll, a transaction committed since.
+            self._snapshot_pending = False
+            end = self._end_offset(listing) if log_end_offset is None else log_end_offset
+            return min(self._broker_stable, end)
         if self._high_watermark is not None:
             lso = self._high_watermark
         else:
@@ -299,11 +317,13 @@ class LogDirSource(LogSource):
 
     def change_token(self) -> Hashable | None:
         """The dir's, the active segment's and the leader-epoch checkpoint's (inode, size,
-        mtime), and the log start offset and high watermark: every other answer derives
-        from these (a rolled segment is never written again; anything else Kafka does
-        creates, deletes or renames a file). None while one of them changed within
-        SETTLED_S, or when one cannot be read, or while a producer snapshot was last
-        found being written (then nothing is promised)."""
+        mtime), and the log start offset, high watermark and the broker's last stable
+        offset (it moves while the leader's files do not: the high watermark advances as
+        followers fetch): every other answer derives from these (a rolled segment is
+        never written again; anything else Kafka does creates, deletes or renames a
+        file). None while one of them changed within SETTLED_S, or when one cannot be
+        read, or while a producer snapshot was last found being written (then nothing
+        is promised)."""
         if self._snapshot_pending:
             return None
         try:
@@ -323,7 +343,7 @@ class LogDirSource(LogSource):
             return None
         return (
             d.st_ino, d.st_mtime_ns, listing.bases[-1], a.st_ino, a.st_size, a.st_mtime_ns,
-            epochs, self._log_start, self._high_watermark,
+            epochs, self._log_start, self._high_watermark, self._broker_stable,
         )  # fmt: skip
 
     def set_retention(self, retention: RetentionSettings) -> None:

@@ -3,13 +3,15 @@ settle each topic's switches, lead, run a copy and an expiration round, then sle
 ``remote.log.manager.task.interval.ms`` while the leadership poll runs.
 
 Invariants: a round runs the partitions led but those a gain's own round still runs
-(``LeadershipPoll.gaining``), never two rounds of a partition at once, and takes the
-results of the gains' rounds that ended; leadership that cannot be learned leads
-nothing and is asked again within ``leadership.poll.ms``; a partition no longer
-found is stopped; after each round ``/readyz`` says what it found (unless stopping),
-the metadata lag is published (also before the round: a first round over a backlog
-can take minutes), and the round's housekeeping runs before its line; the loop ends
-after one round (``once``) or at a stop, once the gains' rounds still running ended.
+(``LeadershipPoll.gaining``), bounded by the last stable offsets the broker answered
+just before it (``ClusterLeadership.stable_offsets``), never two rounds of a partition
+at once, and takes the results of the gains' rounds that ended; leadership that
+cannot be learned leads nothing and is asked again within ``leadership.poll.ms``; a
+partition no longer found is stopped; after each round ``/readyz`` says what it found
+(unless stopping), the metadata lag is published (also before the round: a first
+round over a backlog can take minutes), and the round's housekeeping runs before its
+line; the loop ends after one round (``once``) or at a stop, once the gains' rounds
+still running ended.
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ class RoundLoop:
         results of the gains' rounds that ended by its end (``--once``, or stopping: of
         all of them, once they end). Cancelled (a second signal), it abandons them all."""
         chosen = [tp for tp in self.leading.led if tp not in self.poll.gaining]
-        main = asyncio.create_task(rlm.run_round(chosen), name="rlmm-round")
+        main = asyncio.create_task(self._stable_then_round(rlm, chosen), name="rlmm-round")
         try:
             results = await main
             results.update(await self.poll.harvest(wait=self.once or self._stop.is_set()))
@@ -190,6 +192,14 @@ class RoundLoop:
             await self.poll.close()
             raise
         return results
+
+    async def _stable_then_round(
+        self, rlm: RemoteLogManager, chosen: list[TopicIdPartition]
+    ) -> RoundResults:
+        """The round of ``chosen``, bounded by the broker's last stable offsets as asked
+        just before it (in the round's task: a second signal cancels the asking too)."""
+        await self.leading.stable_offsets(chosen, self.poll.sources)
+        return await rlm.run_round(chosen)
 
     async def _after_round(
         self, rlm: RemoteLogManager, report: SidecarReport, results: RoundResults
