@@ -29,8 +29,11 @@ import pytest
 
 from tests.fixtures.soak import ROOT, BackgroundSoak
 
+# One worker runs both, one after the other: the SIGTERM test's soak must not load the
+# machine while the short soak times its alert.
 pytestmark = [
     pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow, pytest.mark.timeout(600),
+    pytest.mark.xdist_group("short-soak"),
 ]  # fmt: skip
 
 
@@ -68,10 +71,12 @@ def test_short_soak(short_soak: BackgroundSoak) -> None:
 
 
 def test_a_soak_stopped_by_sigterm_stops_what_it_started(
-    apache_kafka_libs: object, prometheus_bin: object, tmp_path: Path
+    apache_kafka_libs: object, prometheus_bin: object, short_soak: BackgroundSoak, tmp_path: Path
 ) -> None:
     # Its brokers, sidecars, S3 server and Prometheus run in sessions of their own: a
     # signal to the soak alone reaches none of them, so the soak must stop them.
+    if short_soak.proc is not None:
+        short_soak.wait(timeout=540)  # in whichever order the two run
     work = tmp_path / "soak"
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "soak.py"), "--duration", "120", "--seed", "3",
