@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
@@ -39,6 +39,7 @@ from rlmm.config import OFFLOAD_TOPIC_SETTINGS
 from rlmm.offload.errors import LeadershipError, OffloadError
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 NO_LEADER = -1
 _TOPIC, _BROKER = 2, 4  # DescribeConfigs resource types
@@ -331,26 +332,11 @@ class ClusterClient:
             raise OffloadError("the cluster client is closed")
         if not topics:
             return {}
-        try:
-            found = await asyncio.wait_for(self._topic_configs(sorted(topics)), self.timeout_s)
-            raise_if_cancelling(None)
-            return found
-        except OffloadError as e:
-            raise_if_cancelling(e)
-            raise
-        except TimeoutError as e:
-            raise_if_cancelling(e)
-            await self._reset()
-            raise OffloadError(
-                f"the cluster at {self.bootstrap} did not describe topic configs within"
-                f" {self.timeout_s:g} s"
-            ) from e
-        except (kafka_errors.KafkaError, OSError) as e:
-            raise_if_cancelling(e)
-            await self._reset()
-            raise OffloadError(
-                f"cannot describe topic configs at {self.bootstrap}: {_error_text(e)}"
-            ) from e
+        return await self._asked(
+            self._topic_configs(sorted(topics)),
+            f"the cluster at {self.bootstrap} did not describe topic configs",
+            f"cannot describe topic configs at {self.bootstrap}",
+        )
 
     async def _topic_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
         client = await self._connected()
@@ -395,24 +381,30 @@ class ClusterClient:
             raise OffloadError("the cluster client is closed")
         if not tps:
             return {}
+        return await self._asked(
+            self._stable_offsets(sorted(tps)),
+            f"broker {self.node_id} at {self.bootstrap} did not answer ListOffsets",
+            f"cannot list the last stable offsets of broker {self.node_id} at {self.bootstrap}",
+        )
+
+    async def _asked(self, call: Awaitable[_T], timed_out: str, failed: str) -> _T:
+        """``call``, bounded by ``timeout_s``; a timeout or a client error resets the
+        connection and is an OffloadError (``timed_out`` or ``failed``, and the cause)."""
         try:
-            found = await asyncio.wait_for(self._stable_offsets(sorted(tps)), self.timeout_s)
+            found = await asyncio.wait_for(call, self.timeout_s)
             raise_if_cancelling(None)
             return found
+        except OffloadError as e:
+            raise_if_cancelling(e)
+            raise
         except TimeoutError as e:
             raise_if_cancelling(e)
             await self._reset()
-            raise OffloadError(
-                f"broker {self.node_id} at {self.bootstrap} did not answer ListOffsets within"
-                f" {self.timeout_s:g} s"
-            ) from e
+            raise OffloadError(f"{timed_out} within {self.timeout_s:g} s") from e
         except (kafka_errors.KafkaError, OSError) as e:
             raise_if_cancelling(e)
             await self._reset()
-            raise OffloadError(
-                f"cannot list the last stable offsets of broker {self.node_id} at"
-                f" {self.bootstrap}: {_error_text(e)}"
-            ) from e
+            raise OffloadError(f"{failed}: {_error_text(e)}") from e
 
     async def _stable_offsets(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         client = await self._connected()
