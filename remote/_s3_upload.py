@@ -12,6 +12,11 @@ Invariants:
   first failure, by the same task: the copy keeps its objects that landed and its parts
   that were acknowledged, so a retried copy never uploads a byte twice (a write-once
   412 on the retry is the earlier try having landed); ``stop`` cuts those waits short;
+- a copy given a ``cancelled`` event (its caller can give it up) does not count the
+  store's outages (``StorePause.outage_s``: S3 answered not even the probes) against
+  ``copy_retry_s``: it waits for S3 as long as an outage lasts, and fails at its next
+  wait once the event is set; a copy without one (Kafka's broker, through rlmm serve,
+  cannot cancel it) counts every second;
 - when the copy fails, every object it created (or may have created: a write whose
   outcome is unknown after a 5xx or timeout) is deleted and every multipart upload it
   opened is aborted before the error propagates; objects found already present and
@@ -78,7 +83,13 @@ class _CopyState:
     created: list[str] = field(default_factory=list)
     uploads: dict[str, str] = field(default_factory=dict)  # upload id -> key
     failed: threading.Event = field(default_factory=threading.Event)
+    # Set by the caller that gave the copy up; None: it cannot (every wait is bounded).
+    cancelled: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def given_up(self) -> bool:
+        """Another task of the copy failed, or its caller cancelled it."""
+        return self.failed.is_set() or (self.cancelled is not None and self.cancelled.is_set())
 
     def add_created(self, key: str) -> None:
         with self.lock:
@@ -148,16 +159,20 @@ class SegmentUploader:
             state.failed.set()
 
     def upload(
-        self, segment_data: LogSegmentData, key_of: Callable[[ObjectKind], str]
+        self,
+        segment_data: LogSegmentData,
+        key_of: Callable[[ObjectKind], str],
+        cancelled: threading.Event | None = None,
     ) -> SegmentManifest:
-        """Upload every object of ``segment_data``; return the manifest of what was stored."""
+        """Upload every object of ``segment_data``; return the manifest of what was stored.
+        ``cancelled``: see the module's invariants."""
         plan: list[tuple[ObjectKind, str, Path | bytes, int]] = []
         for kind in OBJECT_KINDS:
             source = segment_data.source(kind)
             if source is None:
                 continue
             plan.append((kind, key_of(kind), source, _size_of(source)))
-        state = _CopyState()
+        state = _CopyState(cancelled=cancelled)
         pool = self._pool()
         with self._live_lock:
             self._live.append(state)
@@ -215,18 +230,23 @@ class SegmentUploader:
         self, state: _CopyState, operation: str, key: str, *, creates: bool = False, **params: Any
     ) -> dict[str, Any]:
         """``S3Calls.call``, tried again while S3 stays unavailable, for up to
-        ``copy_retry_s`` from the first failure or the first wait. ``creates``: a failed
-        try may have written ``key`` (its outcome is unknown), which makes the key this
-        copy's to clean up should the copy fail. A refusal pauses the store's every
-        copy (``StorePause``); the tries wait out the pause, and send nothing meanwhile."""
+        ``copy_retry_s`` from the first failure or the first wait (a cancellable copy
+        not counting the store's outages). ``creates``: a failed try may have written
+        ``key`` (its outcome is unknown), which makes the key this copy's to clean up
+        should the copy fail. A refusal pauses the store's every copy (``StorePause``);
+        the tries wait out the pause, and send nothing meanwhile."""
         budget = self._settings.copy_retry_s
-        deadline: float | None = None
+        spent: Callable[[], float] | None = None  # this call's seconds of trying so far
         error: RemoteStorageUnavailableError | None = None
         tries = 0
         while True:
             if budget > 0 and self.pause.paused:
-                deadline = time.monotonic() + budget if deadline is None else deadline
-                if not self.pause.turn(deadline, self._gives_up(state)):
+                spent = spent or self._clock_for(state)
+                if not self.pause.turn(math.inf, self._gives_up(state, spent, budget)):
+                    if state.cancelled is not None and state.cancelled.is_set():
+                        raise _CopyAbortedError(
+                            f"s3 {operation} {self._url(key)} not sent: the copy was cancelled"
+                        )
                     raise error or RemoteStorageUnavailableError(
                         f"s3 {operation} {self._url(key)} not sent: the store's copies stayed"
                         f" paused for copy_retry_s = {budget:g} s, S3 having refused"
@@ -238,10 +258,10 @@ class SegmentUploader:
             except RemoteStorageUnavailableError as e:
                 if creates:
                     state.add_created(key)
-                if budget <= 0 or self._stopping.is_set() or state.failed.is_set():
+                if budget <= 0 or self._given_up(state):
                     raise
                 self.pause.refused(e)
-                deadline = time.monotonic() + budget if deadline is None else deadline
+                spent = spent or self._clock_for(state)
                 error = e
                 log.info(
                     "s3 %s %s: %s; trying again after the store's pause of %.1f s (try %d;"
@@ -252,15 +272,28 @@ class SegmentUploader:
                 self.pause.answered()
                 return response
 
-    def _gives_up(self, state: _CopyState) -> Callable[[], bool]:
-        # another task of the copy failed, or the store is closing
-        return lambda: state.failed.is_set() or self._stopping.is_set()
+    def _clock_for(self, state: _CopyState) -> Callable[[], float]:
+        """From now: the seconds this copy has been trying, less the store's outages
+        when the copy can be cancelled (its caller stops it, not the budget)."""
+        started, outage = time.monotonic(), self.pause.outage_s()
+        if state.cancelled is None:
+            return lambda: time.monotonic() - started
+        return lambda: time.monotonic() - started - (self.pause.outage_s() - outage)
+
+    def _given_up(self, state: _CopyState) -> bool:
+        """Another task of the copy failed, its caller gave it up, or the store is closing."""
+        return state.given_up() or self._stopping.is_set()
+
+    def _gives_up(
+        self, state: _CopyState, spent: Callable[[], float], budget: float
+    ) -> Callable[[], bool]:
+        return lambda: self._given_up(state) or spent() >= budget
 
     # --- single PUT ----------------------------------------------------------------------
 
     def _put(self, state: _CopyState, key: str, source: Path | bytes) -> ObjectChecksum:
-        if state.failed.is_set():
-            raise _CopyAbortedError(f"PUT of {self._url(key)} skipped: copy failed")
+        if state.given_up():
+            raise _CopyAbortedError(f"PUT of {self._url(key)} skipped: copy failed or cancelled")
         try:
             data = source if isinstance(source, bytes) else _read_file(source)
             checksum = ObjectChecksum(len(data), crc32c_of(data))
@@ -405,8 +438,10 @@ class SegmentUploader:
         offset: int,
         length: int,
     ) -> dict[str, Any]:
-        if state.failed.is_set():
-            raise _CopyAbortedError(f"part {number} of {self._url(key)} skipped: copy failed")
+        if state.given_up():
+            raise _CopyAbortedError(
+                f"part {number} of {self._url(key)} skipped: copy failed or cancelled"
+            )
         try:
             data = os.pread(fd, length, offset)
             if len(data) != length:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -88,7 +89,11 @@ class LocalRemoteStorageManager(RemoteStorageManager):
     # --- copy --------------------------------------------------------------------------
 
     def copy_log_segment_data(
-        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        segment_data: LogSegmentData,
+        *,
+        cancelled: threading.Event | None = None,
     ) -> bytes | None:
         self._check_open()
         targets = [(kind, self.path_of(metadata, kind)) for kind in OBJECT_KINDS]
@@ -99,6 +104,10 @@ class LocalRemoteStorageManager(RemoteStorageManager):
                 source = segment_data.source(kind)
                 if source is None:
                     continue
+                if cancelled is not None and cancelled.is_set():
+                    raise RemoteStorageError(
+                        f"copy of {metadata.remote_log_segment_id} cancelled before {path}"
+                    )
                 written = self._write_once(path, source)
                 if written.created:
                     created.append(path)

@@ -106,7 +106,8 @@ class S3RemoteStorageManager(RemoteStorageManager):
     pauses every copy of the store (a one-attempt HeadBucket probes, with no body, when
     each pause has run out; pauses double from 0.5 s to 8 s) and is tried again, for up
     to ``copy_retry_s`` seconds, keeping what the copy already stored (0: no pause, and
-    the copy fails at once, cleaning up). Credentials: boto3's default chain,
+    the copy fails at once, cleaning up); a copy given a ``cancelled`` event does not
+    count an outage (its probes refused too) in that time. Credentials: boto3's default chain,
     or a named ``profile``, or ``aws_access_key_id`` / ``aws_secret_access_key`` (and
     ``aws_session_token``), which never appear in a repr, log line or error.
     """
@@ -214,11 +215,17 @@ class S3RemoteStorageManager(RemoteStorageManager):
     # --- copy --------------------------------------------------------------------------
 
     def copy_log_segment_data(
-        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        segment_data: LogSegmentData,
+        *,
+        cancelled: threading.Event | None = None,
     ) -> bytes | None:
         self._check_open()
         segment_base_name(metadata)  # rejects an illegal topic before any request
-        manifest = self._uploader.upload(segment_data, lambda kind: self.key_of(metadata, kind))
+        manifest = self._uploader.upload(
+            segment_data, lambda kind: self.key_of(metadata, kind), cancelled
+        )
         log.debug(
             "copied %s to %s",
             metadata.remote_log_segment_id,

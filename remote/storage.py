@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,11 +233,20 @@ class RemoteStorageManager(RemoteReader):
 
     @abc.abstractmethod
     def copy_log_segment_data(
-        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        segment_data: LogSegmentData,
+        *,
+        cancelled: threading.Event | None = None,
     ) -> bytes | None:
         """Copy the segment and its indexes; return custom metadata for the RLMM.
 
         On failure nothing of this copy is left visible and the error is raised.
+        ``cancelled``: set by a caller that gave the copy up (leadership lost, a
+        shutdown); the copy then fails at its next wait. Given one, a store may wait out
+        an outage of its storage for as long as it lasts rather than fail the copy, its
+        caller being able to stop it; without one (Kafka's broker cannot cancel a copy
+        through rlmm serve), every wait stays bounded by the store's settings.
         """
 
     @abc.abstractmethod

@@ -12,6 +12,9 @@ Invariants:
 - when a pause has run out, the next caller probes the store (``probe``, a cheap request
   of its own) before any held request goes: the probe's answer ends the outage and lets
   everyone through, its refusal starts the next, longer pause. One probe at a time;
+- an outage is the time from a refused probe to the next answered one (``outage_s``
+  adds them up): the store answered nothing then, so a caller that can be cancelled
+  need not count it against its own retry budget;
 - ``close`` lets every waiter go at once, refused.
 """
 
@@ -47,6 +50,8 @@ class StorePause:
         self._until = 0.0
         self._probing = False
         self._closed = False
+        self._outage_total = 0.0  # seconds of outages that ended
+        self._outage_since: float | None = None  # the refused probe that began this one
         self.probes = 0  # probes sent, for tests and logs
         self.cause: RemoteStorageUnavailableError | None = None  # the latest refusal
 
@@ -62,6 +67,14 @@ class StorePause:
             if not self._paused:
                 return 0.0
             return max(0.0, self._until - self._clock())
+
+    def outage_s(self) -> float:
+        """Seconds the store has spent in outages so far: from each refused probe to the
+        next answered one (a monotonic sum; the difference of two readings is the outage
+        time between them)."""
+        with self._cond:
+            ongoing = 0.0 if self._outage_since is None else self._clock() - self._outage_since
+            return self._outage_total + ongoing
 
     def refused(self, error: RemoteStorageUnavailableError) -> None:
         """A call ran out of the client's retries, refused as unavailable with ``error``."""
@@ -117,10 +130,17 @@ class StorePause:
             with self._cond:
                 self._probing = False
                 self.probes += 1
+                now = self._clock()
                 if answered:
                     self._paused = False  # the length stays until a request is answered
-                elif not self._closed:
-                    self._start_pause(self._clock())
+                    if self._outage_since is not None:
+                        self._outage_total += now - self._outage_since
+                        self._outage_since = None
+                else:
+                    if self._outage_since is None:
+                        self._outage_since = now
+                    if not self._closed:
+                        self._start_pause(now)
                 self._cond.notify_all()
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ from rlmm.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from rlmm.offload.blocking import finish, run_blocking
+from rlmm.offload.blocking import finish, run_blocking, run_cancellable
 from rlmm.offload.errors import ForeignSegmentError, SegmentCopyError
 from rlmm.offload.faults import KillPoints
 from rlmm.offload.log_source import SegmentDescription
@@ -122,8 +122,11 @@ class SegmentOps:
         try:
             self.kill_points.hit("copy.after_started")
             self.kill_points.hit("copy.upload")
-            custom = await run_blocking(
-                self.io_slots, self.rsm.copy_log_segment_data, metadata, desc.data
+            custom = await run_cancellable(
+                self.io_slots,
+                lambda cancelled: self.rsm.copy_log_segment_data(
+                    metadata, desc.data, cancelled=cancelled
+                ),
             )
             self.kill_points.hit("copy.after_upload")
             await self._update(metadata, S.COPY_SEGMENT_FINISHED, custom)

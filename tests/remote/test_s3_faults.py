@@ -390,3 +390,86 @@ def test_while_s3_refuses_the_stores_copies_send_nothing_until_a_probe_is_answer
     assert len(snapshot) == 2  # refused once, then stored
     for metadata in (first, second):
         assert b.rsm.fetch_index(metadata, IndexType.TIMESTAMP)
+
+
+class Outage:
+    """S3 refusing ``.snapshot`` PUTs and the pause's probes while ``on`` is set."""
+
+    def __init__(self, b: Backend) -> None:
+        self.on = threading.Event()
+        self.on.set()
+        self.probes = 0
+        register(b, "PutObject", self._refuse)
+        b.rsm.probe_client.meta.events.register("before-send.s3.HeadBucket", self._refuse)  # type: ignore[attr-defined]
+
+    def _refuse(self, request: AWSRequest, event_name: str, **_: Any) -> AWSResponse | None:
+        if event_name.endswith("HeadBucket"):
+            self.probes += 1
+        elif not str(request.url).endswith(".snapshot"):
+            return None
+        return xml_response(request, 503, error_xml("SlowDown")) if self.on.is_set() else None
+
+
+def _copy_in_thread(
+    b: Backend, metadata: RemoteLogSegmentMetadata, data: Any, cancelled: threading.Event | None
+) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            b.rsm.copy_log_segment_data(metadata, data, cancelled=cancelled)
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
+
+
+@pytest.mark.parametrize("cancellable", [True, False])
+def test_a_copy_its_caller_can_cancel_waits_out_an_outage_longer_than_its_retry_time(
+    s3_server_factory: S3Factory, tmp_path: Path, cancellable: bool
+) -> None:
+    # S3 refuses even the probes for ~3 s, three times copy_retry_s. A copy given a
+    # cancel event does not count the outage and completes once S3 answers; one without
+    # (rlmm serve's: Kafka cannot cancel it) fails at its budget, as before.
+    b = s3_server_factory(max_attempts=1, retry_mode="standard", copy_retry_s=1.0, **MULTIPART)
+    outage = Outage(b)
+    metadata = make_metadata()
+    seg = write_segment(tmp_path / "l", 6 * MiB)
+    thread, errors = _copy_in_thread(
+        b, metadata, seg.data, threading.Event() if cancellable else None
+    )
+    thread.join(3.0)  # the outage; its budget would end it after 1 s
+    assert outage.probes >= 1
+    outage.on.clear()
+    thread.join(30)
+    assert not thread.is_alive()
+    if cancellable:
+        assert errors == []
+        assert b.rsm.fetch_index(metadata, IndexType.TIMESTAMP) == seg.contents["time_index"]
+    else:
+        assert len(errors) == 1 and isinstance(errors[0], RemoteStorageUnavailableError)
+        assert_nothing_left(b)
+
+
+def test_a_cancelled_copy_stops_waiting_for_s3_and_cleans_up(
+    s3_server_factory: S3Factory, tmp_path: Path
+) -> None:
+    b = s3_server_factory(max_attempts=1, retry_mode="standard", copy_retry_s=1.0, **MULTIPART)
+    outage = Outage(b)
+    cancelled = threading.Event()
+    thread, errors = _copy_in_thread(
+        b, make_metadata(), write_segment(tmp_path / "l", 6 * MiB).data, cancelled
+    )
+    deadline = time.monotonic() + 20
+    while outage.probes < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.5)  # past copy_retry_s: still waiting, the outage not counted
+    assert thread.is_alive() and errors == []
+    cancelled.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], RemoteStorageError)
+    assert "cancelled" in str(errors[0])
+    assert_nothing_left(b)

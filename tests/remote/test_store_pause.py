@@ -139,3 +139,24 @@ def test_a_closed_pause_refuses_every_later_turn() -> None:
     pause.close()
     pause.refused(REFUSED)
     assert not pause.turn(soon())
+
+
+def test_an_outage_runs_from_a_refused_probe_to_the_next_answered_one() -> None:
+    clock = [100.0]
+    probe = Probe(refusing=True)
+    pause = StorePause(probe, first_s=1.0, max_s=4.0, clock=lambda: clock[0])
+    pause.refused(REFUSED)
+    clock[0] += 1.0  # the first pause: a refused request, not yet an outage
+    assert pause.outage_s() == 0.0
+    assert not pause.turn(clock[0] + 10, lambda: probe.calls > 0)  # probe refused at 101
+    clock[0] += 2.0
+    assert pause.outage_s() == 2.0  # ongoing
+    assert not pause.turn(clock[0] + 10, lambda: probe.calls > 1)  # refused again at 103
+    clock[0] += 4.0
+    probe.refusing = False
+    assert pause.turn(clock[0] + 1)  # answered at 107: the outage was 6 s
+    assert pause.outage_s() == 6.0
+    clock[0] += 50.0
+    pause.refused(REFUSED)  # a refused request alone starts no outage
+    clock[0] += 4.0
+    assert pause.outage_s() == 6.0

@@ -40,11 +40,15 @@ class GatedRsm(LocalRemoteStorageManager):
         self.entered = threading.Event()
 
     def copy_log_segment_data(
-        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        segment_data: LogSegmentData,
+        *,
+        cancelled: threading.Event | None = None,
     ) -> bytes | None:
         self.entered.set()
         assert self.gate.wait(30), "gate never opened"
-        return super().copy_log_segment_data(metadata, segment_data)
+        return super().copy_log_segment_data(metadata, segment_data, cancelled=cancelled)
 
 
 async def test_retention_ms_deletes_old_segments(

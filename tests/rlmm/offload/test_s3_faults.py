@@ -21,7 +21,7 @@ from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.offload import RemoteLogManager, RetentionSettings
 from tests.remote.conftest import Backend, _s3_backend
 from tests.remote.test_s3 import xml_response
-from tests.remote.test_s3_faults import _sent
+from tests.remote.test_s3_faults import _sent, only_for
 from tests.rlmm.offload.conftest import check_invariants, source, write_partition
 
 pytestmark = pytest.mark.s3
@@ -175,24 +175,25 @@ async def test_a_copy_rides_out_faults_with_one_attempt_per_segment(
         retrying.rsm.close()
 
 
-async def test_a_paused_store_starts_no_copy_until_its_pause_ends(
+async def test_a_copy_waits_out_an_outage_and_a_paused_store_starts_no_copy(
     tmp_path: Path,
     s3_endpoint: str,
     s3: Backend,
     rlmm_manager: TopicBasedRemoteLogMetadataManager,
     make_rlm: Callable[..., RemoteLogManager],
 ) -> None:
-    # A copy refused past its copy_retry_s, its probes refused too, leaves the store
-    # paused: a round meanwhile starts no copy (no metadata, no byte sent) and counts a
-    # "not started" copy error; once S3 answers and the pause has run out, a round
-    # copies everything and nothing is left over.
+    # S3 refuses one copy's time index, then its probes too: an outage. The copy in
+    # flight waits it out past its copy_retry_s (its task can be cancelled, so the
+    # outage is not counted) and lands with its first attempt; a round of another
+    # partition meanwhile starts no copy (no metadata, no byte sent) and counts a "not
+    # started" copy error; once S3 answers, everything is copied and nothing is left.
     b = s3_backend(s3_endpoint, max_attempts=1, copy_retry_s=1.6)
     try:
         assert isinstance(b.rsm, S3RemoteStorageManager)
-        pdir = write_partition(tmp_path, "orders", 0, records=600)
-        tp = pdir.topic_id_partition()
+        pdirs = [write_partition(tmp_path, "orders", p, records=600) for p in range(2)]
+        waiting, other = (p.topic_id_partition() for p in pdirs)
         rlm = make_rlm(store=b.rsm, copy_attempts=1)
-        await rlm.on_leadership_changes([source(pdir)], start_tasks=False)
+        await rlm.on_leadership_changes([source(p) for p in pdirs], start_tasks=False)
         slow_down = error(503, "SlowDown")
 
         def refuse_time_index(request: AWSRequest, **_: Any) -> AWSResponse | None:
@@ -201,27 +202,71 @@ async def test_a_paused_store_starts_no_copy_until_its_pause_ends(
         def refuse(request: AWSRequest, **_: Any) -> Any:  # every probe
             return slow_down(request)
 
+        added = counted_adds(rlmm_manager)
         register(b, "PutObject", refuse_time_index)
         probes = b.rsm.probe_client.meta.events
         probes.register("before-send.s3.HeadBucket", refuse)
-        # Pauses of 0.5 s and 1 s, each probe refused; at 1.6 s, 1.9 s of pause remain.
-        first = await rlm.copy_round(tp)
-        assert first.error is not None and "not started" not in str(first.error)
-        assert first.copied == [] and keys(b) == [] and b.open_uploads() == []
+        first = asyncio.ensure_future(rlm.copy_round(waiting))
+        give_up_at = time.monotonic() + 30
+        while b.rsm._uploader.pause.outage_s() < 2.0:  # past copy_retry_s
+            assert time.monotonic() < give_up_at and not first.done(), "no outage"
+            await asyncio.sleep(0.1)
         errors = rlm.metrics.copy_errors.labels("orders")
-        assert errors._value.get() == 1 and b.rsm.paused_for_s() > 0
-        sent, added = _sent(b), counted_adds(rlmm_manager)
-        second = await rlm.copy_round(tp)
+        assert errors._value.get() == 0 and len(added) == 1  # still its first attempt
+        sent, before = _sent(b), len(added)
+        second = await rlm.copy_round(other)
         assert second.error is not None and "not started" in str(second.error)
-        assert sent == [] and added == [] and errors._value.get() == 2
+        assert sent == [] and len(added) == before and errors._value.get() == 1
         unregister(b, "PutObject", refuse_time_index)
         probes.unregister("before-send.s3.HeadBucket", refuse)
+        done = await asyncio.wait_for(first, 30)
+        assert done.error is None and len(done.copied) == len(pdirs[0].segments()) - 1
+        assert len({m.start_offset for m in added}) == len(added)  # one attempt each
+        third = await rlm.copy_round(other)
+        assert third.error is None and len(third.copied) == len(pdirs[1].segments()) - 1
+        await _settle(rlm, rlmm_manager, b, pdirs)
+    finally:
+        b.rsm.close()
+
+
+async def test_a_copy_cancelled_while_it_waits_out_an_outage_ends_at_once(
+    tmp_path: Path,
+    s3_endpoint: str,
+    s3: Backend,
+    rlmm_manager: TopicBasedRemoteLogMetadataManager,
+    make_rlm: Callable[..., RemoteLogManager],
+) -> None:
+    # Leadership lost (the round's task cancelled) while a copy waits for S3: the copy
+    # gives up at its next wait instead of when the outage ends, and its attempt is
+    # cleaned up once S3 answers (here: the metadata deleted, nothing stored).
+    b = s3_backend(s3_endpoint, max_attempts=1, copy_retry_s=1.0)
+    try:
+        assert isinstance(b.rsm, S3RemoteStorageManager)
+        pdir = write_partition(tmp_path, "orders", 0, records=600)
+        rlm = make_rlm(store=b.rsm, copy_attempts=1)
+        await rlm.on_leadership_changes([source(pdir)], start_tasks=False)
+        refused = [True]
+
+        def refuse(request: AWSRequest, **_: Any) -> AWSResponse | None:
+            return error(503, "SlowDown")(request) if refused[0] else None
+
+        register(b, "PutObject", only_for(".timeindex", refuse))
+        b.rsm.probe_client.meta.events.register("before-send.s3.HeadBucket", refuse)
+        task = asyncio.ensure_future(rlm.copy_round(pdir.topic_id_partition()))
         give_up_at = time.monotonic() + 30
+        while b.rsm._uploader.pause.outage_s() < 1.5:
+            assert time.monotonic() < give_up_at and not task.done(), "no outage"
+            await asyncio.sleep(0.1)
+        cancelled_at = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        assert time.monotonic() - cancelled_at < 2.0
+        assert rlm.metrics.copy_errors.labels("orders")._value.get() == 0
+        refused[0] = False
         while b.rsm.paused_for_s() > 0:
             assert time.monotonic() < give_up_at, "the pause never ran out"
             await asyncio.sleep(0.1)
-        third = await rlm.copy_round(tp)
-        assert third.error is None and len(third.copied) == len(pdir.segments()) - 1
         await _settle(rlm, rlmm_manager, b, [pdir])
     finally:
         b.rsm.close()
