@@ -12,6 +12,12 @@ Invariants:
 - when a pause has run out, the next caller probes the store (``probe``, a cheap request
   of its own) before any held request goes: the probe's answer ends the outage and lets
   everyone through, its refusal starts the next, longer pause. One probe at a time;
+- during an outage (the last probe refused) a waiter also probes every ``probe_every_s``
+  before the pause has run out; ``early_answers`` such probes answered in a row end the
+  pause there, so the store takes copies within seconds of an outage's end rather than
+  at the end of a pause of up to ``max_s``. One answered probe alone does not: in a
+  brown-out that would let the held requests into the refusals every few seconds. An
+  early probe refused changes nothing but the count;
 - an outage is the time from a refused probe to the next answered one (``outage_s``
   adds them up): the store answered nothing then, so a caller that can be cancelled
   need not count it against its own retry budget;
@@ -38,11 +44,18 @@ class StorePause:
         *,
         first_s: float = 0.5,
         max_s: float = 8.0,
+        probe_every_s: float = 1.0,
+        early_answers: int = 2,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._probe = probe
         self._first_s = first_s
         self._max_s = max_s
+        self._probe_every_s = probe_every_s
+        self._early_answers = early_answers
+        self._answered_early = 0  # early probes answered in a row, in this pause
+        self._last_probe = 0.0  # when the latest probe was sent
+        self._probe_early = False  # the probe out was sent before its pause ran out
         self._clock = clock
         self._cond = threading.Condition()
         self._pauses = 0  # pauses since a request was last answered: the next one's length
@@ -110,12 +123,22 @@ class StorePause:
             now = self._clock()
             if now >= deadline:
                 return False
-            if now >= self._until and not self._probing:
+            if self._probing:  # until it is answered (its sender notifies)
+                self._cond.wait(min(deadline - now, _POLL_S))
+                continue
+            due = min(self._until, self._next_early_probe())
+            if now >= due:
                 self._probing = True
+                self._probe_early = now < self._until
+                self._last_probe = now
                 return True
-            # Paused: until it runs out. A probe is out: until it is answered.
-            wake = self._until if now < self._until else deadline
-            self._cond.wait(min(wake - now, deadline - now, _POLL_S))
+            self._cond.wait(min(due - now, deadline - now, _POLL_S))
+
+    def _next_early_probe(self) -> float:
+        """When a probe may go before the pause has run out (never outside an outage)."""
+        if self._outage_since is None:
+            return float("inf")
+        return self._last_probe + self._probe_every_s
 
     def _send_probe(self) -> None:
         answered = False
@@ -130,18 +153,28 @@ class StorePause:
             with self._cond:
                 self._probing = False
                 self.probes += 1
-                now = self._clock()
-                if answered:
-                    self._paused = False  # the length stays until a request is answered
-                    if self._outage_since is not None:
-                        self._outage_total += now - self._outage_since
-                        self._outage_since = None
-                else:
-                    if self._outage_since is None:
-                        self._outage_since = now
-                    if not self._closed:
-                        self._start_pause(now)
+                self._probed(answered, self._clock())
                 self._cond.notify_all()
+
+    def _probed(self, answered: bool, now: float) -> None:
+        """Under the lock: what a probe's answer (or refusal) does to the pause."""
+        if self._probe_early:
+            # Sent before the pause ran out, during an outage: only a run of answers
+            # ends it; a refusal leaves the pause as it was.
+            self._answered_early = self._answered_early + 1 if answered else 0
+            if self._answered_early < self._early_answers:
+                return
+        self._answered_early = 0
+        if answered:
+            self._paused = False  # the length stays until a request is answered
+            if self._outage_since is not None:
+                self._outage_total += now - self._outage_since
+                self._outage_since = None
+            return
+        if self._outage_since is None:
+            self._outage_since = now
+        if not self._closed:
+            self._start_pause(now)
 
     def close(self) -> None:
         """Refuse every waiter now and every later turn (the store is closing)."""

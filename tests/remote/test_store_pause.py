@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -160,3 +161,43 @@ def test_an_outage_runs_from_a_refused_probe_to_the_next_answered_one() -> None:
     pause.refused(REFUSED)  # a refused request alone starts no outage
     clock[0] += 4.0
     assert pause.outage_s() == 6.0
+
+
+def polls(n: int) -> Callable[[], bool]:
+    """A give_up that gives up at its n-th poll (with a fake clock, time stands still)."""
+    count = [0]
+
+    def give_up() -> bool:
+        count[0] += 1
+        return count[0] >= n
+
+    return give_up
+
+
+def test_during_an_outage_two_answered_probes_in_a_row_end_the_pause_early() -> None:
+    clock = [0.0]
+    probe = Probe(refusing=True)
+    pause = StorePause(probe, first_s=4.0, max_s=8.0, probe_every_s=1.0, clock=lambda: clock[0])
+    pause.refused(REFUSED)
+    clock[0] = 1.5
+    assert not pause.turn(100, polls(3)) and probe.calls == 0  # not an outage yet
+    clock[0] = 4.0
+    assert not pause.turn(100, lambda: probe.calls >= 1)  # refused: an outage, until 12
+    assert pause.remaining_s() == 8.0
+    probe.refusing = False
+    clock[0] = 5.0
+    assert not pause.turn(100, lambda: probe.calls >= 2)  # answered early: one of two
+    assert pause.paused
+    clock[0] = 5.5
+    assert not pause.turn(100, polls(3)) and probe.calls == 2  # the next is due at 6
+    probe.refusing = True
+    clock[0] = 6.0
+    assert not pause.turn(100, lambda: probe.calls >= 3)  # refused early: the run restarts
+    assert pause.paused and pause.remaining_s() == 6.0  # and the pause stands as it was
+    probe.refusing = False
+    clock[0] = 7.0
+    assert not pause.turn(100, lambda: probe.calls >= 4)
+    assert pause.paused
+    clock[0] = 8.0
+    assert pause.turn(100)  # the second answer in a row: 4 s before the pause's end
+    assert probe.calls == 5 and not pause.paused and pause.outage_s() == 4.0
