@@ -16,7 +16,9 @@ And the rules of section 4: the backends are the modules the registries name; no
 backend imports another, and no other module of its package (the base modules, the
 registries, the shared helpers) imports one; in rlmm only the factory builds remote
 storage and snapshot stores from configuration. Outside eventlog no module imports the
-kafka backend module: a Kafka client of rlmm's own takes eventlog.kafka_client."""
+kafka backend module: a Kafka client of rlmm's own takes eventlog.kafka_client.
+Outside eventlog and the factory no module compares an event log type's name: it asks
+what the type can do. No import inside a function closes an import cycle."""
 
 from __future__ import annotations
 
@@ -363,3 +365,99 @@ def test_only_eventlog_imports_the_kafka_backend_module(package: str) -> None:
         )
     if package == "rlmm":
         assert {"rlmm.offload.cluster", "rlmm.offload.sidecar", "rlmm.restore"} <= checked
+
+
+# --- what an event log type is asked, and no cycle closed by a deferred import -------------
+
+EVENT_LOG_TYPE_NAMES = frozenset(EVENT_LOG_BACKENDS)
+KIND_NAMERS = {"rlmm.factory"}  # the one module above the backends that may name a type
+
+
+def _kind_names_compared(path: Path) -> list[str]:
+    """The comparisons and match cases of ``path`` against an event log type's name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            seqs = ast.Tuple | ast.List | ast.Set
+            values = [e for s in sides for e in (s.elts if isinstance(s, seqs) else [s])]
+        elif isinstance(node, ast.MatchValue):
+            values = [node.value]
+        else:
+            continue
+        if any(isinstance(v, ast.Constant) and v.value in EVENT_LOG_TYPE_NAMES for v in values):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_outside_eventlog_and_the_factory_compares_an_event_log_type_name() -> None:
+    """An event log type declares what it can do (``shared``, ``directory_option``,
+    ``kafka_client``, ``read_only_options``): a caller asks that, never which type it is."""
+    found = [
+        hit
+        for package in PACKAGES
+        if package != "eventlog"
+        for path in modules(package)
+        if module_name(path) not in KIND_NAMERS
+        for hit in _kind_names_compared(path)
+    ]
+    assert not found, "\n".join(found)
+
+
+def _import_edges(path: Path) -> dict[str, bool]:
+    """The project modules ``path`` imports, each with True when only from inside a
+    function (a deferred import); imports under ``if TYPE_CHECKING`` are left out."""
+    known = {module_name(p) for package in PACKAGES for p in modules(package)}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    own = module_name(path)
+    edges: dict[str, bool] = {}
+
+    def visit(node: ast.AST, deferred: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            inner = deferred or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            names: list[str] = []
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                names = [f"{child.module}.{alias.name}" for alias in child.names]
+            for name in names:
+                target = resolve(name) if name.split(".")[0] in PACKAGES else None
+                if target and target != own:
+                    edges[target] = edges.get(target, True) and inner
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(), str(path)), False)
+    return edges
+
+
+def test_no_deferred_import_closes_an_import_cycle() -> None:
+    """An import inside a function loads a module only when it is used; it must not
+    hide a cycle (the builder imported back by what it builds): the module it imports
+    does not import, by any path, the module the import is in."""
+    graph = {module_name(p): _import_edges(p) for package in PACKAGES for p in modules(package)}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            name = todo.pop()
+            if name == goal:
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo += graph.get(name, {})
+        return False
+
+    cycles = [
+        f"{importer} -> {imported} (deferred), and back"
+        for importer, edges in graph.items()
+        for imported, deferred in edges.items()
+        if deferred and reaches(imported, importer)
+    ]
+    assert not cycles, "\n".join(cycles)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from rlmm.cli._restore_changes import change_lines
-from rlmm.cli.output import human_bytes, human_time
+from rlmm.cli.units import human_bytes, human_time
 
 if TYPE_CHECKING:
     from rlmm.restore import RestoreReport

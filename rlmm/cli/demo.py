@@ -40,8 +40,9 @@ from remote.segments import (
     iter_records,
 )
 from remote.storage import RemoteStorageManager
-from rlmm.cli.output import ConsoleOutput, human_bytes
+from rlmm.cli.output import ConsoleOutput
 from rlmm.cli.segments import show_segments
+from rlmm.cli.units import human_bytes
 from rlmm.config import load_config
 from rlmm.factory import create_manager, open_event_log, open_remote_storage
 from rlmm.model import RemoteLogSegmentMetadata, TopicIdPartition, kafka_uuid_to_str

@@ -17,12 +17,13 @@ import logging
 import sys
 import textwrap
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from rlmm.cli._restore_text import restore_lines
+from rlmm.cli.units import human_age, human_bytes, human_time
 from rlmm.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, kafka_uuid_to_str
 from rlmm.ops.describe import segment_fields
 from rlmm.ops.event_dump import DumpedEvent
@@ -33,38 +34,6 @@ from rlmm.ops.verification import VerifyReport
 
 if TYPE_CHECKING:  # the restore library loads aiokafka: only `rlmm restore` needs it
     from rlmm.restore import OffsetTranslations, RestoreReport
-
-
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
-def human_time(ms: int | None) -> str:
-    if ms is None or ms < 0:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def human_age(seconds: float | None) -> str:
-    """42 -> 42s, 750 -> 12m 30s, 11520 -> 3h 12m, 532800 -> 6d 4h (None: -)."""
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 0:
-        return f"-{human_age(-s)}"
-    for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "m", 60),
-                                     ("m", 60, "s", 1)):  # fmt: skip
-        if s >= size:
-            rest = (s % size) // subsize
-            return f"{s // size}{unit}" + (f" {rest}{sub}" if rest else "")
-    return f"{s}s"
 
 
 def _log_time() -> str:
@@ -446,8 +415,6 @@ class ConsoleOutput(Output):
             self._remedies(rows)
 
     def restore(self, report: RestoreReport) -> None:
-        from rlmm.cli._restore_text import restore_lines
-
         table, lines = restore_lines(report, self._table)
         self._print_table(table)
         for line in lines:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import click
 
 from rlmm.cli.session import common_options, session
+from rlmm.cli.units import human_bytes
 from rlmm.topics import RESTORE_OFFSETS_TOPIC, RESTORE_PROGRESS_TOPIC
 
 if TYPE_CHECKING:
@@ -99,8 +100,6 @@ def _partition_bars() -> Iterator[Callable[[str], ProgressCallback | None] | Non
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from rlmm.cli.output import human_bytes
 
     columns = (
         TextColumn("{task.description}"),

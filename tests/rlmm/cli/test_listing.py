@@ -13,7 +13,7 @@ from remote.manifest import SegmentManifest
 from remote.naming import OBJECT_KINDS, object_name
 from remote.segments import iter_records
 from rlmm.archive import open_metadata_view
-from rlmm.cli.output import human_age
+from rlmm.cli.units import human_age
 from rlmm.ops.describe import segment_fields
 from rlmm.ops.inventory import summarize_partitions
 from tests.rlmm.cli.store import Store, build_store, run_cli, sid
