@@ -12,11 +12,12 @@ Invariants:
   first failure, by the same task: the copy keeps its objects that landed and its parts
   that were acknowledged, so a retried copy never uploads a byte twice (a write-once
   412 on the retry is the earlier try having landed); ``stop`` cuts those waits short;
-- a copy given a ``cancelled`` event (its caller can give it up) does not count the
-  store's outages (``StorePause.outage_s``: S3 answered not even the probes) against
-  ``copy_retry_s``: it waits for S3 as long as an outage lasts, and fails at its next
-  wait once the event is set; a copy without one (Kafka's broker, through rlmm serve,
-  cannot cancel it) counts every second;
+- a copy given a ``cancelled`` event (its caller can give it up) counts against
+  ``copy_retry_s`` only the pauses its own refusals began and S3 ended by answering
+  the probe (the store answers others, not this copy), not the store's outages or the
+  pauses of other copies: it waits for S3 as long as a storm lasts, and fails at its
+  next wait once the event is set; a copy without one (Kafka's broker, through rlmm
+  serve, cannot cancel it) counts every second from its first failure;
 - when the copy fails, every object it created (or may have created: a write whose
   outcome is unknown after a 5xx or timeout) is deleted and every multipart upload it
   opened is aborted before the error propagates; objects found already present and
@@ -96,6 +97,38 @@ class _CopyState:
             # A call retried after an unknown outcome names its key again.
             if key not in self.created:
                 self.created.append(key)
+
+
+@dataclass
+class _Tries:
+    """One call's tries and the seconds they count against ``copy_retry_s``."""
+
+    cancellable: bool
+    count: int = 0
+    error: RemoteStorageUnavailableError | None = None
+    first: float | None = None  # the first failure or wait
+    own: float = 0.0  # a cancellable copy's: the pauses it began that S3 ended answering
+    began: tuple[int, float] | None = None  # (number, start) of the pause it just began
+
+    def spent(self) -> float:
+        if self.cancellable:
+            return self.own
+        return 0.0 if self.first is None else time.monotonic() - self.first
+
+    def waiting(self) -> None:
+        self.first = time.monotonic() if self.first is None else self.first
+
+    def refused(self, error: RemoteStorageUnavailableError, began: bool, number: int) -> None:
+        self.waiting()
+        self.error = error
+        self.began = (number, time.monotonic()) if began else None
+
+    def waited(self, answered: bool, pauses_started: int) -> None:
+        """After a wait: the pause this call's refusal began counts when no other
+        followed it (its probe was answered: the store answers, not to this call)."""
+        if self.began is not None and answered and pauses_started == self.began[0]:
+            self.own += time.monotonic() - self.began[1]
+        self.began = None
 
 
 @dataclass
@@ -230,29 +263,32 @@ class SegmentUploader:
         self, state: _CopyState, operation: str, key: str, *, creates: bool = False, **params: Any
     ) -> dict[str, Any]:
         """``S3Calls.call``, tried again while S3 stays unavailable, for up to
-        ``copy_retry_s`` from the first failure or the first wait (a cancellable copy
-        not counting the store's outages). ``creates``: a failed try may have written
-        ``key`` (its outcome is unknown), which makes the key this copy's to clean up
-        should the copy fail. A refusal pauses the store's every copy (``StorePause``);
-        the tries wait out the pause, and send nothing meanwhile."""
+        ``copy_retry_s`` (counted as the module's invariants say). ``creates``: a failed
+        try may have written ``key`` (its outcome is unknown), which makes the key this
+        copy's to clean up should the copy fail. A refusal pauses the store's every
+        copy (``StorePause``); the tries wait out the pause, and send nothing meanwhile."""
         budget = self._settings.copy_retry_s
-        spent: Callable[[], float] | None = None  # this call's seconds of trying so far
-        error: RemoteStorageUnavailableError | None = None
-        tries = 0
+        tries = _Tries(state.cancelled is not None)
         while True:
             if budget > 0 and self.pause.paused:
-                spent = spent or self._clock_for(state)
-                if not self.pause.turn(math.inf, self._gives_up(state, spent, budget)):
-                    if state.cancelled is not None and state.cancelled.is_set():
-                        raise _CopyAbortedError(
-                            f"s3 {operation} {self._url(key)} not sent: the copy was cancelled"
-                        )
-                    raise error or RemoteStorageUnavailableError(
+                tries.waiting()
+                answered = self.pause.turn(
+                    math.inf, lambda: self._given_up(state) or tries.spent() >= budget
+                )
+                tries.waited(answered, self.pause.pauses_started)
+                if not answered and state.cancelled is not None and state.cancelled.is_set():
+                    raise _CopyAbortedError(
+                        f"s3 {operation} {self._url(key)} not sent: the copy was cancelled"
+                    )
+                if not answered:
+                    raise tries.error or RemoteStorageUnavailableError(
                         f"s3 {operation} {self._url(key)} not sent: the store's copies stayed"
                         f" paused for copy_retry_s = {budget:g} s, S3 having refused"
                         f" {self.pause.cause}"
                     )
-            tries += 1
+            if tries.error is not None and tries.spent() >= budget:
+                raise tries.error
+            tries.count += 1
             try:
                 response = self._calls.call(operation, key, **params)
             except RemoteStorageUnavailableError as e:
@@ -260,34 +296,19 @@ class SegmentUploader:
                     state.add_created(key)
                 if budget <= 0 or self._given_up(state):
                     raise
-                self.pause.refused(e)
-                spent = spent or self._clock_for(state)
-                error = e
+                tries.refused(e, self.pause.refused(e), self.pause.pauses_started)
                 log.info(
                     "s3 %s %s: %s; trying again after the store's pause of %.1f s (try %d;"
                     " what this copy already stored stays)",
-                    operation, self._url(key), e, self.pause.remaining_s(), tries + 1,
+                    operation, self._url(key), e, self.pause.remaining_s(), tries.count + 1,
                 )  # fmt: skip
             else:
                 self.pause.answered()
                 return response
 
-    def _clock_for(self, state: _CopyState) -> Callable[[], float]:
-        """From now: the seconds this copy has been trying, less the store's outages
-        when the copy can be cancelled (its caller stops it, not the budget)."""
-        started, outage = time.monotonic(), self.pause.outage_s()
-        if state.cancelled is None:
-            return lambda: time.monotonic() - started
-        return lambda: time.monotonic() - started - (self.pause.outage_s() - outage)
-
     def _given_up(self, state: _CopyState) -> bool:
         """Another task of the copy failed, its caller gave it up, or the store is closing."""
         return state.given_up() or self._stopping.is_set()
-
-    def _gives_up(
-        self, state: _CopyState, spent: Callable[[], float], budget: float
-    ) -> Callable[[], bool]:
-        return lambda: self._given_up(state) or spent() >= budget
 
     # --- single PUT ----------------------------------------------------------------------
 

@@ -18,9 +18,11 @@ Invariants:
   at the end of a pause of up to ``max_s``. One answered probe alone does not: in a
   brown-out that would let the held requests into the refusals every few seconds. An
   early probe refused changes nothing but the count;
-- an outage is the time from a refused probe to the next answered one (``outage_s``
-  adds them up): the store answered nothing then, so a caller that can be cancelled
-  need not count it against its own retry budget;
+- pauses are numbered (``pauses_started``); ``refused`` says whether it began one, so
+  a caller can tell a pause its own refusal began and S3 ended by answering the probe
+  (the store answers, this caller's request did not get through) from an outage
+  (a probe refused too: ``outage_s`` adds up the time from each refused probe to the
+  next answered one);
 - ``close`` lets every waiter go at once, refused.
 """
 
@@ -66,6 +68,7 @@ class StorePause:
         self._outage_total = 0.0  # seconds of outages that ended
         self._outage_since: float | None = None  # the refused probe that began this one
         self.probes = 0  # probes sent, for tests and logs
+        self.pauses_started = 0  # pauses begun so far, each by a refusal or a probe
         self.cause: RemoteStorageUnavailableError | None = None  # the latest refusal
 
     @property
@@ -89,14 +92,16 @@ class StorePause:
             ongoing = 0.0 if self._outage_since is None else self._clock() - self._outage_since
             return self._outage_total + ongoing
 
-    def refused(self, error: RemoteStorageUnavailableError) -> None:
-        """A call ran out of the client's retries, refused as unavailable with ``error``."""
+    def refused(self, error: RemoteStorageUnavailableError) -> bool:
+        """A call ran out of the client's retries, refused as unavailable with ``error``;
+        True when that began a pause (its number is then ``pauses_started``)."""
         with self._cond:
             self.cause = error
             now = self._clock()
             if self._paused and now < self._until:
-                return  # sent before this pause began: the pause already stands for it
+                return False  # sent before this pause began: it already stands for it
             self._start_pause(now)
+            return True
 
     def answered(self) -> None:
         """A request was answered: the next outage starts again from ``first_s``."""
@@ -185,5 +190,6 @@ class StorePause:
     def _start_pause(self, now: float) -> None:
         self._paused = True
         self._pauses += 1
+        self.pauses_started += 1
         self._until = now + min(self._first_s * 2 ** min(self._pauses - 1, 20), self._max_s)
         self._cond.notify_all()

@@ -473,3 +473,23 @@ def test_a_cancelled_copy_stops_waiting_for_s3_and_cleans_up(
     assert len(errors) == 1 and isinstance(errors[0], RemoteStorageError)
     assert "cancelled" in str(errors[0])
     assert_nothing_left(b)
+
+
+def test_a_cancellable_copy_s3_refuses_alone_still_gives_up_at_its_retry_time(
+    s3_server_factory: S3Factory, tmp_path: Path
+) -> None:
+    # S3 answers the probes and the other objects, and refuses this copy's snapshot:
+    # no outage, so the pauses its refusals began count, and it fails at copy_retry_s.
+    b = s3_server_factory(max_attempts=1, retry_mode="standard", copy_retry_s=1.0, **MULTIPART)
+    hook, count = failing(-1, lambda r: xml_response(r, 503, error_xml("SlowDown")))
+    register(b, "PutObject", only_for(".snapshot", hook))
+    started = time.monotonic()
+    thread, errors = _copy_in_thread(
+        b, make_metadata(), write_segment(tmp_path / "l", 6 * MiB).data, threading.Event()
+    )
+    thread.join(30)
+    assert not thread.is_alive() and time.monotonic() - started < 10
+    assert len(errors) == 1 and isinstance(errors[0], RemoteStorageUnavailableError)
+    assert ".snapshot" in str(errors[0])
+    assert count[0] >= 2
+    assert_nothing_left(b)
