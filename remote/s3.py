@@ -387,6 +387,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
     def paused_for_s(self) -> float:
         return self._uploader.pause.remaining_s()
 
+    def paused_seconds(self) -> float:
+        return self._uploader.pause.paused_s()
+
     @property
     def probe_client(self) -> S3Client:
         """The one-attempt client of the probes that end a pause (for tests and event

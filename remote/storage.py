@@ -262,6 +262,11 @@ class RemoteStorageManager(RemoteReader):
         storage (0: it takes them now); an offloader starts no copy meanwhile."""
         return 0.0
 
+    def paused_seconds(self) -> float:
+        """Seconds the store has held its copies so far, its storage refusing them (a
+        running total, for a rate; 0 for a store that never pauses)."""
+        return 0.0
+
 
 __all__ = [
     "IndexType",

@@ -66,6 +66,8 @@ class StorePause:
         self._probing = False
         self._closed = False
         self._outage_total = 0.0  # seconds of outages that ended
+        self._paused_total = 0.0  # seconds of pauses that ended (a probe answered)
+        self._paused_since = 0.0  # when the running pause (and those it led to) began
         self._outage_since: float | None = None  # the refused probe that began this one
         self.probes = 0  # probes sent, for tests and logs
         self.pauses_started = 0  # pauses begun so far, each by a refusal or a probe
@@ -91,6 +93,13 @@ class StorePause:
         with self._cond:
             ongoing = 0.0 if self._outage_since is None else self._clock() - self._outage_since
             return self._outage_total + ongoing
+
+    def paused_s(self) -> float:
+        """Seconds the store has held its copies so far, from each refusal that paused
+        it to the probe answered after it (a monotonic sum, the running pause included)."""
+        with self._cond:
+            ongoing = self._clock() - self._paused_since if self._paused else 0.0
+            return self._paused_total + ongoing
 
     def refused(self, error: RemoteStorageUnavailableError) -> bool:
         """A call ran out of the client's retries, refused as unavailable with ``error``;
@@ -172,6 +181,7 @@ class StorePause:
         self._answered_early = 0
         if answered:
             self._paused = False  # the length stays until a request is answered
+            self._paused_total += now - self._paused_since
             if self._outage_since is not None:
                 self._outage_total += now - self._outage_since
                 self._outage_since = None
@@ -188,6 +198,8 @@ class StorePause:
             self._cond.notify_all()
 
     def _start_pause(self, now: float) -> None:
+        if not self._paused:
+            self._paused_since = now
         self._paused = True
         self._pauses += 1
         self.pauses_started += 1

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from wsgiref.simple_server import make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Metric, Summary
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.utils import floatToGoString
 
@@ -153,6 +154,21 @@ class MetricsServer:
             self._server.server_close()
 
 
+class _StorePaused:
+    """``rlmm_remote_storage_paused_seconds_total``, read from the store at each scrape."""
+
+    def __init__(self, read: Callable[[], float]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(
+            "rlmm_remote_storage_paused_seconds",
+            "Seconds the remote store held its copies, S3 having refused them (its rate:"
+            " the share of time S3 refuses; RlmmRemoteStorageRefusing)",
+            value=self.read(),
+        )
+
+
 class OffloadMetrics:
     """Counters and gauges of one RemoteLogManager (and of its metadata event log)."""
 
@@ -165,6 +181,8 @@ class OffloadMetrics:
         self._add_sidecar_metrics(self.registry)
         self._add_throttle_metrics(self.registry)
         self.readiness = Readiness(self.registry)
+        self._store_paused = _StorePaused(lambda: 0.0)
+        self.registry.register(self._store_paused)
 
     def _add_transfer_counters(self, r: CollectorRegistry) -> None:
         """Per topic, what was copied, deleted and fetched (Kafka's Remote*PerSec)."""
@@ -372,6 +390,11 @@ class OffloadMetrics:
         self._throttles: deque[tuple[float, float]] = deque()
         self._throttles_lock = threading.Lock()  # the scrape runs on the server's thread
         self.copy_throttle_time_max.set_function(self._throttle_max)
+
+    def watch_store(self, paused_seconds: Callable[[], float]) -> None:
+        """Export the remote store's held time: ``paused_seconds()`` at each scrape
+        (``RemoteStorageManager.paused_seconds``; 0 until a store is watched)."""
+        self._store_paused.read = paused_seconds
 
     def partition_exposition(self, names: Collection[str] | None = None) -> bytes:
         """The per-partition gauges' lines (of the families ``names``, all when None)."""

@@ -107,6 +107,7 @@ class RemoteLogManager:
         self.manager = manager
         self.rsm = rsm
         self.metrics = metrics if metrics is not None else OffloadMetrics()
+        self.metrics.watch_store(rsm.paused_seconds)
         self._clock_ms = clock_ms if clock_ms is not None else (lambda: int(time.time() * 1000))
         self.ownership = Ownership(rsm)
         self._ops = SegmentOps(

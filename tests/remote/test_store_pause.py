@@ -201,3 +201,24 @@ def test_during_an_outage_two_answered_probes_in_a_row_end_the_pause_early() -> 
     clock[0] = 8.0
     assert pause.turn(100)  # the second answer in a row: 4 s before the pause's end
     assert probe.calls == 5 and not pause.paused and pause.outage_s() == 4.0
+
+
+def test_paused_seconds_run_from_the_refusal_to_the_answered_probe() -> None:
+    clock = [0.0]
+    probe = Probe(refusing=True)
+    pause = StorePause(probe, first_s=1.0, max_s=8.0, clock=lambda: clock[0])
+    assert pause.paused_s() == 0.0
+    pause.refused(REFUSED)
+    clock[0] = 1.0
+    assert not pause.turn(100, lambda: probe.calls >= 1)  # refused: paused on, until 3
+    clock[0] = 2.5
+    assert pause.paused_s() == 2.5  # the running pause counts
+    probe.refusing = False
+    clock[0] = 3.0
+    assert pause.turn(100)
+    clock[0] = 10.0
+    assert pause.paused_s() == 3.0
+    pause.refused(REFUSED)  # a second spell adds to the first
+    clock[0] = 14.0
+    assert pause.turn(100)
+    assert pause.paused_s() == 7.0

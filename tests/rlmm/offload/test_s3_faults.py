@@ -213,6 +213,8 @@ async def test_a_copy_waits_out_an_outage_and_a_paused_store_starts_no_copy(
             await asyncio.sleep(0.1)
         errors = rlm.metrics.copy_errors.labels("orders")
         assert errors._value.get() == 0 and len(added) == 1  # still its first attempt
+        held = rlm.metrics.registry.get_sample_value("rlmm_remote_storage_paused_seconds_total")
+        assert held is not None and held >= 2.0  # what RlmmRemoteStorageRefusing watches
         sent, before = _sent(b), len(added)
         second = await rlm.copy_round(other)
         assert second.error is not None and "not started" in str(second.error)

@@ -484,6 +484,7 @@ async def test_rounds_count_rounds_and_counters_start_at_zero(tmp_path: Path) ->
     runs = len(pdirs)  # orders-0, orders-1, clicks-0 (audit is not offloaded)
     assert f'rlmm_offload_partition_rounds_total{{kind="copy"}} {float(runs)}' in body
     assert 'rlmm_remote_copy_errors_total{topic="orders"} 0.0' in body
+    assert "rlmm_remote_storage_paused_seconds_total 0.0" in body
     assert 'rlmm_remote_delete_requests_total{topic="orders"} 0.0' in body
 
 
