@@ -333,7 +333,7 @@ class SegmentUploader:
                 )
                 state.add_created(key)
             except RemoteObjectExistsError as e:
-                self._check_identical(key, checksum)
+                self._check_identical(state, key, checksum)
                 if _was_retried(e):
                     # The 412 answered a retry: our own earlier attempt wrote the object
                     # (its response was lost), so it is this copy's to clean up.
@@ -348,8 +348,9 @@ class SegmentUploader:
             state.failed.set()
             raise
 
-    def _check_identical(self, key: str, checksum: ObjectChecksum) -> None:
-        head = self._calls.call("head_object", key)
+    def _check_identical(self, state: _CopyState, key: str, checksum: ObjectChecksum) -> None:
+        # Tried again like the PUT: a refused HEAD must not fail a copy that landed.
+        head = self._call(state, "head_object", key)
         size = int(head.get("ContentLength", -1))
         stored = head.get("Metadata", {}).get(CRC_METADATA_KEY)
         if size == checksum.size and stored == crc_metadata(checksum.crc32c):
@@ -433,7 +434,7 @@ class SegmentUploader:
             state.add_created(key)
         except RemoteObjectExistsError as e:
             self._abort(upload_id, key)
-            self._check_identical(key, checksum)
+            self._check_identical(state, key, checksum)
             if _was_retried(e):
                 state.add_created(key)
         except RemoteStorageUnavailableError:
@@ -442,7 +443,7 @@ class SegmentUploader:
         except RemoteResourceNotFoundError:
             # NoSuchUpload on a retried complete: the first attempt completed the upload
             # and only its response was lost. The object must now be ours, byte for byte.
-            self._check_identical(key, checksum)
+            self._check_identical(state, key, checksum)
             state.add_created(key)
         with state.lock:
             state.uploads.pop(upload_id, None)

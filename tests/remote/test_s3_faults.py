@@ -493,3 +493,19 @@ def test_a_cancellable_copy_s3_refuses_alone_still_gives_up_at_its_retry_time(
     assert ".snapshot" in str(errors[0])
     assert count[0] >= 2
     assert_nothing_left(b)
+
+
+def test_the_head_after_a_write_once_refusal_is_tried_again_like_the_put(
+    s3_server_factory: S3Factory, tmp_path: Path
+) -> None:
+    # A copy that finds its objects already there (a retry whose first try landed) asks
+    # HEAD whether they are identical: S3 refusing that HEAD pauses and tries again, as a
+    # refused PUT does, instead of failing a copy whose objects are all stored.
+    b = s3_server_factory(max_attempts=1, retry_mode="standard", copy_retry_s=10, **MULTIPART)
+    metadata, seg = make_metadata(), write_segment(tmp_path / "l", 1 * MiB)
+    b.rsm.copy_log_segment_data(metadata, seg.data)
+    hook, count = failing(1, lambda r: xml_response(r, 503, error_xml("SlowDown")))
+    register(b, "HeadObject", hook)
+    b.rsm.copy_log_segment_data(metadata, seg.data)
+    assert count == [1]
+    assert b.rsm.fetch_index(metadata, IndexType.TIMESTAMP) == seg.contents["time_index"]
