@@ -305,17 +305,8 @@ def test_closing_the_store_ends_a_copy_waiting_to_try_again(
         "PutObject",
         only_for(".snapshot", hook),
     )
-    outcome: list[BaseException] = []
     data = write_segment(tmp_path / "l", 12 * MiB).data
-
-    def copy() -> None:
-        try:
-            b.rsm.copy_log_segment_data(make_metadata(), data)
-        except BaseException as e:
-            outcome.append(e)
-
-    thread = threading.Thread(target=copy)
-    thread.start()
+    thread, outcome = _copy_in_thread(b, make_metadata(), data, None)
     deadline = time.monotonic() + 30
     while count[0] < 2 and time.monotonic() < deadline:  # refused, waited, refused again
         time.sleep(0.05)

@@ -109,6 +109,16 @@ def unregister(b: Backend, operation: str, hook: Callable[..., Any]) -> None:
     b.rsm.client.meta.events.unregister(f"before-send.s3.{operation}", hook)
 
 
+async def outage_of(b: Backend, seconds: float, copying: asyncio.Future[Any]) -> None:
+    """Until ``b``'s store has been in an outage (its probes refused) for ``seconds``,
+    the copy ``copying`` still waiting."""
+    assert isinstance(b.rsm, S3RemoteStorageManager)
+    give_up_at = time.monotonic() + 30
+    while b.rsm._uploader.pause.outage_s() < seconds:
+        assert time.monotonic() < give_up_at and not copying.done(), "no outage"
+        await asyncio.sleep(0.1)
+
+
 def keys(b: Backend) -> list[str]:
     return b.list_keys()
 
@@ -207,10 +217,7 @@ async def test_a_copy_waits_out_an_outage_and_a_paused_store_starts_no_copy(
         probes = b.rsm.probe_client.meta.events
         probes.register("before-send.s3.HeadBucket", refuse)
         first = asyncio.ensure_future(rlm.copy_round(waiting))
-        give_up_at = time.monotonic() + 30
-        while b.rsm._uploader.pause.outage_s() < 2.0:  # past copy_retry_s
-            assert time.monotonic() < give_up_at and not first.done(), "no outage"
-            await asyncio.sleep(0.1)
+        await outage_of(b, 2.0, first)  # past copy_retry_s
         errors = rlm.metrics.copy_errors.labels("orders")
         assert errors._value.get() == 0 and len(added) == 1  # still its first attempt
         held = rlm.metrics.registry.get_sample_value("rlmm_remote_storage_paused_seconds_total")
@@ -255,10 +262,7 @@ async def test_a_copy_cancelled_while_it_waits_out_an_outage_ends_at_once(
         register(b, "PutObject", only_for(".timeindex", refuse))
         b.rsm.probe_client.meta.events.register("before-send.s3.HeadBucket", refuse)
         task = asyncio.ensure_future(rlm.copy_round(pdir.topic_id_partition()))
-        give_up_at = time.monotonic() + 30
-        while b.rsm._uploader.pause.outage_s() < 1.5:
-            assert time.monotonic() < give_up_at and not task.done(), "no outage"
-            await asyncio.sleep(0.1)
+        await outage_of(b, 1.5, task)
         cancelled_at = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -266,6 +270,7 @@ async def test_a_copy_cancelled_while_it_waits_out_an_outage_ends_at_once(
         assert time.monotonic() - cancelled_at < 2.0
         assert rlm.metrics.copy_errors.labels("orders")._value.get() == 0
         refused[0] = False
+        give_up_at = time.monotonic() + 30
         while b.rsm.paused_for_s() > 0:
             assert time.monotonic() < give_up_at, "the pause never ran out"
             await asyncio.sleep(0.1)
