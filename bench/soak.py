@@ -22,8 +22,8 @@ equal the consumers' (no gap, no duplicate, same bytes), and what was below the
 archive was expired by remote retention, whose segments are gone from the metadata
 and the bucket, or was never copied because it was past remote retention already
 when its turn came (the sidecar logs each such segment's offsets); the storm's alert
-(RlmmRemoteStorageRefusing) fired during the storm and resolved after it; every Grafana dashboard query
-returns data; the sidecar's RSS and open fds (its last incarnation) stay flat; no
+(RlmmRemoteStorageRefusing) fired during the storm and resolved after it; every Grafana
+dashboard query returns data; the sidecar's RSS and open fds (its last incarnation) stay flat; no
 process outlives the run. Prints ONE JSON document; exit
 0 when every check passed, 1 otherwise.
 
