@@ -8,9 +8,11 @@ Invariants: nothing here writes or deletes; the last stable offset is the one th
 broker answered this round (``set_stable_offset``: its in-memory LSO, which already
 holds back open transactions) capped at the local log end; without that answer it is
 never past the high watermark (``replication-offset-checkpoint``, which Kafka rewrites
-only every few seconds) nor past the first offset of a transaction still open at the
-last roll (the newest producer snapshot; while the broker is still writing that one,
-the one before, capped at its own offset); so an uncommitted or unreplicated segment
+only every few seconds; a partition that file does not list yet, in a log dir that
+has one, has nothing known to be replicated: no segment is eligible) nor past the
+first offset of a transaction still open at the last roll (the newest producer
+snapshot; while the broker is still writing that one, the one before, capped at its
+own offset); so an uncommitted or unreplicated segment
 is never eligible; a segment whose files are missing, truncated or corrupt raises
 SegmentCopyError naming the file.
 
@@ -243,6 +245,8 @@ class LogDirSource(LogSource):
             self._snapshot_pending = False
             end = self._end_offset(listing) if log_end_offset is None else log_end_offset
             return min(self._broker_stable, end)
+        if self._high_watermark == NOT_CHECKPOINTED:
+            return self.log_start_offset()
         if self._high_watermark is not None:
             lso = self._high_watermark
         else:
@@ -397,19 +401,25 @@ def scan_log_dirs(
         if not log_dir.is_dir():
             raise LogDirError(f"log dir {log_dir} does not exist or is not a directory")
         starts = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-        watermarks = read_offset_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+        checkpoint = log_dir / REPLICATION_OFFSET_CHECKPOINT
+        watermarks = read_offset_checkpoint(checkpoint)
+        # A broker's log dir has the file (empty until its first checkpoint): a
+        # partition it does not list has no known high watermark, not the log end.
+        unlisted = NOT_CHECKPOINTED if checkpoint.exists() else None
         names = cache.dir_names(log_dir)
         for name in names:
             source = cache.source(log_dir, name)
             if source is None:
                 path = log_dir / name
-                source = _source(path, settings, starts, watermarks, warned, disabled is not None)
+                source = _source(
+                    path, settings, starts, (watermarks, unlisted), warned, disabled is not None
+                )
                 if source is None:
                     continue  # not ours, or no topic id yet: looked at again next round
                 cache.keep(log_dir, name, source, names)
             else:
                 key = (source.pdir.topic, source.pdir.partition)
-                source.set_offsets(starts.get(key), watermarks.get(key))
+                source.set_offsets(starts.get(key), watermarks.get(key, unlisted))
             if settings.offloads(source.topic_id_partition.topic):
                 sources.append(source)
             elif disabled is not None:
@@ -417,11 +427,15 @@ def scan_log_dirs(
     return sources
 
 
+NOT_CHECKPOINTED = -1
+"""The high watermark of a partition the log dir's checkpoint does not list yet."""
+
+
 def _source(
-    path: Path,
+    path: Path,  # watermarks: the checkpoint's entries, and the HW of a partition unlisted
     settings: OffloadSettings,
     starts: dict[tuple[str, int], int],
-    watermarks: dict[tuple[str, int], int],
+    watermarks: tuple[dict[tuple[str, int], int], int | None],
     warned: set[str],
     include_disabled: bool = False,
 ) -> LogDirSource | None:
@@ -450,7 +464,7 @@ def _source(
         pdir,
         settings.retention_for(pdir.topic),
         log_start_offset=starts.get(key),
-        high_watermark=watermarks.get(key),
+        high_watermark=watermarks[0].get(key, watermarks[1]),
         verify_crc=settings.verify_crc,
     )
 

@@ -390,6 +390,33 @@ def test_sources_outlive_checkpoint_rewrites_not_a_recreated_dir(tmp_path: Path)
     assert after["orders-0"].topic_id_partition.topic_id == recreated
 
 
+def test_a_partition_the_brokers_checkpoint_does_not_list_yet_has_nothing_eligible(
+    tmp_path: Path,
+) -> None:
+    # Without the broker's LSO, the high watermark bounds the copies. A log dir with no
+    # replication-offset-checkpoint at all (an offline copy) is bounded by its log end;
+    # a broker's, whose checkpoint does not list the partition yet (Kafka creates it
+    # empty at start and fills it every few seconds), has nothing known to be
+    # replicated: it bounded the copies by the log end too, unreplicated records included.
+    logs = tmp_path / "logs"
+    settings = OffloadSettings.from_config(make_config(tmp_path / "rlmm"))
+    pdir = write_partition(logs, "orders", 0, aborted_txn=False)
+    bases = [s.base_offset for s in pdir.segments()]
+    settle(logs)
+    [offline] = scan_log_dirs([logs], settings)
+    assert offline.last_stable_offset() == offline.log_end_offset() > bases[-1]
+    rewrite_checkpoint(logs)  # empty, as at the broker's start
+    settle(logs)
+    [unlisted] = scan_log_dirs([logs], settings)
+    assert unlisted.last_stable_offset() == unlisted.log_start_offset() == 0
+    tmp = logs / "replication-offset-checkpoint.tmp"
+    tmp.write_text(f"0\n1\norders 0 {bases[2]}\n")
+    os.replace(tmp, logs / "replication-offset-checkpoint")
+    settle(logs)
+    [listed] = scan_log_dirs([logs], settings)
+    assert listed.last_stable_offset() == bases[2]
+
+
 async def test_the_sidecar_leads_a_partition_once_not_every_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
