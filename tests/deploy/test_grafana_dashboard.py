@@ -31,7 +31,7 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "rlmm.json"
 PANELS = {
     "Ready", "Since last round", "Rounds", "Segments copied and deleted", "Bytes",
     "Copy errors", "Delete errors", "Copy lag", "Copy lag (segments)", "Metadata lag",
-    "Remote log size", "Newest archived record age", "Not archived",
+    "Remote log size", "Newest archived record age", "Not archived", "S3 holding copies",
 }  # fmt: skip
 KNOWN_LINT = (
     'rlmm_remote_log_metadata_count non-histogram and non-summary metrics should not have "_count"'
@@ -90,7 +90,8 @@ def test_dashboard_reads_only_exported_metrics() -> None:
     for name in ("rlmm_remote_copy_errors_total", "rlmm_remote_delete_errors_total",
                  "rlmm_remote_copy_lag_bytes", "rlmm_metadata_event_log_lag",
                  "rlmm_offload_rounds_total", "rlmm_remote_copy_bytes_total",
-                 "rlmm_archive_newest_record_age_seconds", "rlmm_unarchived_bytes"):  # fmt: skip
+                 "rlmm_archive_newest_record_age_seconds", "rlmm_unarchived_bytes",
+                 "rlmm_remote_storage_paused_seconds_total"):  # fmt: skip
         assert name in used, name
 
 
