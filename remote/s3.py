@@ -106,8 +106,9 @@ class S3RemoteStorageManager(RemoteStorageManager):
     pauses every copy of the store (a one-attempt HeadBucket probes, with no body, when
     each pause has run out; pauses double from 0.5 s to 8 s) and is tried again, for up
     to ``copy_retry_s`` seconds, keeping what the copy already stored (0: no pause, and
-    the copy fails at once, cleaning up); a copy given a ``cancelled`` event does not
-    count an outage (its probes refused too) in that time. Credentials: boto3's default chain,
+    the copy fails at once, cleaning up); a copy given a ``cancelled`` event counts in
+    that time only the pauses its own refusals began and S3 ended by answering the
+    probe, not an outage or other copies' pauses. Credentials: boto3's default chain,
     or a named ``profile``, or ``aws_access_key_id`` / ``aws_secret_access_key`` (and
     ``aws_session_token``), which never appear in a repr, log line or error.
     """
