@@ -31,10 +31,41 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from remote.errors import RemoteStorageUnavailableError
 
 _POLL_S = 0.25  # how often a waiter asks its give_up()
+
+
+@dataclass(frozen=True)
+class PauseTimes:
+    """How long a store's pauses last, and how an outage is probed."""
+
+    first_s: float = 0.5  # the first pause after a request was answered
+    max_s: float = 8.0  # pauses double up to this
+    probe_every_s: float = 1.0  # during an outage, a probe this often
+    early_answers: int = 2  # probes answered in a row that end a pause early
+
+
+class _Spells:
+    """A running total of spells (of pause, of outage): ended ones plus the open one."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.since: float | None = None  # the open spell's start
+
+    def begin(self, now: float) -> None:
+        if self.since is None:
+            self.since = now
+
+    def end(self, now: float) -> None:
+        if self.since is not None:
+            self.total += now - self.since
+            self.since = None
+
+    def seconds(self, now: float) -> float:
+        return self.total + (0.0 if self.since is None else now - self.since)
 
 
 class StorePause:
@@ -43,32 +74,23 @@ class StorePause:
     def __init__(
         self,
         probe: Callable[[], None],
-        *,
-        first_s: float = 0.5,
-        max_s: float = 8.0,
-        probe_every_s: float = 1.0,
-        early_answers: int = 2,
+        times: PauseTimes = PauseTimes(),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._probe = probe
-        self._first_s = first_s
-        self._max_s = max_s
-        self._probe_every_s = probe_every_s
-        self._early_answers = early_answers
-        self._answered_early = 0  # early probes answered in a row, in this pause
-        self._last_probe = 0.0  # when the latest probe was sent
-        self._probe_early = False  # the probe out was sent before its pause ran out
+        self._times = times
         self._clock = clock
         self._cond = threading.Condition()
         self._pauses = 0  # pauses since a request was last answered: the next one's length
         self._paused = False  # from a refusal until a probe is answered
         self._until = 0.0
         self._probing = False
+        self._probe_early = False  # the probe out was sent before its pause ran out
+        self._last_probe = 0.0  # when the latest probe was sent
+        self._answered_early = 0  # early probes answered in a row, in this pause
         self._closed = False
-        self._outage_total = 0.0  # seconds of outages that ended
-        self._paused_total = 0.0  # seconds of pauses that ended (a probe answered)
-        self._paused_since = 0.0  # when the running pause (and those it led to) began
-        self._outage_since: float | None = None  # the refused probe that began this one
+        self._held = _Spells()  # from a refusal that paused the store to the answered probe
+        self._outages = _Spells()  # from a refused probe to the next answered one
         self.probes = 0  # probes sent, for tests and logs
         self.pauses_started = 0  # pauses begun so far, each by a refusal or a probe
         self.cause: RemoteStorageUnavailableError | None = None  # the latest refusal
@@ -91,15 +113,13 @@ class StorePause:
         next answered one (a monotonic sum; the difference of two readings is the outage
         time between them)."""
         with self._cond:
-            ongoing = 0.0 if self._outage_since is None else self._clock() - self._outage_since
-            return self._outage_total + ongoing
+            return self._outages.seconds(self._clock())
 
     def paused_s(self) -> float:
         """Seconds the store has held its copies so far, from each refusal that paused
         it to the probe answered after it (a monotonic sum, the running pause included)."""
         with self._cond:
-            ongoing = self._clock() - self._paused_since if self._paused else 0.0
-            return self._paused_total + ongoing
+            return self._held.seconds(self._clock())
 
     def refused(self, error: RemoteStorageUnavailableError) -> bool:
         """A call ran out of the client's retries, refused as unavailable with ``error``;
@@ -150,9 +170,9 @@ class StorePause:
 
     def _next_early_probe(self) -> float:
         """When a probe may go before the pause has run out (never outside an outage)."""
-        if self._outage_since is None:
+        if self._outages.since is None:
             return float("inf")
-        return self._last_probe + self._probe_every_s
+        return self._last_probe + self._times.probe_every_s
 
     def _send_probe(self) -> None:
         answered = False
@@ -176,18 +196,15 @@ class StorePause:
             # Sent before the pause ran out, during an outage: only a run of answers
             # ends it; a refusal leaves the pause as it was.
             self._answered_early = self._answered_early + 1 if answered else 0
-            if self._answered_early < self._early_answers:
+            if self._answered_early < self._times.early_answers:
                 return
         self._answered_early = 0
         if answered:
             self._paused = False  # the length stays until a request is answered
-            self._paused_total += now - self._paused_since
-            if self._outage_since is not None:
-                self._outage_total += now - self._outage_since
-                self._outage_since = None
+            self._held.end(now)
+            self._outages.end(now)
             return
-        if self._outage_since is None:
-            self._outage_since = now
+        self._outages.begin(now)
         if not self._closed:
             self._start_pause(now)
 
@@ -198,10 +215,10 @@ class StorePause:
             self._cond.notify_all()
 
     def _start_pause(self, now: float) -> None:
-        if not self._paused:
-            self._paused_since = now
+        self._held.begin(now)
         self._paused = True
         self._pauses += 1
         self.pauses_started += 1
-        self._until = now + min(self._first_s * 2 ** min(self._pauses - 1, 20), self._max_s)
+        first_s, max_s = self._times.first_s, self._times.max_s
+        self._until = now + min(first_s * 2 ** min(self._pauses - 1, 20), max_s)
         self._cond.notify_all()

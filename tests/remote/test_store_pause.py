@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from remote.errors import RemoteResourceNotFoundError, RemoteStorageUnavailableError
-from remote.store_pause import StorePause
+from remote.store_pause import PauseTimes, StorePause
 
 REFUSED = RemoteStorageUnavailableError("s3 put_object s3://b/k: SlowDown")
 
@@ -51,7 +51,7 @@ def test_a_store_that_answers_lets_every_call_go_at_once() -> None:
 
 def test_a_refusal_holds_calls_for_the_pause_then_one_probe_lets_them_go() -> None:
     probe = Probe()
-    pause = StorePause(probe, first_s=0.3)
+    pause = StorePause(probe, PauseTimes(first_s=0.3))
     pause.refused(REFUSED)
     assert pause.paused and 0.2 < pause.remaining_s() <= 0.3
     went: list[float] = []
@@ -73,7 +73,7 @@ def test_a_refusal_holds_calls_for_the_pause_then_one_probe_lets_them_go() -> No
 
 def test_a_refusal_during_a_pause_neither_extends_nor_doubles_it() -> None:
     clock = [100.0]
-    pause = StorePause(Probe(), first_s=1.0, clock=lambda: clock[0])
+    pause = StorePause(Probe(), PauseTimes(first_s=1.0), clock=lambda: clock[0])
     pause.refused(REFUSED)
     clock[0] = 100.5
     pause.refused(REFUSED)  # a request sent before the pause
@@ -83,7 +83,7 @@ def test_a_refusal_during_a_pause_neither_extends_nor_doubles_it() -> None:
 def test_pauses_double_to_the_cap_until_a_request_is_answered() -> None:
     clock = [0.0]
     probe = Probe(refusing=True)
-    pause = StorePause(probe, first_s=1.0, max_s=4.0, clock=lambda: clock[0])
+    pause = StorePause(probe, PauseTimes(first_s=1.0, max_s=4.0), clock=lambda: clock[0])
     lengths = []
     for _ in range(5):
         pause.refused(REFUSED)
@@ -92,7 +92,7 @@ def test_pauses_double_to_the_cap_until_a_request_is_answered() -> None:
     assert lengths == [1.0, 2.0, 4.0, 4.0, 4.0]
     # A refused probe starts the next pause, doubled as a refused request would.
     clock[0] = 1000.0
-    pause = StorePause(probe, first_s=1.0, max_s=4.0, clock=lambda: clock[0])
+    pause = StorePause(probe, PauseTimes(first_s=1.0, max_s=4.0), clock=lambda: clock[0])
     pause.refused(REFUSED)
     clock[0] += 1.0
     assert not pause.turn(clock[0] + 10, lambda: probe.calls > 0)  # probes, then gives up
@@ -112,8 +112,8 @@ def test_pauses_double_to_the_cap_until_a_request_is_answered() -> None:
 
 def test_a_probe_answered_with_another_error_ends_the_pause() -> None:
     # A HeadBucket answered 404 or 403 is the store answering: requests go, and say why.
-    pause = StorePause(Probe(refusing=True, error=RemoteResourceNotFoundError("no bucket")),
-                       first_s=0.05)  # fmt: skip
+    refused_no_bucket = Probe(refusing=True, error=RemoteResourceNotFoundError("no bucket"))
+    pause = StorePause(refused_no_bucket, PauseTimes(first_s=0.05))
     pause.refused(REFUSED)
     assert pause.turn(soon())
     assert not pause.paused
@@ -121,7 +121,7 @@ def test_a_probe_answered_with_another_error_ends_the_pause() -> None:
 
 @pytest.mark.parametrize("ending", ["deadline", "close", "give_up"])
 def test_a_waiting_call_leaves_at_its_deadline_on_close_or_when_it_gives_up(ending: str) -> None:
-    pause = StorePause(Probe(refusing=True), first_s=60.0)
+    pause = StorePause(Probe(refusing=True), PauseTimes(first_s=60.0))
     pause.refused(REFUSED)
     stop = threading.Event()
     outcome: list[bool] = []
@@ -145,7 +145,7 @@ def test_a_closed_pause_refuses_every_later_turn() -> None:
 def test_an_outage_runs_from_a_refused_probe_to_the_next_answered_one() -> None:
     clock = [100.0]
     probe = Probe(refusing=True)
-    pause = StorePause(probe, first_s=1.0, max_s=4.0, clock=lambda: clock[0])
+    pause = StorePause(probe, PauseTimes(first_s=1.0, max_s=4.0), clock=lambda: clock[0])
     pause.refused(REFUSED)
     clock[0] += 1.0  # the first pause: a refused request, not yet an outage
     assert pause.outage_s() == 0.0
@@ -177,7 +177,8 @@ def polls(n: int) -> Callable[[], bool]:
 def test_during_an_outage_two_answered_probes_in_a_row_end_the_pause_early() -> None:
     clock = [0.0]
     probe = Probe(refusing=True)
-    pause = StorePause(probe, first_s=4.0, max_s=8.0, probe_every_s=1.0, clock=lambda: clock[0])
+    times = PauseTimes(first_s=4.0, max_s=8.0, probe_every_s=1.0)
+    pause = StorePause(probe, times, clock=lambda: clock[0])
     pause.refused(REFUSED)
     clock[0] = 1.5
     assert not pause.turn(100, polls(3)) and probe.calls == 0  # not an outage yet
@@ -206,7 +207,7 @@ def test_during_an_outage_two_answered_probes_in_a_row_end_the_pause_early() -> 
 def test_paused_seconds_run_from_the_refusal_to_the_answered_probe() -> None:
     clock = [0.0]
     probe = Probe(refusing=True)
-    pause = StorePause(probe, first_s=1.0, max_s=8.0, clock=lambda: clock[0])
+    pause = StorePause(probe, PauseTimes(first_s=1.0, max_s=8.0), clock=lambda: clock[0])
     assert pause.paused_s() == 0.0
     pause.refused(REFUSED)
     clock[0] = 1.0
