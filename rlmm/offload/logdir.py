@@ -432,9 +432,10 @@ NOT_CHECKPOINTED = -1
 
 
 def _source(
-    path: Path,  # watermarks: the checkpoint's entries, and the HW of a partition unlisted
+    path: Path,
     settings: OffloadSettings,
     starts: dict[tuple[str, int], int],
+    # the checkpoint's entries, and the high watermark of a partition it does not list
     watermarks: tuple[dict[tuple[str, int], int], int | None],
     warned: set[str],
     include_disabled: bool = False,
