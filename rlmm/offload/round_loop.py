@@ -8,10 +8,12 @@ just before it (``ClusterLeadership.stable_offsets``), never two rounds of a par
 at once, and takes the results of the gains' rounds that ended; leadership that
 cannot be learned leads nothing and is asked again within ``leadership.poll.ms``; a
 partition no longer found is stopped; after each round ``/readyz`` says what it found
-(unless stopping), the metadata lag is published (also before the round: a first
+(unless stopping), the metadata lag is published (also beside the round: a first
 round over a backlog can take minutes), and the round's housekeeping runs before its
-line; the loop ends after one round (``once``) or at a stop, once the gains' rounds
-still running ended.
+line; the leadership poll runs from a round's start to the next one's scan (the
+round's end and its lag gauges included), never while a round's scan, view and lead
+change what is led; the loop ends after one round (``once``) or at a stop, once the
+gains' rounds still running ended.
 """
 
 from __future__ import annotations
@@ -106,10 +108,10 @@ class RoundLoop:
                 report.warnings.append(problem)
         while not self._stop.is_set():
             results = await self._one_round(rlm, report)
-            await self._after_round(rlm, report, results)
             if self.once:
+                await self._after_round(rlm, report, results)
                 break
-            await self._between_rounds(rlm, report)
+            await self._between_rounds(rlm, report, results)
         # Gains' rounds still running: a first signal lets their copies in flight
         # finish (no new segment starts), a second one cancelled them.
         await self.poll.harvest(wait=True)
@@ -162,20 +164,26 @@ class RoundLoop:
         """Lead what ``assignment`` says and run the round, the poll beside it."""
         results: RoundResults = {}
         await self.leading.lead(rlm, assignment, report)
-        # Before the round too: a first round over a backlog can take minutes, and
-        # a restarted sidecar must not publish its lag only after it.
-        await self._record_event_log_lag(rlm)
         self._round = asyncio.create_task(self._run_round(rlm))
         poll = asyncio.create_task(self.poll.run(rlm, report), name="rlmm-leadership-poll")
+        # The lag beside the round, not before it: a first round over a backlog can
+        # take minutes (a restarted sidecar must not publish its lag only after it),
+        # and an event log that takes the lag's whole bound to answer (a broker that
+        # leads a metadata partition died or hangs) must not hold up the round's
+        # copies nor, with it, the poll.
+        lag = asyncio.create_task(self._record_event_log_lag(rlm), name="rlmm-metadata-lag")
         try:
             results = await self._round
+            # what follows the round runs with the poll still on
+            await lag
+            await self.keeper.after_round(list(self.leading.led), view)
         except asyncio.CancelledError:
             if not self.abandoned:
                 raise  # not ours: propagate
         finally:
             self._round = None
+            await cancel_task(lag)
             await cancel_task(poll)
-        await self.keeper.after_round(list(self.leading.led), view)
         return results
 
     async def _run_round(self, rlm: RemoteLogManager) -> RoundResults:
@@ -220,16 +228,21 @@ class RoundLoop:
         self.native_memory.trim()
         self.display.round_done(len(self._found), len(self.leading.led))
 
-    async def _between_rounds(self, rlm: RemoteLogManager, report: SidecarReport) -> None:
-        """Sleep until the next round (or a stop), the poll running meanwhile."""
+    async def _between_rounds(
+        self, rlm: RemoteLogManager, report: SidecarReport, results: RoundResults
+    ) -> None:
+        """The round's end (``_after_round``), then sleep until the next round (or a
+        stop), the poll running all the while."""
         # Unknown leadership is asked again sooner than a round's interval.
         interval = self.settings.task_interval_ms / 1000
         if report.leadership_unknown is not None:
             interval = min(interval, self.settings.leadership_poll_ms / 1000)
         # Meanwhile the poll leads what this broker gains, each with a round of its
-        # own at once: the other partitions keep their interval.
+        # own at once: the other partitions keep their interval. It runs through the
+        # round's end too, whose lag gauges may wait out their bound on a dead broker.
         poll = asyncio.create_task(self.poll.run(rlm, report), name="rlmm-leadership-poll")
         try:
+            await self._after_round(rlm, report, results)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval)
         finally:
