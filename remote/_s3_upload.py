@@ -295,6 +295,12 @@ class SegmentUploader:
                 if creates:
                     state.add_created(key)
                 if budget <= 0 or self._given_up(state):
+                    if state.cancelled is not None and state.cancelled.is_set():
+                        # the caller's cancellation is why the copy stops, not S3
+                        raise _CopyAbortedError(
+                            f"s3 {operation} {self._url(key)} stopped: the copy was"
+                            f" cancelled (S3 had refused it: {e})"
+                        ) from e
                     raise
                 tries.refused(e, self.pause.refused(e), self.pause.pauses_started)
                 log.info(
@@ -414,9 +420,10 @@ class SegmentUploader:
                     error = None if f.cancelled() else f.exception()
                     if error is not None and not isinstance(error, _CopyAbortedError):
                         raise error
-                raise _CopyAbortedError(
-                    f"multipart upload of {self._url(key)} stopped: another object failed"
-                )
+                # every part stopped without an error of its own: say why they stopped
+                cancelled = state.cancelled is not None and state.cancelled.is_set()
+                why = "the copy was cancelled" if cancelled else "another object failed"
+                raise _CopyAbortedError(f"multipart upload of {self._url(key)} stopped: {why}")
             completed = [f.result() for f in parts]
         finally:
             multipart.stop()

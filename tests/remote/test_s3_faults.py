@@ -466,6 +466,34 @@ def test_a_cancelled_copy_stops_waiting_for_s3_and_cleans_up(
     assert_nothing_left(b)
 
 
+def test_a_copy_cancelled_while_its_parts_are_in_flight_says_it_was_cancelled(
+    s3_server_factory: S3Factory, tmp_path: Path
+) -> None:
+    # The parts of the .log are on the wire when the caller gives the copy up, and S3
+    # then refuses them. The copy's error says it was cancelled: it used to give S3's
+    # refusal as the cause, or, when the parts stopped waiting in the store's pause
+    # (as on a loaded machine), "another object failed", naming no object.
+    b = s3_server_factory(max_attempts=1, retry_mode="standard", copy_retry_s=1.0, **MULTIPART)
+    cancelled = threading.Event()
+
+    def part(request: AWSRequest, **_: Any) -> AWSResponse | None:
+        cancelled.wait(20)
+        return xml_response(request, 503, error_xml("SlowDown"))
+
+    register(b, "UploadPart", part)
+    thread, errors = _copy_in_thread(
+        b, make_metadata(), write_segment(tmp_path / "l", 6 * MiB).data, cancelled
+    )
+    time.sleep(1.0)  # the parts are sent and wait for their answer
+    assert thread.is_alive() and errors == []
+    cancelled.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], RemoteStorageError)
+    assert "cancelled" in str(errors[0]) and "another object" not in str(errors[0]), errors
+    assert_nothing_left(b)
+
+
 def test_a_cancellable_copy_s3_refuses_alone_still_gives_up_at_its_retry_time(
     s3_server_factory: S3Factory, tmp_path: Path
 ) -> None:
