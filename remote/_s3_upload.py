@@ -90,7 +90,11 @@ class _CopyState:
 
     def given_up(self) -> bool:
         """Another task of the copy failed, or its caller cancelled it."""
-        return self.failed.is_set() or (self.cancelled is not None and self.cancelled.is_set())
+        return self.failed.is_set() or self.was_cancelled()
+
+    def was_cancelled(self) -> bool:
+        """The copy's caller gave it up."""
+        return self.cancelled is not None and self.cancelled.is_set()
 
     def add_created(self, key: str) -> None:
         with self.lock:
@@ -276,7 +280,7 @@ class SegmentUploader:
                     math.inf, lambda: self._given_up(state) or tries.spent() >= budget
                 )
                 tries.waited(answered, self.pause.pauses_started)
-                if not answered and state.cancelled is not None and state.cancelled.is_set():
+                if not answered and state.was_cancelled():
                     raise _CopyAbortedError(
                         f"s3 {operation} {self._url(key)} not sent: the copy was cancelled"
                     )
@@ -295,7 +299,7 @@ class SegmentUploader:
                 if creates:
                     state.add_created(key)
                 if budget <= 0 or self._given_up(state):
-                    if state.cancelled is not None and state.cancelled.is_set():
+                    if state.was_cancelled():
                         # the caller's cancellation is why the copy stops, not S3
                         raise _CopyAbortedError(
                             f"s3 {operation} {self._url(key)} stopped: the copy was"
@@ -421,8 +425,7 @@ class SegmentUploader:
                     if error is not None and not isinstance(error, _CopyAbortedError):
                         raise error
                 # every part stopped without an error of its own: say why they stopped
-                cancelled = state.cancelled is not None and state.cancelled.is_set()
-                why = "the copy was cancelled" if cancelled else "another object failed"
+                why = "the copy was cancelled" if state.was_cancelled() else "another object failed"
                 raise _CopyAbortedError(f"multipart upload of {self._url(key)} stopped: {why}")
             completed = [f.result() for f in parts]
         finally:

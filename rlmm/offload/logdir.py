@@ -36,6 +36,7 @@ import logging
 import os
 import time
 from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from remote import SegmentFormatError
@@ -400,26 +401,18 @@ def scan_log_dirs(
     for log_dir in log_dirs:
         if not log_dir.is_dir():
             raise LogDirError(f"log dir {log_dir} does not exist or is not a directory")
-        starts = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-        checkpoint = log_dir / REPLICATION_OFFSET_CHECKPOINT
-        watermarks = read_offset_checkpoint(checkpoint)
-        # A broker's log dir has the file (empty until its first checkpoint): a
-        # partition it does not list has no known high watermark, not the log end.
-        unlisted = NOT_CHECKPOINTED if checkpoint.exists() else None
+        checkpoints = _Checkpoints.read(log_dir)
         names = cache.dir_names(log_dir)
         for name in names:
             source = cache.source(log_dir, name)
             if source is None:
                 path = log_dir / name
-                source = _source(
-                    path, settings, starts, (watermarks, unlisted), warned, disabled is not None
-                )
+                source = _source(path, settings, checkpoints, warned, disabled is not None)
                 if source is None:
                     continue  # not ours, or no topic id yet: looked at again next round
                 cache.keep(log_dir, name, source, names)
             else:
-                key = (source.pdir.topic, source.pdir.partition)
-                source.set_offsets(starts.get(key), watermarks.get(key, unlisted))
+                source.set_offsets(*checkpoints.offsets(source.pdir.topic, source.pdir.partition))
             if settings.offloads(source.topic_id_partition.topic):
                 sources.append(source)
             elif disabled is not None:
@@ -431,12 +424,35 @@ NOT_CHECKPOINTED = -1
 """The high watermark of a partition the log dir's checkpoint does not list yet."""
 
 
+@dataclass(frozen=True)
+class _Checkpoints:
+    """One log dir's offset checkpoints, as read this round."""
+
+    starts: dict[tuple[str, int], int]
+    watermarks: dict[tuple[str, int], int]
+    unlisted: int | None  # the high watermark of a partition the checkpoint does not list
+
+    @classmethod
+    def read(cls, log_dir: Path) -> _Checkpoints:
+        checkpoint = log_dir / REPLICATION_OFFSET_CHECKPOINT
+        return cls(
+            read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT),
+            read_offset_checkpoint(checkpoint),
+            # A broker's log dir has the file (empty until its first checkpoint): a
+            # partition it does not list has no known high watermark, not the log end.
+            NOT_CHECKPOINTED if checkpoint.exists() else None,
+        )
+
+    def offsets(self, topic: str, partition: int) -> tuple[int | None, int | None]:
+        """The partition's log start offset and high watermark (None: unknown)."""
+        key = (topic, partition)
+        return self.starts.get(key), self.watermarks.get(key, self.unlisted)
+
+
 def _source(
     path: Path,
     settings: OffloadSettings,
-    starts: dict[tuple[str, int], int],
-    # the checkpoint's entries, and the high watermark of a partition it does not list
-    watermarks: tuple[dict[tuple[str, int], int], int | None],
+    checkpoints: _Checkpoints,
     warned: set[str],
     include_disabled: bool = False,
 ) -> LogDirSource | None:
@@ -460,12 +476,12 @@ def _source(
     except SegmentFormatError as e:
         warn_once(f"unreadable partition.metadata: {e}")
         return None
-    key = (pdir.topic, pdir.partition)
+    log_start_offset, high_watermark = checkpoints.offsets(pdir.topic, pdir.partition)
     return LogDirSource(
         pdir,
         settings.retention_for(pdir.topic),
-        log_start_offset=starts.get(key),
-        high_watermark=watermarks[0].get(key, watermarks[1]),
+        log_start_offset=log_start_offset,
+        high_watermark=high_watermark,
         verify_crc=settings.verify_crc,
     )
 

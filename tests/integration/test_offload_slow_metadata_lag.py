@@ -40,6 +40,7 @@ from tests.integration.replicated_offload import (
     wait_archived,
 )
 from tests.integration.test_offload_replicated import moved, served
+from tests.integration.test_offload_topic_configs import wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.apache_kafka, pytest.mark.slow,
               pytest.mark.timeout(300)]  # fmt: skip
@@ -70,13 +71,6 @@ class HeldEndOffsets:
         return event_log
 
 
-async def round_over(caplog: pytest.LogCaptureFixture, n: int, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not any(f"round {n} over" in r.getMessage() for r in caplog.records):
-        assert time.monotonic() < deadline, f"round {n} did not end within {timeout} s"
-        await asyncio.sleep(0.1)
-
-
 async def test_a_gain_is_copied_at_once_while_the_metadata_lag_waits_on_a_slow_broker(
     kafka_cluster: ApacheKafkaCluster,
     tmp_path: Path,
@@ -100,7 +94,11 @@ async def test_a_gain_is_copied_at_once_while_the_metadata_lag_waits_on_a_slow_b
                    display=Display(rich=False))  # fmt: skip
     running = asyncio.create_task(node.run())
     try:
-        await round_over(caplog, 1)
+        await wait_for(
+            "round 1 over",
+            lambda: any("round 1 over" in r.getMessage() for r in caplog.records),
+            timeout=90,
+        )
         held.holding = True
         await asyncio.wait_for(held.entered.wait(), 30)  # the loop now waits for the lag
         # node 2's high-watermark checkpoint (every 5 s) covers the rolled segments then

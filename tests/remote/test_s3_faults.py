@@ -417,6 +417,25 @@ def _copy_in_thread(
     return thread, errors
 
 
+def cancel_and_check(
+    b: Backend,
+    thread: threading.Thread,
+    errors: list[BaseException],
+    cancelled: threading.Event,
+    join_s: float,
+) -> None:
+    """Cancel the copy still running in ``thread``: it ends within ``join_s`` with one
+    error that says it was cancelled (not that another object failed), and leaves
+    nothing in the bucket."""
+    assert thread.is_alive() and errors == []
+    cancelled.set()
+    thread.join(join_s)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], RemoteStorageError)
+    assert "cancelled" in str(errors[0]) and "another object" not in str(errors[0]), errors
+    assert_nothing_left(b)
+
+
 @pytest.mark.parametrize("cancellable", [True, False])
 def test_a_copy_its_caller_can_cancel_waits_out_an_outage_longer_than_its_retry_time(
     s3_server_factory: S3Factory, tmp_path: Path, cancellable: bool
@@ -457,13 +476,7 @@ def test_a_cancelled_copy_stops_waiting_for_s3_and_cleans_up(
     while outage.probes < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(1.5)  # past copy_retry_s: still waiting, the outage not counted
-    assert thread.is_alive() and errors == []
-    cancelled.set()
-    thread.join(5)
-    assert not thread.is_alive()
-    assert len(errors) == 1 and isinstance(errors[0], RemoteStorageError)
-    assert "cancelled" in str(errors[0])
-    assert_nothing_left(b)
+    cancel_and_check(b, thread, errors, cancelled, join_s=5)
 
 
 def test_a_copy_cancelled_while_its_parts_are_in_flight_says_it_was_cancelled(
@@ -485,13 +498,7 @@ def test_a_copy_cancelled_while_its_parts_are_in_flight_says_it_was_cancelled(
         b, make_metadata(), write_segment(tmp_path / "l", 6 * MiB).data, cancelled
     )
     time.sleep(1.0)  # the parts are sent and wait for their answer
-    assert thread.is_alive() and errors == []
-    cancelled.set()
-    thread.join(10)
-    assert not thread.is_alive()
-    assert len(errors) == 1 and isinstance(errors[0], RemoteStorageError)
-    assert "cancelled" in str(errors[0]) and "another object" not in str(errors[0]), errors
-    assert_nothing_left(b)
+    cancel_and_check(b, thread, errors, cancelled, join_s=10)
 
 
 def test_a_cancellable_copy_s3_refuses_alone_still_gives_up_at_its_retry_time(
